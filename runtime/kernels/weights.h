@@ -1,0 +1,66 @@
+// runtime/kernels/weights.h — weight formats and the matrix kernels the forward pass calls.
+// Owns: the in-memory layout of every weight format (f32, f16, bf16, q8_0, q4 group-wise, MLX affine 4/8-bit),
+// conversion/quantization at load time, and matvec (decode) / matmul (prefill) over those layouts.
+// Never: allocate outside the ledger for weights, log, or allocate in matvec/matmul hot paths.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "runtime/kernels/thread_pool.h"
+#include "tiering/ledger.h"
+
+namespace tierlm::kernels {
+
+enum class WeightFormat : uint8_t { f32, f16, bf16, q8_0, q4, mlx_q4, mlx_q8 };
+
+const char* format_name(WeightFormat f);
+// Accepts "f32", "f16", "bf16", "q8_0" (or "q8"), "q4"; throws std::invalid_argument with the accepted list otherwise.
+WeightFormat parse_format(std::string_view name);
+
+// Element types a weight can be converted from (what safetensors stores for dense weights).
+enum class SourceType : uint8_t { f32, f16, bf16 };
+
+// A non-owning view of a [rows x cols] row-major weight (rows = output features, cols = input features).
+struct WeightView {
+  WeightFormat format = WeightFormat::f32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const void* data = nullptr;    // packed values (layout per format; see weights.cpp)
+  const void* scales = nullptr;  // per-group scales where the format keeps them apart (MLX)
+  const void* biases = nullptr;  // per-group biases (MLX affine)
+  SourceType scale_type = SourceType::f32;  // element type of scales/biases (MLX: f16/bf16/f32)
+  int group_size = 0;            // MLX / q4 group size along cols
+  int bits = 0;                  // MLX: 4 or 8
+};
+
+// An owning weight: storage charged to a ledger account.
+struct Weight {
+  WeightView view;
+  tiering::LedgerBuffer data;
+  tiering::LedgerBuffer scales;
+  tiering::LedgerBuffer biases;
+};
+
+// Converts/quantizes a dense [rows x cols] source into `target` (f32, f16, bf16, q8_0 or q4).
+Weight make_weight(const void* src, SourceType src_type, int64_t rows, int64_t cols, WeightFormat target,
+                   tiering::Ledger& ledger, const std::string& account);
+
+// Wraps MLX affine-quantized tensors (weight: uint32 [rows, cols*bits/32], scales/biases: [rows, cols/group_size])
+// by copying them into ledger-owned storage. bits must be 4 or 8; throws std::invalid_argument otherwise.
+Weight make_mlx_weight(const void* packed, const void* scales, const void* biases, SourceType scale_type,
+                       int64_t rows, int64_t cols, int group_size, int bits, tiering::Ledger& ledger,
+                       const std::string& account);
+
+// Bytes the weight occupies (data + scales + biases): what one full read of it costs.
+uint64_t weight_bytes(const WeightView& w);
+
+// y[rows] = W · x (x: cols floats). Uses the pool; no allocation.
+void matvec(const WeightView& w, const float* x, float* y, ThreadPool& pool);
+// Y[n x rows] = X[n x cols] · Wᵀ, for prefill. May use a pool-owned scratch sized at first use.
+void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool& pool);
+// Writes row `row` of W, dequantized, into out[cols] (embedding lookup).
+void dequantize_row(const WeightView& w, int64_t row, float* out);
+
+}  // namespace tierlm::kernels

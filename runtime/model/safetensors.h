@@ -51,6 +51,14 @@ class TensorIndex {
   std::span<const std::byte> data(const TensorInfo& t) const;
   // Metadata from the "__metadata__" entry of the header(s).
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // The model folder (or the single file) this index was opened from.
+  const std::string& origin() const { return origin_; }
+
+  // Page-cache hints for the loader. will_need starts asynchronous read-ahead of a tensor's pages before it is
+  // copied; done_with drops them from this process's mapping afterwards (the file's page cache stays), so a load
+  // does not hold every weight twice in resident memory. Both are advisory and never fail.
+  void will_need(const TensorInfo& t) const;
+  void done_with(const TensorInfo& t) const;
 
  private:
   struct Mapping;

@@ -1,0 +1,520 @@
+// runtime/kernels/weights.cpp — weight formats: load-time conversion/quantization, and the dispatch of matvec /
+// matmul / dequantize_row onto the kernel backend chosen at run time.
+//
+// Layouts (all buffers 64-byte aligned, all charged to the caller's ledger account):
+//   f32, f16, bf16   data: row-major [rows x cols]. No scales.
+//   q8_0             symmetric int8, one f16 scale per 32 columns of a row, w = d*q, q in [-127, 127].
+//                    Stored in the packed panel layout of kernel_isa.h with bits = 8, codes u = q + 128 (so the
+//                    VNNI unsigned x signed product applies directly), scales = d (f16), biases absent.
+//                    1.0625 bytes per weight.
+//   q4               affine 4-bit per 32 columns: w = d*u + m, u in [0, 15], d and m f16. Affine (min + step)
+//                    rather than symmetric because it spends all 16 levels on [min, max] of each group, which
+//                    halves the worst-case error of lopsided groups. Packed layout with bits = 4. 0.625 bytes/weight.
+//   mlx_q4, mlx_q8   MLX affine: w = scales*q + biases with MLX's group size (32/64/128) and MLX's scale type
+//                    (f16/bf16/f32 kept as is, so the math is identical to MLX). Codes are unpacked from MLX's
+//                    little-end-first uint32 words and repacked into the panel layout with bits = 4 or 8.
+// Rounding: round-to-nearest everywhere. The stored f16 scale of q8_0 is rounded up and q4's (min, step) are
+// rounded outward, so every source value lies inside the representable range and the per-element error is at most
+// half the stored step (no clipping).
+#include "runtime/kernels/weights.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "runtime/kernels/kernel_isa.h"
+#include "runtime/kernels/packed_codes.h"
+
+namespace tierlm::kernels {
+
+const char* format_name(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::f32: return "f32";
+    case WeightFormat::f16: return "f16";
+    case WeightFormat::bf16: return "bf16";
+    case WeightFormat::q8_0: return "q8_0";
+    case WeightFormat::q4: return "q4";
+    case WeightFormat::mlx_q4: return "mlx_q4";
+    case WeightFormat::mlx_q8: return "mlx_q8";
+  }
+  return "unknown";
+}
+
+WeightFormat parse_format(std::string_view name) {
+  if (name == "f32") return WeightFormat::f32;
+  if (name == "f16") return WeightFormat::f16;
+  if (name == "bf16") return WeightFormat::bf16;
+  if (name == "q8_0" || name == "q8") return WeightFormat::q8_0;
+  if (name == "q4") return WeightFormat::q4;
+  throw std::invalid_argument("unknown weight format '" + std::string(name) +
+                              "' (accepted: f32, f16, bf16, q8_0, q8, q4)");
+}
+
+namespace {
+
+bool is_dense(WeightFormat f) {
+  return f == WeightFormat::f32 || f == WeightFormat::f16 || f == WeightFormat::bf16;
+}
+
+size_t source_size(SourceType t) { return t == SourceType::f32 ? 4 : 2; }
+
+size_t dense_element_size(WeightFormat f) { return f == WeightFormat::f32 ? 4 : 2; }
+
+int64_t panel_count(int64_t rows) { return (rows + kPanelRows - 1) / kPanelRows; }
+
+struct PackedSizes {
+  uint64_t data = 0, scales = 0, biases = 0;
+};
+
+PackedSizes packed_sizes(const WeightView& w) {
+  const int64_t panels = panel_count(w.rows);
+  PackedSizes s;
+  s.data = static_cast<uint64_t>(panels) * kPanelRows * static_cast<uint64_t>(w.cols) * w.bits / 8;
+  s.scales = static_cast<uint64_t>(panels) * (w.cols / w.group_size) * kPanelRows * source_size(w.scale_type);
+  s.biases = w.format == WeightFormat::q8_0 ? 0 : s.scales;
+  return s;
+}
+
+PackedView packed_view(const WeightView& w) {
+  PackedView p;
+  p.data = static_cast<const uint8_t*>(w.data);
+  p.d = w.scales;
+  p.m = w.format == WeightFormat::q8_0 ? nullptr : w.biases;
+  p.scale_type = w.scale_type;
+  p.bits = w.bits;
+  p.group = w.group_size;
+  p.rows = w.rows;
+  p.cols = w.cols;
+  p.panels = panel_count(w.rows);
+  return p;
+}
+
+float read_source(const void* src, SourceType t, int64_t i) {
+  switch (t) {
+    case SourceType::f32: return static_cast<const float*>(src)[i];
+    case SourceType::f16: return f16_to_f32(static_cast<const uint16_t*>(src)[i]);
+    case SourceType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(src)[i]);
+  }
+  return 0.0f;
+}
+
+// Next f16 bit pattern toward +inf / -inf (finite inputs).
+uint16_t f16_step_up(uint16_t h) {
+  if (h == 0x8000u) return 0x0001u;
+  return (h & 0x8000u) ? static_cast<uint16_t>(h - 1) : static_cast<uint16_t>(h + 1);
+}
+uint16_t f16_step_down(uint16_t h) {
+  if (h == 0x0000u) return 0x8001u;
+  return (h & 0x8000u) ? static_cast<uint16_t>(h + 1) : static_cast<uint16_t>(h - 1);
+}
+void check_f16_range(float v, const char* what) {
+  if (!(std::fabs(v) <= 65000.0f))
+    throw std::invalid_argument(std::string(what) + ": weight values too large (or not finite) for f16 scales");
+}
+uint16_t f16_round_up(float v) {
+  uint16_t h = f32_to_f16(v);
+  while (f16_to_f32(h) < v) h = f16_step_up(h);
+  return h;
+}
+uint16_t f16_round_down(float v) {
+  uint16_t h = f32_to_f16(v);
+  while (f16_to_f32(h) > v) h = f16_step_down(h);
+  return h;
+}
+
+void validate_shape(int64_t rows, int64_t cols, const char* what) {
+  if (rows <= 0 || cols <= 0)
+    throw std::invalid_argument(std::string(what) + ": rows and cols must be positive (got " + std::to_string(rows) +
+                                " x " + std::to_string(cols) + ")");
+}
+
+// Quantizes one source row into codes[cols] and per-group (d, m) f16 bit patterns.
+void quantize_q8_0_row(const float* x, int64_t cols, uint8_t* codes, uint16_t* d) {
+  for (int64_t g = 0; g < cols / 32; ++g) {
+    const float* xg = x + g * 32;
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xg[j]));
+    check_f16_range(amax, "q8_0");
+    const uint16_t dh = amax > 0.0f ? f16_round_up(amax / 127.0f) : 0;
+    const float scale = f16_to_f32(dh);
+    const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+    for (int j = 0; j < 32; ++j) {
+      const float v = std::clamp(std::nearbyint(xg[j] * inv), -127.0f, 127.0f);
+      codes[g * 32 + j] = static_cast<uint8_t>(static_cast<int>(v) + 128);
+    }
+    d[g] = dh;
+  }
+}
+
+void quantize_q4_row(const float* x, int64_t cols, uint8_t* codes, uint16_t* d, uint16_t* m) {
+  for (int64_t g = 0; g < cols / 32; ++g) {
+    const float* xg = x + g * 32;
+    float lo = xg[0], hi = xg[0];
+    for (int j = 1; j < 32; ++j) {
+      lo = std::min(lo, xg[j]);
+      hi = std::max(hi, xg[j]);
+    }
+    check_f16_range(lo, "q4");
+    check_f16_range(hi, "q4");
+    const uint16_t mh = f16_round_down(lo);
+    const float mf = f16_to_f32(mh);
+    const float range = hi - mf;
+    check_f16_range(range, "q4");
+    const uint16_t dh = range > 0.0f ? f16_round_up(range / 15.0f) : 0;
+    const float df = f16_to_f32(dh);
+    const float inv = df > 0.0f ? 1.0f / df : 0.0f;
+    for (int j = 0; j < 32; ++j) {
+      const float v = std::clamp(std::nearbyint((xg[j] - mf) * inv), 0.0f, 15.0f);
+      codes[g * 32 + j] = static_cast<uint8_t>(v);
+    }
+    d[g] = dh;
+    m[g] = mh;
+  }
+}
+
+// Writes one row's codes into the panel layout.
+void pack_row_codes(uint8_t* data, int64_t panel_bytes, int bits, int64_t row, int64_t cols, const uint8_t* codes) {
+  const int64_t p = row / kPanelRows;
+  const int r = static_cast<int>(row % kPanelRows);
+  uint8_t* panel = data + p * panel_bytes;
+  if (bits == 8) {
+    for (int64_t k = 0; k < cols / 4; ++k) std::memcpy(panel + k * 64 + r * 4, codes + k * 4, 4);
+    return;
+  }
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    const uint8_t* cb = codes + b * 32;
+    for (int c = 0; c < 4; ++c) {
+      for (int j = 0; j < 4; ++j) {
+        panel[b * 256 + c * 64 + r * 4 + j] = static_cast<uint8_t>((cb[c * 4 + j] & 0x0F) | (cb[(c + 4) * 4 + j] << 4));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+uint64_t weight_bytes(const WeightView& w) {
+  if (is_dense(w.format)) return static_cast<uint64_t>(w.rows) * w.cols * dense_element_size(w.format);
+  const PackedSizes s = packed_sizes(w);
+  return s.data + s.scales + s.biases;
+}
+
+Weight make_weight(const void* src, SourceType src_type, int64_t rows, int64_t cols, WeightFormat target,
+                   tiering::Ledger& ledger, const std::string& account) {
+  validate_shape(rows, cols, "make_weight");
+  if (src == nullptr) throw std::invalid_argument("make_weight: source is null");
+  Weight out;
+  WeightView& v = out.view;
+  v.format = target;
+  v.rows = rows;
+  v.cols = cols;
+  if (is_dense(target)) {
+    const size_t n = static_cast<size_t>(rows * cols);
+    out.data = tiering::LedgerBuffer(ledger, account, n * dense_element_size(target));
+    if (target == WeightFormat::f32) {
+      float* dst = out.data.as<float>();
+      if (src_type == SourceType::f32) {
+        std::memcpy(dst, src, n * 4);
+      } else {
+        for (size_t i = 0; i < n; ++i) dst[i] = read_source(src, src_type, static_cast<int64_t>(i));
+      }
+    } else {
+      uint16_t* dst = out.data.as<uint16_t>();
+      const SourceType same = target == WeightFormat::f16 ? SourceType::f16 : SourceType::bf16;
+      if (src_type == same) {
+        std::memcpy(dst, src, n * 2);
+      } else {
+        for (size_t i = 0; i < n; ++i) {
+          const float f = read_source(src, src_type, static_cast<int64_t>(i));
+          dst[i] = target == WeightFormat::f16 ? f32_to_f16(f) : f32_to_bf16(f);
+        }
+      }
+    }
+    v.data = out.data.data();
+    return out;
+  }
+  if (target != WeightFormat::q8_0 && target != WeightFormat::q4)
+    throw std::invalid_argument(std::string("make_weight: cannot quantize into ") + format_name(target) +
+                                " (use make_mlx_weight for MLX tensors)");
+  if (cols % 32 != 0)
+    throw std::invalid_argument(std::string("make_weight: ") + format_name(target) +
+                                " needs cols to be a multiple of the group size 32 (got cols = " +
+                                std::to_string(cols) + ")");
+  v.bits = target == WeightFormat::q8_0 ? 8 : 4;
+  v.group_size = 32;
+  v.scale_type = SourceType::f16;
+  const PackedSizes sizes = packed_sizes(v);
+  out.data = tiering::LedgerBuffer(ledger, account, sizes.data);
+  out.scales = tiering::LedgerBuffer(ledger, account, sizes.scales);
+  if (sizes.biases) out.biases = tiering::LedgerBuffer(ledger, account, sizes.biases);
+  // Padding rows: code for 0 with scale 0 (q8_0: u = 128; q4: u = 0, m = 0).
+  std::memset(out.data.data(), target == WeightFormat::q8_0 ? 128 : 0, sizes.data);
+  std::memset(out.scales.data(), 0, sizes.scales);
+  if (sizes.biases) std::memset(out.biases.data(), 0, sizes.biases);
+
+  const int64_t groups = cols / 32;
+  const int64_t panel_bytes = cols * kPanelRows * v.bits / 8;
+  std::vector<float> row(static_cast<size_t>(cols));
+  std::vector<uint8_t> codes(static_cast<size_t>(cols));
+  std::vector<uint16_t> d(static_cast<size_t>(groups)), m(static_cast<size_t>(groups));
+  uint16_t* d_out = out.scales.as<uint16_t>();
+  uint16_t* m_out = sizes.biases ? out.biases.as<uint16_t>() : nullptr;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (src_type == SourceType::f32) {
+      std::memcpy(row.data(), static_cast<const float*>(src) + r * cols, static_cast<size_t>(cols) * 4);
+    } else {
+      for (int64_t c = 0; c < cols; ++c) row[c] = read_source(src, src_type, r * cols + c);
+    }
+    if (target == WeightFormat::q8_0) {
+      quantize_q8_0_row(row.data(), cols, codes.data(), d.data());
+    } else {
+      quantize_q4_row(row.data(), cols, codes.data(), d.data(), m.data());
+    }
+    pack_row_codes(out.data.as<uint8_t>(), panel_bytes, v.bits, r, cols, codes.data());
+    const int64_t p = r / kPanelRows;
+    const int lane = static_cast<int>(r % kPanelRows);
+    for (int64_t g = 0; g < groups; ++g) {
+      d_out[(p * groups + g) * kPanelRows + lane] = d[g];
+      if (m_out) m_out[(p * groups + g) * kPanelRows + lane] = m[g];
+    }
+  }
+  v.data = out.data.data();
+  v.scales = out.scales.data();
+  v.biases = sizes.biases ? out.biases.data() : nullptr;
+  return out;
+}
+
+Weight make_mlx_weight(const void* packed, const void* scales, const void* biases, SourceType scale_type,
+                       int64_t rows, int64_t cols, int group_size, int bits, tiering::Ledger& ledger,
+                       const std::string& account) {
+  validate_shape(rows, cols, "make_mlx_weight");
+  if (bits != 4 && bits != 8)
+    throw std::invalid_argument("make_mlx_weight: bits must be 4 or 8 (got " + std::to_string(bits) + ")");
+  if (group_size != 32 && group_size != 64 && group_size != 128)
+    throw std::invalid_argument("make_mlx_weight: group_size must be 32, 64 or 128 (got " +
+                                std::to_string(group_size) + ")");
+  if (cols % group_size != 0)
+    throw std::invalid_argument("make_mlx_weight: cols (" + std::to_string(cols) +
+                                ") must be a multiple of group_size (" + std::to_string(group_size) + ")");
+  if (packed == nullptr || scales == nullptr || biases == nullptr)
+    throw std::invalid_argument("make_mlx_weight: packed, scales and biases must all be given");
+  Weight out;
+  WeightView& v = out.view;
+  v.format = bits == 4 ? WeightFormat::mlx_q4 : WeightFormat::mlx_q8;
+  v.rows = rows;
+  v.cols = cols;
+  v.bits = bits;
+  v.group_size = group_size;
+  v.scale_type = scale_type;
+  const PackedSizes sizes = packed_sizes(v);
+  out.data = tiering::LedgerBuffer(ledger, account, sizes.data);
+  out.scales = tiering::LedgerBuffer(ledger, account, sizes.scales);
+  out.biases = tiering::LedgerBuffer(ledger, account, sizes.biases);
+  std::memset(out.data.data(), 0, sizes.data);
+  std::memset(out.scales.data(), 0, sizes.scales);
+  std::memset(out.biases.data(), 0, sizes.biases);
+
+  const int64_t words_per_row = cols * bits / 32;
+  const int per_word = 32 / bits;
+  const uint32_t mask = (1u << bits) - 1;
+  const int64_t groups = cols / group_size;
+  const int64_t panel_bytes = cols * kPanelRows * bits / 8;
+  const size_t es = source_size(scale_type);
+  const auto* words = static_cast<const uint32_t*>(packed);
+  std::vector<uint8_t> codes(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t k = 0; k < words_per_row; ++k) {
+      const uint32_t word = words[r * words_per_row + k];
+      for (int j = 0; j < per_word; ++j) codes[k * per_word + j] = static_cast<uint8_t>((word >> (j * bits)) & mask);
+    }
+    pack_row_codes(out.data.as<uint8_t>(), panel_bytes, bits, r, cols, codes.data());
+    const int64_t p = r / kPanelRows;
+    const int lane = static_cast<int>(r % kPanelRows);
+    for (int64_t g = 0; g < groups; ++g) {
+      const size_t dst = static_cast<size_t>((p * groups + g) * kPanelRows + lane) * es;
+      const size_t src = static_cast<size_t>(r * groups + g) * es;
+      std::memcpy(out.scales.as<uint8_t>() + dst, static_cast<const uint8_t*>(scales) + src, es);
+      std::memcpy(out.biases.as<uint8_t>() + dst, static_cast<const uint8_t*>(biases) + src, es);
+    }
+  }
+  v.data = out.data.data();
+  v.scales = out.scales.data();
+  v.biases = out.biases.data();
+  return out;
+}
+
+void dequantize_row(const WeightView& w, int64_t row, float* out) {
+  if (row < 0 || row >= w.rows)
+    throw std::out_of_range("dequantize_row: row " + std::to_string(row) + " outside [0, " + std::to_string(w.rows) +
+                            ")");
+  if (is_dense(w.format)) {
+    if (w.format == WeightFormat::f32) {
+      std::memcpy(out, static_cast<const float*>(w.data) + row * w.cols, static_cast<size_t>(w.cols) * 4);
+    } else {
+      active_kernels().dense_to_f32(w.format, w.data, w.cols, row, row + 1, out);
+    }
+    return;
+  }
+  const PackedView p = packed_view(w);
+  const int64_t panel = row / kPanelRows;
+  const int lane = static_cast<int>(row % kPanelRows);
+  for (int64_t g = 0; g < p.groups(); ++g) {
+    const int64_t si = (panel * p.groups() + g) * kPanelRows + lane;
+    const float d = load_scale(p.d, p.scale_type, si);
+    const float m = p.symmetric() ? -128.0f * d : load_scale(p.m, p.scale_type, si);
+    for (int64_t c = g * p.group; c < (g + 1) * p.group; ++c) {
+      if (p.symmetric()) {
+        out[c] = d * static_cast<float>(static_cast<int>(packed_code(p, panel, lane, c)) - 128);
+      } else {
+        out[c] = d * static_cast<float>(packed_code(p, panel, lane, c)) + m;
+      }
+    }
+  }
+}
+
+// ---- matvec / matmul ------------------------------------------------------------------------------------------
+
+namespace {
+
+// Per-thread activation scratch, grown once to the largest shape seen (never shrinks), so steady-state calls do
+// not allocate.
+struct ActivationScratch {
+  std::vector<int8_t> q;
+  std::vector<float> dx, xsum;
+  std::vector<int32_t> isum;
+  std::vector<QuantizedRow> rows;
+  void reserve(int64_t n, int64_t cols) {
+    const size_t values = static_cast<size_t>(n * cols), blocks = static_cast<size_t>(n * (cols / kActBlock));
+    if (q.size() < values) q.resize(values);
+    if (dx.size() < blocks) {
+      dx.resize(blocks);
+      xsum.resize(blocks);
+      isum.resize(blocks);
+    }
+    if (rows.size() < static_cast<size_t>(n)) rows.resize(static_cast<size_t>(n));
+  }
+};
+thread_local ActivationScratch t_activation;
+thread_local std::vector<float> t_dense_tile;
+
+struct PackedMatvecJob {
+  const KernelTable* kernels;
+  PackedView w;
+  QuantizedRow x;
+  float* y;
+};
+
+struct DenseMatvecJob {
+  const KernelTable* kernels;
+  const WeightView* w;
+  const float* x;
+  float* y;
+};
+
+struct QuantizeJob {
+  const KernelTable* kernels;
+  const float* x;
+  int64_t cols;
+  ActivationScratch* scratch;
+};
+
+struct PackedMatmulJob {
+  const KernelTable* kernels;
+  PackedView w;
+  const QuantizedRow* x;
+  int64_t n;
+  float* y;
+};
+
+struct DenseTileJob {
+  const KernelTable* kernels;
+  const WeightView* w;
+  int64_t r0;
+  float* out;
+};
+
+}  // namespace
+
+void matvec(const WeightView& w, const float* x, float* y, ThreadPool& pool) {
+  const KernelTable& k = active_kernels();
+  if (is_dense(w.format)) {
+    DenseMatvecJob job{&k, &w, x, y};
+    const int64_t units = (w.rows + kPanelRows - 1) / kPanelRows;
+    pool.parallel_for(units, [](void* ctx, int64_t b, int64_t e, int) {
+      auto* j = static_cast<DenseMatvecJob*>(ctx);
+      j->kernels->dense_matvec(j->w->format, j->w->data, j->w->cols, j->x, j->y, b * kPanelRows,
+                               std::min(e * kPanelRows, j->w->rows));
+    }, &job);
+    return;
+  }
+  ActivationScratch& s = t_activation;
+  s.reserve(1, w.cols);
+  k.quantize_row(x, w.cols, s.q.data(), s.dx.data(), s.isum.data(), s.xsum.data());
+  PackedMatvecJob job{&k, packed_view(w), {s.q.data(), s.dx.data(), s.isum.data(), s.xsum.data()}, y};
+  pool.parallel_for(job.w.panels, [](void* ctx, int64_t b, int64_t e, int) {
+    auto* j = static_cast<PackedMatvecJob*>(ctx);
+    j->kernels->packed_matvec(j->w, j->x, j->y, b, e);
+  }, &job);
+}
+
+void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool& pool) {
+  if (n <= 0) return;
+  const KernelTable& k = active_kernels();
+  if (n == 1) return matvec(w, x, y, pool);
+  if (is_dense(w.format)) {
+    if (w.format == WeightFormat::f32) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(n), static_cast<blasint>(w.rows),
+                  static_cast<blasint>(w.cols), 1.0f, x, static_cast<blasint>(w.cols),
+                  static_cast<const float*>(w.data), static_cast<blasint>(w.cols), 0.0f, y,
+                  static_cast<blasint>(w.rows));
+      return;
+    }
+    // f16/bf16: widen a tile of rows (about 4 MiB of f32) at a time, then one sgemm per tile.
+    const int64_t tile_rows = std::max<int64_t>(kPanelRows, (int64_t{1} << 20) / w.cols / kPanelRows * kPanelRows);
+    std::vector<float>& tile = t_dense_tile;
+    const size_t need = static_cast<size_t>(std::min(tile_rows, w.rows) * w.cols);
+    if (tile.size() < need) tile.resize(need);
+    for (int64_t r0 = 0; r0 < w.rows; r0 += tile_rows) {
+      const int64_t r1 = std::min(w.rows, r0 + tile_rows);
+      DenseTileJob job{&k, &w, r0, tile.data()};
+      pool.parallel_for((r1 - r0 + kPanelRows - 1) / kPanelRows, [](void* ctx, int64_t b, int64_t e, int) {
+        auto* j = static_cast<DenseTileJob*>(ctx);
+        const int64_t a = j->r0 + b * kPanelRows;
+        const int64_t z = std::min(j->r0 + e * kPanelRows, j->w->rows);
+        j->kernels->dense_to_f32(j->w->format, j->w->data, j->w->cols, a, z, j->out + (a - j->r0) * j->w->cols);
+      }, &job);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(n), static_cast<blasint>(r1 - r0),
+                  static_cast<blasint>(w.cols), 1.0f, x, static_cast<blasint>(w.cols), tile.data(),
+                  static_cast<blasint>(w.cols), 0.0f, y + r0, static_cast<blasint>(w.rows));
+    }
+    return;
+  }
+  ActivationScratch& s = t_activation;
+  s.reserve(n, w.cols);
+  const int64_t blocks = w.cols / kActBlock;
+  for (int64_t i = 0; i < n; ++i) {
+    s.rows[i] = {s.q.data() + i * w.cols, s.dx.data() + i * blocks, s.isum.data() + i * blocks,
+                 s.xsum.data() + i * blocks};
+  }
+  QuantizeJob qjob{&k, x, w.cols, &s};
+  pool.parallel_for(n, [](void* ctx, int64_t b, int64_t e, int) {
+    auto* j = static_cast<QuantizeJob*>(ctx);
+    const int64_t blocks = j->cols / kActBlock;
+    for (int64_t i = b; i < e; ++i) {
+      j->kernels->quantize_row(j->x + i * j->cols, j->cols, j->scratch->q.data() + i * j->cols,
+                               j->scratch->dx.data() + i * blocks, j->scratch->isum.data() + i * blocks,
+                               j->scratch->xsum.data() + i * blocks);
+    }
+  }, &qjob);
+  PackedMatmulJob job{&k, packed_view(w), s.rows.data(), n, y};
+  pool.parallel_for(job.w.panels, [](void* ctx, int64_t b, int64_t e, int) {
+    auto* j = static_cast<PackedMatmulJob*>(ctx);
+    j->kernels->packed_matmul(j->w, j->x, j->n, j->y, j->w.rows, b, e);
+  }, &job);
+}
+
+}  // namespace tierlm::kernels

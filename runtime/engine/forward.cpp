@@ -1,0 +1,153 @@
+#include "runtime/engine/forward.h"
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace tierlm::engine {
+
+using kernels::WeightView;
+
+namespace {
+
+// Dot product with independent partial sums so the compiler can vectorize without reassociation flags.
+inline float dot(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
+  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+inline void axpy(float alpha, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+tiering::LedgerBuffer scratch(tiering::Ledger& ledger, int64_t floats) {
+  return tiering::LedgerBuffer(ledger, tiering::accounts::scratch, size_t(floats) * sizeof(float));
+}
+
+}  // namespace
+
+Forward::Forward(const model::ModelWeights& w, kernels::ThreadPool& pool, tiering::Ledger& ledger, int64_t max_chunk,
+                 int64_t max_context)
+    : w_(w), pool_(pool), max_chunk_(max_chunk), max_context_(max_context), rope_(w.config.rope, w.config.head_dim) {
+  const auto& c = w.config;
+  const int64_t q_rows = c.num_heads * c.head_dim, kv_rows = c.num_kv_heads * c.head_dim;
+  hidden_ = scratch(ledger, max_chunk * c.hidden_size);
+  normed_ = scratch(ledger, max_chunk * c.hidden_size);
+  qkv_ = scratch(ledger, max_chunk * (q_rows + 2 * kv_rows));
+  attn_ = scratch(ledger, max_chunk * q_rows);
+  ffn_ = scratch(ledger, max_chunk * 2 * c.intermediate_size);
+  ffn_act_ = scratch(ledger, max_chunk * c.intermediate_size);
+  scores_ = scratch(ledger, int64_t(pool.size()) * max_context);
+}
+
+static void multiply(const WeightView& w, const float* x, int64_t n, float* y, kernels::ThreadPool& pool) {
+  if (n == 1)
+    kernels::matvec(w, x, y, pool);
+  else
+    kernels::matmul(w, x, n, y, pool);
+}
+
+void Forward::attention(int64_t layer, int64_t n, int64_t pos, KVCache& cache) {
+  const auto& c = w_.config;
+  const int64_t hd = c.head_dim, heads = c.num_heads, group = c.num_heads / c.num_kv_heads;
+  const int64_t q_rows = heads * hd, qkv_stride = q_rows + 2 * c.num_kv_heads * hd;
+  const float scale = 1.0f / std::sqrt(float(hd));
+  const float* qkv = qkv_.as<float>();
+  float* out = attn_.as<float>();
+  float* scores_base = scores_.as<float>();
+  pool_.parallel_for(n * heads, [&](int64_t begin, int64_t end, int thread) {
+    float* scores = scores_base + int64_t(thread) * max_context_;
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t i = item / heads, h = item % heads, kvh = h / group;
+      const float* q = qkv + i * qkv_stride + h * hd;
+      const int64_t len = pos + i + 1;
+      for (int64_t t = 0; t < len; ++t) scores[t] = dot(q, cache.keys(layer, t) + kvh * hd, hd) * scale;
+      softmax(scores, len);
+      float* o = out + i * q_rows + h * hd;
+      std::memset(o, 0, size_t(hd) * sizeof(float));
+      for (int64_t t = 0; t < len; ++t) axpy(scores[t], cache.values(layer, t) + kvh * hd, o, hd);
+    }
+  });
+}
+
+void Forward::run(std::span<const int32_t> tokens, int64_t pos, KVCache& cache, float* logits, bool all_logits) {
+  const auto& c = w_.config;
+  const int64_t n = int64_t(tokens.size());
+  if (n == 0) throw std::invalid_argument("forward: empty token chunk");
+  if (n > max_chunk_) throw std::invalid_argument(fmt::format("forward: chunk of {} exceeds {}", n, max_chunk_));
+  if (pos < 0 || pos + n > cache.capacity() || pos + n > max_context_)
+    throw std::out_of_range(fmt::format("context full: positions up to {} requested, capacity is {}", pos + n,
+                                        std::min(cache.capacity(), max_context_)));
+  const int64_t H = c.hidden_size, hd = c.head_dim, I = c.intermediate_size;
+  const int64_t q_rows = c.num_heads * hd, kv_rows = c.num_kv_heads * hd, qkv_stride = q_rows + 2 * kv_rows;
+  float* hidden = hidden_.as<float>();
+  float* normed = normed_.as<float>();
+  float* qkv = qkv_.as<float>();
+
+  for (int64_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= c.vocab_size)
+      throw std::out_of_range(fmt::format("token id {} is outside the vocabulary (size {})", tokens[i],
+                                          c.vocab_size));
+    kernels::dequantize_row(w_.embed.view, tokens[i], hidden + i * H);
+  }
+  // Per-token elementwise work: split across the pool only when there is enough of it.
+  auto per_token = [&](auto&& fn) {
+    if (n == 1)
+      fn(0);
+    else
+      pool_.parallel_for(n, [&](int64_t b, int64_t e, int) {
+        for (int64_t i = b; i < e; ++i) fn(i);
+      });
+  };
+
+  for (int64_t layer = 0; layer < c.num_layers; ++layer) {
+    const model::LayerWeights& L = w_.layers[size_t(layer)];
+    per_token([&](int64_t i) { rms_norm(hidden + i * H, L.input_norm.data(), H, c.rms_norm_eps, normed + i * H); });
+    multiply(L.qkv.view, normed, n, qkv, pool_);
+    per_token([&](int64_t i) {
+      float* row = qkv + i * qkv_stride;
+      if (!L.qkv_bias.empty())
+        for (int64_t j = 0; j < qkv_stride; ++j) row[j] += L.qkv_bias[size_t(j)];
+      float* q = row;
+      float* k = row + q_rows;
+      float* v = row + q_rows + kv_rows;
+      if (!L.q_norm.empty()) {
+        for (int64_t h = 0; h < c.num_heads; ++h) rms_norm(q + h * hd, L.q_norm.data(), hd, c.rms_norm_eps, q + h * hd);
+        for (int64_t h = 0; h < c.num_kv_heads; ++h)
+          rms_norm(k + h * hd, L.k_norm.data(), hd, c.rms_norm_eps, k + h * hd);
+      }
+      rope_.apply(q, c.num_heads, pos + i);
+      rope_.apply(k, c.num_kv_heads, pos + i);
+      std::memcpy(cache.keys(layer, pos + i), k, size_t(kv_rows) * sizeof(float));
+      std::memcpy(cache.values(layer, pos + i), v, size_t(kv_rows) * sizeof(float));
+    });
+    attention(layer, n, pos, cache);
+    multiply(L.o.view, attn_.as<float>(), n, normed, pool_);
+    for (int64_t j = 0; j < n * H; ++j) hidden[j] += normed[j];
+
+    per_token([&](int64_t i) {
+      rms_norm(hidden + i * H, L.post_attention_norm.data(), H, c.rms_norm_eps, normed + i * H);
+    });
+    multiply(L.gate_up.view, normed, n, ffn_.as<float>(), pool_);
+    per_token([&](int64_t i) { silu_gate(ffn_.as<float>() + i * 2 * I, I, ffn_act_.as<float>() + i * I); });
+    multiply(L.down.view, ffn_act_.as<float>(), n, normed, pool_);
+    for (int64_t j = 0; j < n * H; ++j) hidden[j] += normed[j];
+  }
+
+  if (all_logits) {
+    per_token([&](int64_t i) { rms_norm(hidden + i * H, w_.final_norm.data(), H, c.rms_norm_eps, normed + i * H); });
+    multiply(w_.output(), normed, n, logits, pool_);
+  } else {
+    rms_norm(hidden + (n - 1) * H, w_.final_norm.data(), H, c.rms_norm_eps, normed);
+    kernels::matvec(w_.output(), normed, logits, pool_);
+  }
+}
+
+}  // namespace tierlm::engine

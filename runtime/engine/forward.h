@@ -1,0 +1,41 @@
+// runtime/engine/forward.h — the forward pass of a dense decoder over a chunk of tokens of one sequence.
+// One code path for every architecture in the table: the ArchitectureSpec switches qkv bias and q/k norm.
+// n == 1 (decode) uses matvec; n > 1 (prefill) uses matmul so each weight is read once per chunk.
+// Owns: scratch activations (ledger account "scratch", sized for max_chunk tokens). Never: allocate per step.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "runtime/engine/kv_cache.h"
+#include "runtime/engine/ops.h"
+#include "runtime/kernels/thread_pool.h"
+#include "runtime/model/model.h"
+#include "tiering/ledger.h"
+
+namespace tierlm::engine {
+
+class Forward {
+ public:
+  Forward(const model::ModelWeights& weights, kernels::ThreadPool& pool, tiering::Ledger& ledger,
+          int64_t max_chunk, int64_t max_context);
+
+  // Runs tokens at positions [pos, pos + n) (n <= max_chunk, pos + n <= cache capacity), filling the cache.
+  // logits: vocab floats for the last token, or n * vocab when all_logits.
+  void run(std::span<const int32_t> tokens, int64_t pos, KVCache& cache, float* logits, bool all_logits = false);
+
+  int64_t max_chunk() const { return max_chunk_; }
+  const model::ModelWeights& weights() const { return w_; }
+
+ private:
+  void attention(int64_t layer, int64_t n, int64_t pos, KVCache& cache);
+
+  const model::ModelWeights& w_;
+  kernels::ThreadPool& pool_;
+  int64_t max_chunk_;
+  int64_t max_context_;
+  Rope rope_;
+  tiering::LedgerBuffer hidden_, normed_, qkv_, attn_, ffn_, ffn_act_, scores_;
+};
+
+}  // namespace tierlm::engine

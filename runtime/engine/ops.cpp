@@ -1,0 +1,74 @@
+#include "runtime/engine/ops.h"
+
+#include <cmath>
+#include <numbers>
+
+namespace tierlm::engine {
+
+void rms_norm(const float* x, const float* weight, int64_t n, double eps, float* out) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += double(x[i]) * x[i];
+  const float inv = float(1.0 / std::sqrt(sum / double(n) + eps));
+  for (int64_t i = 0; i < n; ++i) out[i] = weight[i] * (x[i] * inv);
+}
+
+Rope::Rope(const model::RopeConfig& c, int64_t head_dim) : head_dim_(head_dim), inv_freq_(head_dim / 2) {
+  const int64_t half = head_dim / 2;
+  for (int64_t j = 0; j < half; ++j) {
+    // transformers computes base ** (2j/d) in float32; doing the same keeps the angles bit-close.
+    const float exponent = float(2 * j) / float(head_dim);
+    float freq = 1.0f / std::pow(float(c.theta), exponent);
+    if (c.type == "linear") {
+      freq = float(freq / c.factor);
+    } else if (c.type == "llama3") {
+      const double old_len = double(c.original_max_position_embeddings);
+      const double low_wavelen = old_len / c.low_freq_factor;
+      const double high_wavelen = old_len / c.high_freq_factor;
+      const double wl = 2.0 * std::numbers::pi / double(freq);
+      if (wl > low_wavelen) {
+        freq = float(freq / c.factor);
+      } else if (wl >= high_wavelen) {
+        const double smooth = (old_len / wl - c.low_freq_factor) / (c.high_freq_factor - c.low_freq_factor);
+        freq = float((1.0 - smooth) * freq / c.factor + smooth * freq);
+      }
+    }
+    inv_freq_[j] = freq;
+  }
+}
+
+void Rope::apply(float* x, int64_t heads, int64_t pos) const {
+  const int64_t half = head_dim_ / 2;
+  for (int64_t j = 0; j < half; ++j) {
+    const float angle = float(pos) * inv_freq_[j];
+    const float c = std::cos(angle), s = std::sin(angle);
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = x + h * head_dim_;
+      const float a = v[j], b = v[j + half];
+      v[j] = a * c - b * s;
+      v[j + half] = b * c + a * s;
+    }
+  }
+}
+
+void silu_gate(const float* gate_up, int64_t n, float* out) {
+  const float* gate = gate_up;
+  const float* up = gate_up + n;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void softmax(float* x, int64_t n) {
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  const float inv = float(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+}  // namespace tierlm::engine

@@ -1,0 +1,95 @@
+#include "runtime/engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+namespace tierlm::engine {
+
+void SamplingParams::validate() const {
+  auto bad = [](const char* name, const std::string& why) {
+    throw std::invalid_argument(fmt::format("{} {}", name, why));
+  };
+  if (!(temperature >= 0.0f) || temperature > 100.0f) bad("temperature", "must be between 0 and 100");
+  if (top_k < 0) bad("top_k", "must be >= 0");
+  if (!(top_p > 0.0f && top_p <= 1.0f)) bad("top_p", "must be in (0, 1]");
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) bad("min_p", "must be in [0, 1]");
+  if (!(repetition_penalty > 0.0f)) bad("repetition_penalty", "must be > 0");
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) bad("presence_penalty", "must be in [-2, 2]");
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) bad("frequency_penalty", "must be in [-2, 2]");
+}
+
+Sampler::Sampler(const SamplingParams& params) : params_(params) {
+  params_.validate();
+  rng_.seed(params.has_seed ? params.seed : std::random_device{}());
+}
+
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+  const int64_t n = int64_t(logits.size());
+  if (n == 0) throw std::invalid_argument("sampler: empty logits");
+  work_.assign(logits.begin(), logits.end());
+  if (params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) {
+    std::unordered_map<int32_t, int> counts;
+    for (int32_t t : history)
+      if (t >= 0 && t < n) ++counts[t];
+    for (auto [t, count] : counts) {
+      float& l = work_[size_t(t)];
+      if (params_.repetition_penalty != 1.0f)
+        l = l > 0 ? l / params_.repetition_penalty : l * params_.repetition_penalty;
+      l -= params_.presence_penalty + params_.frequency_penalty * float(count);
+    }
+  }
+  if (params_.temperature == 0.0f)
+    return int32_t(std::max_element(work_.begin(), work_.end()) - work_.begin());
+
+  // Candidates sorted by logit, truncated by top-k; then softmax at the temperature; then top-p and min-p.
+  order_.resize(size_t(n));
+  std::iota(order_.begin(), order_.end(), 0);
+  int64_t keep = params_.top_k > 0 ? std::min<int64_t>(params_.top_k, n) : n;
+  auto by_logit = [&](int32_t a, int32_t b) { return work_[size_t(a)] > work_[size_t(b)]; };
+  if (keep < n) {
+    std::partial_sort(order_.begin(), order_.begin() + keep, order_.end(), by_logit);
+  } else {
+    std::sort(order_.begin(), order_.end(), by_logit);
+  }
+  const float max_logit = work_[size_t(order_[0])];
+  probs_.resize(static_cast<size_t>(keep));
+  auto& probs = probs_;
+  double sum = 0;
+  for (int64_t i = 0; i < keep; ++i) {
+    probs[size_t(i)] = std::exp(double(work_[size_t(order_[size_t(i)])] - max_logit) / params_.temperature);
+    sum += probs[size_t(i)];
+  }
+  for (auto& p : probs) p /= sum;
+  if (params_.min_p > 0.0f) {
+    const double floor = params_.min_p * probs[0];
+    int64_t k = 1;
+    while (k < keep && probs[size_t(k)] >= floor) ++k;
+    keep = k;
+  }
+  if (params_.top_p < 1.0f) {
+    double cumulative = 0;
+    int64_t k = 0;
+    while (k < keep) {
+      cumulative += probs[size_t(k)];
+      ++k;
+      if (cumulative >= params_.top_p) break;
+    }
+    keep = k;
+  }
+  double total = 0;
+  for (int64_t i = 0; i < keep; ++i) total += probs[size_t(i)];
+  std::uniform_real_distribution<double> uniform(0.0, total);
+  double r = uniform(rng_), acc = 0;
+  for (int64_t i = 0; i < keep; ++i) {
+    acc += probs[size_t(i)];
+    if (r < acc) return order_[size_t(i)];
+  }
+  return order_[size_t(keep - 1)];
+}
+
+}  // namespace tierlm::engine

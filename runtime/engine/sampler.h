@@ -1,0 +1,43 @@
+// runtime/engine/sampler.h — turns logits into the next token: repetition/presence/frequency penalties,
+// temperature, top-k, top-p, min-p, then a seeded draw (greedy when temperature is 0).
+// Owns: its RNG and a reusable candidate buffer. Never: modify the caller's logits.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tierlm::engine {
+
+struct SamplingParams {
+  float temperature = 0.0f;  // 0: greedy
+  int top_k = 0;             // 0: off
+  float top_p = 1.0f;        // 1: off
+  float min_p = 0.0f;        // 0: off
+  float repetition_penalty = 1.0f;  // HF-style: divide positive / multiply negative logits of seen tokens
+  float presence_penalty = 0.0f;    // OpenAI-style: subtract once per seen token
+  float frequency_penalty = 0.0f;   // OpenAI-style: subtract per occurrence
+  uint64_t seed = 0;
+  bool has_seed = false;
+  // Throws std::invalid_argument naming the parameter when a value is out of range.
+  void validate() const;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& params);
+  // history: tokens seen so far (prompt + generated) for the penalties.
+  int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::vector<float> work_;
+  std::vector<int32_t> order_;
+  std::vector<double> probs_;
+};
+
+}  // namespace tierlm::engine

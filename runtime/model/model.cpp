@@ -1,0 +1,165 @@
+#include "runtime/model/model.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "runtime/model/safetensors.h"
+#include "runtime/model/tensor_convert.h"
+
+namespace tierlm::model {
+
+using kernels::SourceType;
+using kernels::Weight;
+using kernels::WeightFormat;
+using tiering::Ledger;
+using tiering::LedgerBuffer;
+
+namespace {
+
+struct Loader {
+  const TensorIndex& index;
+  const ModelConfig& config;
+  const LoadOptions& options;
+  Ledger& ledger;
+
+  const TensorInfo& tensor(const std::string& name, std::vector<int64_t> shape) const {
+    const TensorInfo& t = index.at(name);
+    if (t.shape != shape)
+      throw ModelError(fmt::format("tensor '{}' in {} has shape [{}], expected [{}] from config.json", name, t.file,
+                                   fmt::join(t.shape, ", "), fmt::join(shape, ", ")));
+    return t;
+  }
+
+  std::vector<float> vector(const std::string& name, int64_t n) const {
+    return tensor_to_f32(index, tensor(name, {n}));
+  }
+
+  bool is_mlx(const std::string& base) const {
+    return config.quantization && index.contains(base + ".scales");
+  }
+
+  // One matrix made of the row-wise concatenation of `parts` (each [rows_i, cols]).
+  Weight matrix(const std::vector<std::pair<std::string, int64_t>>& parts, int64_t cols) const {
+    int64_t rows = 0;
+    for (auto& p : parts) rows += p.second;
+    if (is_mlx(parts.front().first)) return mlx_matrix(parts, rows, cols);
+
+    WeightFormat source_format = WeightFormat::f32;
+    LedgerBuffer staging(ledger, tiering::accounts::scratch, size_t(rows * cols) * sizeof(float));
+    float* out = staging.as<float>();
+    for (auto& [base, r] : parts) {
+      const TensorInfo& t = tensor(base + ".weight", {r, cols});
+      if (t.dtype == DType::BF16) source_format = WeightFormat::bf16;
+      if (t.dtype == DType::F16) source_format = WeightFormat::f16;
+      tensor_to_f32(index, t, out);
+      out += r * cols;
+    }
+    const WeightFormat target = options.weight_format.value_or(source_format);
+    return kernels::make_weight(staging.data(), SourceType::f32, rows, cols, target, ledger,
+                                tiering::accounts::weights);
+  }
+
+  Weight mlx_matrix(const std::vector<std::pair<std::string, int64_t>>& parts, int64_t rows, int64_t cols) const {
+    const int bits = config.quantization->bits, group = config.quantization->group_size;
+    if (cols % group != 0 || (cols * bits) % 32 != 0)
+      throw ModelError(fmt::format("MLX tensor '{}': {} columns do not fit group size {}", parts.front().first,
+                                   cols, group));
+    const int64_t packed_cols = cols * bits / 32, groups = cols / group;
+    DType scale_dtype = index.at(parts.front().first + ".scales").dtype;
+    SourceType scale_type = scale_dtype == DType::F16 ? SourceType::f16
+                            : scale_dtype == DType::BF16 ? SourceType::bf16
+                                                         : SourceType::f32;
+    if (scale_dtype != DType::F16 && scale_dtype != DType::BF16 && scale_dtype != DType::F32)
+      throw ModelError(fmt::format("MLX tensor '{}.scales' has unsupported dtype {}", parts.front().first,
+                                   dtype_name(scale_dtype)));
+    const size_t scale_size = dtype_size(scale_dtype);
+    LedgerBuffer packed(ledger, tiering::accounts::scratch, size_t(rows * packed_cols) * 4);
+    LedgerBuffer scales(ledger, tiering::accounts::scratch, size_t(rows * groups) * scale_size);
+    LedgerBuffer biases(ledger, tiering::accounts::scratch, size_t(rows * groups) * scale_size);
+    int64_t row = 0;
+    for (auto& [base, r] : parts) {
+      const TensorInfo& w = tensor(base + ".weight", {r, packed_cols});
+      if (w.dtype != DType::U32 && w.dtype != DType::I32)
+        throw ModelError(fmt::format("MLX tensor '{}.weight' must be U32, found {}", base, dtype_name(w.dtype)));
+      const TensorInfo& s = tensor(base + ".scales", {r, groups});
+      const TensorInfo& b = tensor(base + ".biases", {r, groups});
+      if (s.dtype != scale_dtype || b.dtype != scale_dtype)
+        throw ModelError(fmt::format("MLX tensor '{}': scales and biases must share one dtype", base));
+      std::memcpy(packed.as<char>() + row * packed_cols * 4, index.data(w).data(), w.length);
+      std::memcpy(scales.as<char>() + row * groups * scale_size, index.data(s).data(), s.length);
+      std::memcpy(biases.as<char>() + row * groups * scale_size, index.data(b).data(), b.length);
+      row += r;
+    }
+    return kernels::make_mlx_weight(packed.data(), scales.data(), biases.data(), scale_type, rows, cols, group, bits,
+                                    ledger, tiering::accounts::weights);
+  }
+};
+
+}  // namespace
+
+uint64_t ModelWeights::bytes() const {
+  uint64_t total = kernels::weight_bytes(embed.view) + (lm_head.view.rows ? kernels::weight_bytes(lm_head.view) : 0);
+  for (auto& l : layers)
+    total += kernels::weight_bytes(l.qkv.view) + kernels::weight_bytes(l.o.view) +
+             kernels::weight_bytes(l.gate_up.view) + kernels::weight_bytes(l.down.view);
+  return total;
+}
+
+ModelWeights load_model(const std::filesystem::path& dir, const LoadOptions& options) {
+  ModelWeights m;
+  m.config = load_config(dir);
+  const ModelConfig& c = m.config;
+  if (c.arch.moe)
+    throw ModelError(fmt::format("{}: '{}' is a mixture-of-experts model; it needs the expert tier", dir.string(),
+                                 c.model_type));
+  TensorIndex index = TensorIndex::open(dir);
+  Ledger& ledger = options.ledger ? *options.ledger : Ledger::global();
+  Loader L{index, c, options, ledger};
+
+  const int64_t H = c.hidden_size, hd = c.head_dim, q_rows = c.num_heads * hd, kv_rows = c.num_kv_heads * hd;
+  const size_t total = size_t(c.num_layers) + 2;
+  size_t done = 0;
+  auto tick = [&] {
+    ++done;
+    if (options.progress) options.progress(done, total);
+  };
+
+  m.embed = L.matrix({{"model.embed_tokens", c.vocab_size}}, H);
+  m.final_norm = L.vector("model.norm.weight", H);
+  tick();
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string p = fmt::format("model.layers.{}.", i);
+    LayerWeights l;
+    l.qkv = L.matrix({{p + "self_attn.q_proj", q_rows}, {p + "self_attn.k_proj", kv_rows},
+                      {p + "self_attn.v_proj", kv_rows}}, H);
+    if (c.arch.qkv_bias) {
+      for (auto [name, n] : {std::pair{"q_proj", q_rows}, {"k_proj", kv_rows}, {"v_proj", kv_rows}}) {
+        auto b = L.vector(p + "self_attn." + name + ".bias", n);
+        l.qkv_bias.insert(l.qkv_bias.end(), b.begin(), b.end());
+      }
+    }
+    if (c.arch.qk_norm) {
+      l.q_norm = L.vector(p + "self_attn.q_norm.weight", hd);
+      l.k_norm = L.vector(p + "self_attn.k_norm.weight", hd);
+    }
+    l.o = L.matrix({{p + "self_attn.o_proj", H}}, q_rows);
+    l.input_norm = L.vector(p + "input_layernorm.weight", H);
+    l.post_attention_norm = L.vector(p + "post_attention_layernorm.weight", H);
+    l.gate_up = L.matrix({{p + "mlp.gate_proj", c.intermediate_size}, {p + "mlp.up_proj", c.intermediate_size}}, H);
+    l.down = L.matrix({{p + "mlp.down_proj", H}}, c.intermediate_size);
+    m.layers.push_back(std::move(l));
+    tick();
+  }
+  const bool has_head = index.contains("lm_head.weight") || index.contains("lm_head.scales");
+  if (!c.tie_word_embeddings || has_head) {
+    if (!has_head)
+      throw ModelError(fmt::format("{}: config.json says tie_word_embeddings=false but there is no lm_head.weight",
+                                   dir.string()));
+    m.lm_head = L.matrix({{"lm_head", c.vocab_size}}, H);
+  }
+  tick();
+  return m;
+}
+
+}  // namespace tierlm::model

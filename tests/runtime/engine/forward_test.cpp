@@ -1,0 +1,178 @@
+// Oracle: transformers 5.17 (tools/make_fixtures.py) — logits of every prompt position, 32 greedy tokens from full
+// re-forwards, and the logits after each greedy step. Our f32 path must match logits within 1e-3 relative and the
+// greedy tokens exactly.
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <boost/json.hpp>
+#include <gtest/gtest.h>
+
+#include "runtime/engine/forward.h"
+#include "runtime/model/model.h"
+
+using namespace tierlm;
+namespace json = boost::json;
+
+namespace {
+
+std::filesystem::path fixture(const std::string& name) {
+  return std::filesystem::path(TIERLM_SOURCE_DIR) / "tests/fixtures/models" / name;
+}
+
+json::value read_json(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return json::parse(ss.str());
+}
+
+std::vector<float> floats(const json::value& v) {
+  std::vector<float> out;
+  for (auto& x : v.as_array()) out.push_back(float(x.to_number<double>()));
+  return out;
+}
+
+// max |ours - ref| over max |ref|
+double relative_error(const float* ours, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    num = std::max(num, double(std::fabs(ours[i] - ref[i])));
+    den = std::max(den, double(std::fabs(ref[i])));
+  }
+  return num / std::max(den, 1e-12);
+}
+
+int32_t argmax(const float* x, int64_t n) { return int32_t(std::max_element(x, x + n) - x); }
+
+struct Case {
+  std::string model;
+  std::optional<kernels::WeightFormat> format;
+  double logit_tolerance;
+  bool exact_greedy;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.model; }
+
+class ForwardMatchesTransformers : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ForwardMatchesTransformers, LogitsAndGreedyTokens) {
+  const Case& tc = GetParam();
+  tiering::Ledger ledger;
+  model::LoadOptions options;
+  options.ledger = &ledger;
+  options.weight_format = tc.format;
+  model::ModelWeights w = model::load_model(fixture(tc.model), options);
+  const auto ref = read_json(fixture(tc.model) / "reference.json").as_object();
+  std::vector<int32_t> prompt;
+  for (auto& t : ref.at("prompt").as_array()) prompt.push_back(int32_t(t.as_int64()));
+  const int64_t V = w.config.vocab_size, n = int64_t(prompt.size());
+
+  kernels::ThreadPool pool(2);
+  engine::Forward forward(w, pool, ledger, 64, 128);
+  engine::KVCache cache(w.config, 128, ledger);
+  std::vector<float> logits(size_t(n * V));
+  forward.run(prompt, 0, cache, logits.data(), /*all_logits=*/true);
+  const auto& prompt_logits = ref.at("prompt_logits").as_array();
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i) worst = std::max(worst, relative_error(&logits[size_t(i * V)], floats(prompt_logits[size_t(i)])));
+  EXPECT_LT(worst, tc.logit_tolerance) << "prompt logits";
+
+  // Greedy decode, one token at a time through the cache.
+  const auto& greedy = ref.at("greedy").as_array();
+  const auto& steps = ref.at("step_logits").as_array();
+  int32_t next = argmax(&logits[size_t((n - 1) * V)], V);
+  std::vector<float> step(static_cast<size_t>(V));
+  int matches = 0;
+  double worst_step = 0;
+  for (size_t s = 0; s < greedy.size(); ++s) {
+    const int32_t expected = int32_t(greedy[s].as_int64());
+    matches += next == expected;
+    if (tc.exact_greedy) {
+      ASSERT_EQ(next, expected) << "greedy token " << s;
+    }
+    const int32_t fed = expected;  // teacher-force so one divergence does not cascade in the approximate cases
+    forward.run(std::span(&fed, 1), n + int64_t(s), cache, step.data());
+    worst_step = std::max(worst_step, relative_error(step.data(), floats(steps[s])));
+    next = argmax(step.data(), V);
+  }
+  EXPECT_LT(worst_step, tc.logit_tolerance) << "decode-step logits";
+  if (!tc.exact_greedy) {
+    EXPECT_GE(matches, int(greedy.size() * 3 / 4)) << "greedy agreement";
+  }
+  std::printf("[%s] prompt logits rel err %.2e, step logits rel err %.2e, greedy %d/%zu\n", tc.model.c_str(), worst,
+              worst_step, matches, greedy.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, ForwardMatchesTransformers,
+    ::testing::Values(Case{"llama3", std::nullopt, 1e-3, true}, Case{"smollm", std::nullopt, 1e-3, true},
+                      Case{"mistral", std::nullopt, 1e-3, true}, Case{"qwen2", std::nullopt, 1e-3, true},
+                      Case{"qwen3", std::nullopt, 1e-3, true}, Case{"llama3-mlx4", std::nullopt, 1e-3, true},
+                      Case{"llama3-mlx8", std::nullopt, 1e-3, true},
+                      // Load-time quantization: bounded error instead of exactness.
+                      Case{"llama3", kernels::WeightFormat::q8_0, 3e-2, false},
+                      Case{"llama3", kernels::WeightFormat::q4, 1.5e-1, false},
+                      Case{"qwen3", kernels::WeightFormat::f16, 5e-3, false}),
+    [](const auto& info) {
+      std::string name = info.param.model + (info.param.format ? std::string("_") +
+                                                kernels::format_name(*info.param.format) : "");
+      std::replace(name.begin(), name.end(), '-', '_');
+      return name;
+    });
+
+TEST(Forward, ChunkedPrefillEqualsWholePrefill) {
+  tiering::Ledger ledger;
+  model::LoadOptions options;
+  options.ledger = &ledger;
+  auto w = model::load_model(fixture("qwen2"), options);
+  kernels::ThreadPool pool(2);
+  std::vector<int32_t> prompt = {5, 17, 200, 33, 4, 99, 150, 7, 8, 250, 1, 42, 43};
+  const int64_t V = w.config.vocab_size;
+  engine::Forward whole(w, pool, ledger, 64, 64), chunked(w, pool, ledger, 4, 64);
+  engine::KVCache c1(w.config, 64, ledger), c2(w.config, 64, ledger);
+  std::vector<float> a(static_cast<size_t>(V)), b(static_cast<size_t>(V));
+  whole.run(prompt, 0, c1, a.data());
+  for (size_t i = 0; i < prompt.size(); i += 4) {
+    const size_t len = std::min<size_t>(4, prompt.size() - i);
+    chunked.run(std::span(prompt).subspan(i, len), int64_t(i), c2, b.data());
+  }
+  for (int64_t i = 0; i < V; ++i) EXPECT_NEAR(a[size_t(i)], b[size_t(i)], 1e-4f);
+}
+
+TEST(Forward, RejectsBadTokensAndFullContext) {
+  tiering::Ledger ledger;
+  model::LoadOptions options;
+  options.ledger = &ledger;
+  auto w = model::load_model(fixture("llama3"), options);
+  kernels::ThreadPool pool(1);
+  engine::Forward f(w, pool, ledger, 8, 16);
+  engine::KVCache cache(w.config, 16, ledger);
+  std::vector<float> logits(size_t(w.config.vocab_size));
+  std::vector<int32_t> bad = {3, 256};
+  EXPECT_THROW(f.run(bad, 0, cache, logits.data()), std::out_of_range);
+  std::vector<int32_t> ok = {3, 4};
+  EXPECT_THROW(f.run(ok, 15, cache, logits.data()), std::out_of_range);
+  EXPECT_NO_THROW(f.run(ok, 14, cache, logits.data()));
+}
+
+TEST(Forward, EveryBufferIsInTheLedger) {
+  tiering::Ledger ledger;
+  model::LoadOptions options;
+  options.ledger = &ledger;
+  auto w = model::load_model(fixture("llama3"), options);
+  EXPECT_EQ(ledger.used(tiering::accounts::weights), w.bytes());
+  EXPECT_EQ(ledger.used(tiering::accounts::scratch), 0u);  // load staging is released
+  kernels::ThreadPool pool(1);
+  {
+    engine::KVCache cache(w.config, 32, ledger);
+    EXPECT_EQ(ledger.used(tiering::accounts::kv), engine::KVCache::bytes_for(w.config, 32));
+  }
+  EXPECT_EQ(ledger.used(tiering::accounts::kv), 0u);
+  tiering::Ledger tight(w.bytes() / 2);
+  options.ledger = &tight;
+  EXPECT_THROW(model::load_model(fixture("llama3"), options), tiering::LedgerError);
+}
+
+}  // namespace

@@ -1,0 +1,87 @@
+#include "runtime/engine/sampler.h"
+
+#include <cmath>
+#include <map>
+
+#include <gtest/gtest.h>
+
+using namespace tierlm::engine;
+
+TEST(Sampler, GreedyPicksArgmax) {
+  Sampler s(SamplingParams{});
+  std::vector<float> logits = {0.1f, 3.0f, -1.0f, 2.9f};
+  EXPECT_EQ(s.sample(logits, {}), 1);
+}
+
+TEST(Sampler, SeedMakesDrawsReproducible) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 42;
+  p.has_seed = true;
+  std::vector<float> logits(100);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = float(std::sin(double(i)));
+  Sampler a(p), b(p);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(a.sample(logits, {}), b.sample(logits, {}));
+}
+
+TEST(Sampler, FrequenciesFollowSoftmaxAtTemperature) {
+  // Known math: with logits log(1), log(2), log(7) and T=1 the probabilities are 0.1, 0.2, 0.7.
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 7;
+  p.has_seed = true;
+  Sampler s(p);
+  std::vector<float> logits = {0.0f, float(std::log(2.0)), float(std::log(7.0))};
+  std::map<int, int> counts;
+  const int draws = 20000;
+  for (int i = 0; i < draws; ++i) counts[s.sample(logits, {})]++;
+  EXPECT_NEAR(counts[0] / double(draws), 0.1, 0.015);
+  EXPECT_NEAR(counts[1] / double(draws), 0.2, 0.015);
+  EXPECT_NEAR(counts[2] / double(draws), 0.7, 0.015);
+}
+
+TEST(Sampler, TopKTopPMinPTruncate) {
+  std::vector<float> logits = {0.0f, float(std::log(2.0)), float(std::log(7.0)), -50.0f};
+  auto support = [&](SamplingParams p) {
+    p.temperature = 1.0f;
+    p.has_seed = true;
+    Sampler s(p);
+    std::map<int, int> counts;
+    for (int i = 0; i < 3000; ++i) counts[s.sample(logits, {})]++;
+    return counts.size();
+  };
+  SamplingParams k;
+  k.top_k = 2;
+  EXPECT_EQ(support(k), 2u);
+  SamplingParams top_p;
+  top_p.top_p = 0.75f;  // 0.7 then 0.7+0.2 >= 0.75
+  EXPECT_EQ(support(top_p), 2u);
+  SamplingParams min_p;
+  min_p.min_p = 0.2f;  // floor 0.14: keeps 0.7 and 0.2
+  EXPECT_EQ(support(min_p), 2u);
+}
+
+TEST(Sampler, PenaltiesDiscourageRepeats) {
+  std::vector<float> logits = {1.0f, 1.1f};
+  SamplingParams p;
+  p.frequency_penalty = 0.5f;
+  Sampler s(p);
+  std::vector<int32_t> history = {1};
+  EXPECT_EQ(s.sample(logits, history), 0);
+  SamplingParams r;
+  r.repetition_penalty = 1.2f;
+  Sampler s2(r);
+  EXPECT_EQ(s2.sample(logits, history), 0);  // 1.1 / 1.2 < 1.0
+}
+
+TEST(Sampler, RejectsOutOfRangeParameters) {
+  SamplingParams p;
+  p.top_p = 0.0f;
+  EXPECT_THROW(Sampler{p}, std::invalid_argument);
+  p = {};
+  p.temperature = -1.0f;
+  EXPECT_THROW(Sampler{p}, std::invalid_argument);
+  p = {};
+  p.temperature = NAN;
+  EXPECT_THROW(Sampler{p}, std::invalid_argument);
+}

@@ -41,12 +41,16 @@ void widen_u16(const std::byte* in, size_t n, float* out, Convert convert) {
   }
 }
 
-}  // namespace
-
-void tensor_to_f32(const TensorIndex& index, const TensorInfo& tensor, float* out) {
+void require_float_dtype(const TensorInfo& tensor) {
   if (tensor.dtype != DType::F32 && tensor.dtype != DType::F16 && tensor.dtype != DType::BF16)
     throw ModelError("tensor '" + tensor.name + "' in '" + tensor.file + "' has dtype " + dtype_name(tensor.dtype) +
                      "; only F32, F16 and BF16 convert to f32");
+}
+
+}  // namespace
+
+void tensor_to_f32(const TensorIndex& index, const TensorInfo& tensor, float* out) {
+  require_float_dtype(tensor);
   const auto bytes = index.data(tensor);
   const size_t n = static_cast<size_t>(tensor.elements());
   if (bytes.size() != n * dtype_size(tensor.dtype))
@@ -67,10 +71,7 @@ void tensor_to_f32(const TensorIndex& index, const TensorInfo& tensor, float* ou
 }
 
 std::vector<float> tensor_to_f32(const TensorIndex& index, const TensorInfo& tensor) {
-  // Check the dtype before allocating: a huge non-float tensor should fail fast, not allocate first.
-  if (tensor.dtype != DType::F32 && tensor.dtype != DType::F16 && tensor.dtype != DType::BF16) {
-    tensor_to_f32(index, tensor, nullptr);  // throws the dtype error
-  }
+  require_float_dtype(tensor);  // before allocating: a huge non-float tensor should fail fast
   std::vector<float> out(static_cast<size_t>(tensor.elements()));
   tensor_to_f32(index, tensor, out.data());
   return out;

@@ -1,0 +1,13 @@
+// runtime/cli/commands.h — each subcommand registers itself on the CLI11 app; main() only dispatches.
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace tierlm::cli {
+
+void add_run_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
+
+}  // namespace tierlm::cli

@@ -35,7 +35,9 @@ tiering::LedgerBuffer scratch(tiering::Ledger& ledger, int64_t floats) {
 
 Forward::Forward(const model::ModelWeights& w, kernels::ThreadPool& pool, tiering::Ledger& ledger, int64_t max_chunk,
                  int64_t max_context)
-    : w_(w), pool_(pool), max_chunk_(max_chunk), max_context_(max_context), rope_(w.config.rope, w.config.head_dim) {
+    : w_(w), pool_(pool), max_chunk_(max_chunk), max_context_(max_context), rope_(w.config.rope, w.config.head_dim),
+      ledger_(ledger), row_cache_(size_t(max_chunk)), row_pos_(size_t(max_chunk)) {
+  if (max_chunk <= 0 || max_context <= 0) throw std::invalid_argument("forward: chunk and context must be positive");
   const auto& c = w.config;
   const int64_t q_rows = c.num_heads * c.head_dim, kv_rows = c.num_kv_heads * c.head_dim;
   hidden_ = scratch(ledger, max_chunk * c.hidden_size);
@@ -54,7 +56,7 @@ static void multiply(const WeightView& w, const float* x, int64_t n, float* y, k
     kernels::matmul(w, x, n, y, pool);
 }
 
-void Forward::attention(int64_t layer, int64_t n, int64_t pos, KVCache& cache) {
+void Forward::attention(int64_t layer, int64_t n) {
   const auto& c = w_.config;
   const int64_t hd = c.head_dim, heads = c.num_heads, group = c.num_heads / c.num_kv_heads;
   const int64_t q_rows = heads * hd, qkv_stride = q_rows + 2 * c.num_kv_heads * hd;
@@ -66,8 +68,9 @@ void Forward::attention(int64_t layer, int64_t n, int64_t pos, KVCache& cache) {
     float* scores = scores_base + int64_t(thread) * max_context_;
     for (int64_t item = begin; item < end; ++item) {
       const int64_t i = item / heads, h = item % heads, kvh = h / group;
+      const KVCache& cache = *row_cache_[size_t(i)];
       const float* q = qkv + i * qkv_stride + h * hd;
-      const int64_t len = pos + i + 1;
+      const int64_t len = row_pos_[size_t(i)] + 1;  // causal: this row sees its own position and all before it
       for (int64_t t = 0; t < len; ++t) scores[t] = dot(q, cache.keys(layer, t) + kvh * hd, hd) * scale;
       softmax(scores, len);
       float* o = out + i * q_rows + h * hd;
@@ -78,27 +81,48 @@ void Forward::attention(int64_t layer, int64_t n, int64_t pos, KVCache& cache) {
 }
 
 void Forward::run(std::span<const int32_t> tokens, int64_t pos, KVCache& cache, float* logits, bool all_logits) {
+  BatchItem item{tokens, pos, &cache, logits, all_logits};
+  run_batch(std::span(&item, 1));
+}
+
+void Forward::run_batch(std::span<const BatchItem> items) {
   const auto& c = w_.config;
-  const int64_t n = int64_t(tokens.size());
-  if (n == 0) throw std::invalid_argument("forward: empty token chunk");
-  if (n > max_chunk_) throw std::invalid_argument(fmt::format("forward: chunk of {} exceeds {}", n, max_chunk_));
-  if (pos < 0 || pos + n > cache.capacity() || pos + n > max_context_)
-    throw std::out_of_range(fmt::format("context full: positions up to {} requested, capacity is {}", pos + n,
-                                        std::min(cache.capacity(), max_context_)));
-  const int64_t H = c.hidden_size, hd = c.head_dim, I = c.intermediate_size;
+  const int64_t H = c.hidden_size, hd = c.head_dim, I = c.intermediate_size, V = c.vocab_size;
   const int64_t q_rows = c.num_heads * hd, kv_rows = c.num_kv_heads * hd, qkv_stride = q_rows + 2 * kv_rows;
   float* hidden = hidden_.as<float>();
   float* normed = normed_.as<float>();
   float* qkv = qkv_.as<float>();
 
-  for (int64_t i = 0; i < n; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= c.vocab_size)
-      throw std::out_of_range(fmt::format("token id {} is outside the vocabulary (size {})", tokens[i],
-                                          c.vocab_size));
-    kernels::dequantize_row(w_.embed.view, tokens[i], hidden + i * H);
+  // Validate everything before touching any cache, so a bad request cannot corrupt another sequence.
+  int64_t n = 0;
+  for (const BatchItem& item : items) {
+    const int64_t len = int64_t(item.tokens.size());
+    if (len == 0) throw std::invalid_argument("forward: empty token chunk");
+    if (!item.cache || !item.logits) throw std::invalid_argument("forward: batch item without cache or logits");
+    if (n + len > max_chunk_)
+      throw std::invalid_argument(fmt::format("forward: batch of {}+ tokens exceeds the chunk size {}", n + len,
+                                              max_chunk_));
+    const int64_t limit = std::min(item.cache->capacity(), max_context_);
+    if (item.pos < 0 || item.pos + len > limit)
+      throw std::out_of_range(fmt::format("context full: positions up to {} requested, capacity is {}",
+                                          item.pos + len, limit));
+    for (int32_t t : item.tokens)
+      if (t < 0 || t >= V)
+        throw std::out_of_range(fmt::format("token id {} is outside the vocabulary (size {})", t, V));
+    n += len;
   }
-  // Per-token elementwise work: split across the pool only when there is enough of it.
-  auto per_token = [&](auto&& fn) {
+  if (n == 0) throw std::invalid_argument("forward: empty batch");
+  {
+    int64_t r = 0;
+    for (const BatchItem& item : items)
+      for (size_t i = 0; i < item.tokens.size(); ++i, ++r) {
+        row_cache_[size_t(r)] = item.cache;
+        row_pos_[size_t(r)] = item.pos + int64_t(i);
+        kernels::dequantize_row(w_.embed.view, item.tokens[i], hidden + r * H);
+      }
+  }
+  // Per-row elementwise work: split across the pool only when there is enough of it.
+  auto per_row = [&](auto&& fn) {
     if (n == 1)
       fn(0);
     else
@@ -109,9 +133,9 @@ void Forward::run(std::span<const int32_t> tokens, int64_t pos, KVCache& cache, 
 
   for (int64_t layer = 0; layer < c.num_layers; ++layer) {
     const model::LayerWeights& L = w_.layers[size_t(layer)];
-    per_token([&](int64_t i) { rms_norm(hidden + i * H, L.input_norm.data(), H, c.rms_norm_eps, normed + i * H); });
+    per_row([&](int64_t i) { rms_norm(hidden + i * H, L.input_norm.data(), H, c.rms_norm_eps, normed + i * H); });
     multiply(L.qkv.view, normed, n, qkv, pool_);
-    per_token([&](int64_t i) {
+    per_row([&](int64_t i) {
       float* row = qkv + i * qkv_stride;
       if (!L.qkv_bias.empty())
         for (int64_t j = 0; j < qkv_stride; ++j) row[j] += L.qkv_bias[size_t(j)];
@@ -123,31 +147,58 @@ void Forward::run(std::span<const int32_t> tokens, int64_t pos, KVCache& cache, 
         for (int64_t h = 0; h < c.num_kv_heads; ++h)
           rms_norm(k + h * hd, L.k_norm.data(), hd, c.rms_norm_eps, k + h * hd);
       }
-      rope_.apply(q, c.num_heads, pos + i);
-      rope_.apply(k, c.num_kv_heads, pos + i);
-      std::memcpy(cache.keys(layer, pos + i), k, size_t(kv_rows) * sizeof(float));
-      std::memcpy(cache.values(layer, pos + i), v, size_t(kv_rows) * sizeof(float));
+      const int64_t pos = row_pos_[size_t(i)];
+      rope_.apply(q, c.num_heads, pos);
+      rope_.apply(k, c.num_kv_heads, pos);
+      KVCache& cache = *row_cache_[size_t(i)];
+      std::memcpy(cache.keys(layer, pos), k, size_t(kv_rows) * sizeof(float));
+      std::memcpy(cache.values(layer, pos), v, size_t(kv_rows) * sizeof(float));
     });
-    attention(layer, n, pos, cache);
+    attention(layer, n);
     multiply(L.o.view, attn_.as<float>(), n, normed, pool_);
     for (int64_t j = 0; j < n * H; ++j) hidden[j] += normed[j];
 
-    per_token([&](int64_t i) {
+    per_row([&](int64_t i) {
       rms_norm(hidden + i * H, L.post_attention_norm.data(), H, c.rms_norm_eps, normed + i * H);
     });
     multiply(L.gate_up.view, normed, n, ffn_.as<float>(), pool_);
-    per_token([&](int64_t i) { silu_gate(ffn_.as<float>() + i * 2 * I, I, ffn_act_.as<float>() + i * I); });
+    per_row([&](int64_t i) { silu_gate(ffn_.as<float>() + i * 2 * I, I, ffn_act_.as<float>() + i * I); });
     multiply(L.down.view, ffn_act_.as<float>(), n, normed, pool_);
     for (int64_t j = 0; j < n * H; ++j) hidden[j] += normed[j];
   }
 
-  if (all_logits) {
-    per_token([&](int64_t i) { rms_norm(hidden + i * H, w_.final_norm.data(), H, c.rms_norm_eps, normed + i * H); });
-    multiply(w_.output(), normed, n, logits, pool_);
-  } else {
-    rms_norm(hidden + (n - 1) * H, w_.final_norm.data(), H, c.rms_norm_eps, normed);
-    kernels::matvec(w_.output(), normed, logits, pool_);
+  // Output head: items that want every row's logits write straight into their buffer; the last rows of the
+  // others are gathered so the head is read once for all of them.
+  int64_t r = 0, gathered = 0;
+  for (const BatchItem& item : items) {
+    const int64_t len = int64_t(item.tokens.size());
+    if (item.all_logits) {
+      for (int64_t i = 0; i < len; ++i)
+        rms_norm(hidden + (r + i) * H, w_.final_norm.data(), H, c.rms_norm_eps, hidden + (r + i) * H);
+      multiply(w_.output(), hidden + r * H, len, item.logits, pool_);
+    } else {
+      rms_norm(hidden + (r + len - 1) * H, w_.final_norm.data(), H, c.rms_norm_eps, normed + gathered * H);
+      ++gathered;
+    }
+    r += len;
   }
+  if (gathered == 0) return;
+  float* out = nullptr;
+  if (gathered == 1) {
+    for (const BatchItem& item : items)
+      if (!item.all_logits) out = item.logits;
+    kernels::matvec(w_.output(), normed, out, pool_);
+    return;
+  }
+  if (logits_.size() < size_t(gathered * V) * sizeof(float))
+    logits_ = scratch(ledger_, gathered * V);  // grows to the largest decode batch seen
+  multiply(w_.output(), normed, gathered, logits_.as<float>(), pool_);
+  int64_t g = 0;
+  for (const BatchItem& item : items)
+    if (!item.all_logits) {
+      std::memcpy(item.logits, logits_.as<float>() + g * V, size_t(V) * sizeof(float));
+      ++g;
+    }
 }
 
 }  // namespace tierlm::engine

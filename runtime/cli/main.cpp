@@ -10,7 +10,7 @@ int main(int argc, char** argv) {
   CLI::App app{"tierlm: LLM inference for machines whose memory is smaller than the model"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "tierlm 0.1.0");
-  // PENDING tierlm::cli::add_run_command(app);
+  tierlm::cli::add_run_command(app);
   tierlm::cli::add_bench_command(app);
   try {
     app.parse(argc, argv);

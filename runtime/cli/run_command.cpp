@@ -1,0 +1,122 @@
+// `tierlm run` — load a Hugging Face model folder, stream the completion of a prompt to stdout, report tok/s.
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "runtime/cli/commands.h"
+#include "runtime/cli/progress.h"
+#include "runtime/engine/forward.h"
+#include "runtime/engine/generator.h"
+#include "runtime/model/model.h"
+#include "runtime/tokenizer/tokenizer.h"
+
+namespace tierlm::cli {
+
+namespace {
+
+struct RunOptions {
+  std::string model = std::string(TIERLM_SOURCE_DIR) + "/profiles/models/tierlm-tiny";
+  std::string prompt = "Return the number of";
+  int64_t max_tokens = 64;
+  float temperature = 0.0f;
+  int top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  std::optional<uint64_t> seed;
+  int threads = 0;
+  std::string weight_format;  // empty: as stored
+  int64_t context = 2048;
+  int64_t prefill_chunk = 128;
+  double mem_budget_gib = 0;  // 0: unlimited
+  bool ignore_eos = false;
+};
+
+void run(const RunOptions& o) {
+  tiering::Ledger ledger(o.mem_budget_gib > 0 ? uint64_t(o.mem_budget_gib * double(1ull << 30))
+                                              : tiering::Ledger::kUnlimited);
+  tok::Tokenizer tokenizer = tok::Tokenizer::load(o.model);
+  model::LoadOptions load;
+  load.ledger = &ledger;
+  if (!o.weight_format.empty()) load.weight_format = kernels::parse_format(o.weight_format);
+  ProgressBar bar("loading " + o.model);
+  load.progress = [&](size_t done, size_t total) { bar.update(done, total); };
+  model::ModelWeights weights = model::load_model(o.model, load);
+
+  const auto& config = weights.config;
+  const int64_t context = std::min<int64_t>(o.context, config.max_position_embeddings);
+  kernels::ThreadPool pool(o.threads);
+  engine::Forward forward(weights, pool, ledger, o.prefill_chunk, context);
+  engine::Generator generator(forward, ledger, context);
+
+  engine::GenerationRequest request;
+  request.prompt = tokenizer.encode(o.prompt, /*add_special_tokens=*/true);
+  request.max_tokens = o.max_tokens;
+  request.ignore_stop_tokens = o.ignore_eos;
+  request.stop_tokens = config.eos_token_ids;
+  for (int32_t id : tokenizer.eos_ids())
+    if (std::find(request.stop_tokens.begin(), request.stop_tokens.end(), id) == request.stop_tokens.end())
+      request.stop_tokens.push_back(id);
+  auto& s = request.sampling;
+  s.temperature = o.temperature;
+  s.top_k = o.top_k;
+  s.top_p = o.top_p;
+  s.min_p = o.min_p;
+  s.repetition_penalty = o.repetition_penalty;
+  if (o.seed) {
+    s.seed = *o.seed;
+    s.has_seed = true;
+  }
+  s.validate();
+
+  std::fprintf(stderr, "model %s (%s, %lld layers, %.1f MB of weights), %d threads, prompt %zu tokens\n",
+               o.model.c_str(), config.model_type.c_str(), (long long)config.num_layers, double(weights.bytes()) / 1e6,
+               pool.size(), request.prompt.size());
+  std::fputs(o.prompt.c_str(), stdout);
+  tok::StreamDecoder decoder(tokenizer, /*skip_special_tokens=*/true);
+  auto stats = generator.generate(request, [&](int32_t token) {
+    std::string piece = decoder.step(token);
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  });
+  std::string rest = decoder.flush();
+  std::fwrite(rest.data(), 1, rest.size(), stdout);
+  std::fputs("\n", stdout);
+  std::fflush(stdout);
+  std::fprintf(stderr,
+               "prompt: %lld tokens, %.1f tok/s | generated: %lld tokens, %.1f tok/s | finish: %s | memory: %.1f MB "
+               "in ledger\n",
+               (long long)stats.prompt_tokens, stats.prefill_tokens_per_second(), (long long)stats.generated_tokens,
+               stats.decode_tokens_per_second(), stats.finish_reason.c_str(), double(ledger.peak()) / 1e6);
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt with a Hugging Face model folder");
+  cmd->add_option("--model,-m", o->model, "Model folder (config.json, *.safetensors, tokenizer.json)")
+      ->capture_default_str();
+  cmd->add_option("--prompt,-p", o->prompt, "Prompt text")->capture_default_str();
+  cmd->add_option("--max-tokens,-n", o->max_tokens, "Tokens to generate")->check(CLI::Range(int64_t(0), int64_t(1) << 20));
+  cmd->add_option("--temperature", o->temperature, "Sampling temperature (0: greedy)")->check(CLI::Range(0.0f, 100.0f));
+  cmd->add_option("--top-k", o->top_k, "Keep the k most likely tokens (0: off)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-p", o->top_p, "Nucleus sampling mass (1: off)")->check(CLI::Range(0.0f, 1.0f));
+  cmd->add_option("--min-p", o->min_p, "Drop tokens below min-p x the top probability")->check(CLI::Range(0.0f, 1.0f));
+  cmd->add_option("--repetition-penalty", o->repetition_penalty, "Penalty for repeated tokens (1: off)");
+  cmd->add_option("--seed", o->seed, "Random seed (same seed, same output)");
+  cmd->add_option("--threads,-t", o->threads, "Worker threads (0: one per physical core)");
+  cmd->add_option("--weight-format", o->weight_format, "Convert weights at load: f32, f16, bf16, q8_0, q4");
+  cmd->add_option("--context", o->context, "Context length (tokens)")->check(CLI::Range(int64_t(16), int64_t(1) << 22));
+  cmd->add_option("--prefill-chunk", o->prefill_chunk, "Prompt tokens per forward pass")->check(CLI::Range(1, 8192));
+  cmd->add_option("--mem-budget", o->mem_budget_gib, "Memory budget in GiB for weights+KV+scratch (0: none)");
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-sequence tokens");
+  cmd->callback([o] { run(*o); });
+}
+
+}  // namespace tierlm::cli

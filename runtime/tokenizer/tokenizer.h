@@ -50,7 +50,9 @@ class Tokenizer {
 // Turns ids arriving one at a time into text pieces that are always whole UTF-8 characters: a token that ends in
 // the middle of a multi-byte character is held back until the rest arrives (HF's DecodeStream rule: hold while the
 // decoded tail ends in U+FFFD). flush() returns whatever is held, invalid bytes as U+FFFD. Concatenating every
-// step() and the final flush() gives decode(all ids). Not thread-safe; one per sequence.
+// step() and the final flush() gives decode(all ids), except where a later byte-fallback token makes an already
+// emitted run invalid (decode() would turn the whole run into U+FFFDs; HF's DecodeStream raises an error): the
+// stream never retracts text, and decodes the new tokens on their own. Not thread-safe; one per sequence.
 class StreamDecoder {
  public:
   explicit StreamDecoder(Tokenizer tokenizer, bool skip_special_tokens = false);
@@ -61,6 +63,8 @@ class StreamDecoder {
   std::string flush();
 
  private:
+  std::string unseen_text(const std::string& window_text) const;
+
   Tokenizer tokenizer_;
   bool skip_special_tokens_;
   std::vector<int32_t> ids_;   // the current window: context tokens followed by not-yet-emitted ones

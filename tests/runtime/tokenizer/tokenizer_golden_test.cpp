@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -71,6 +72,7 @@ std::string str(const boost::json::value& v) { return std::string(v.as_string())
 struct Golden {
   std::map<int64_t, std::string> corpus;
   std::vector<boost::json::object> texts, id_sequences;
+  int64_t max_id = -1;
 };
 
 const Golden& golden(const std::string& name) {
@@ -84,6 +86,7 @@ const Golden& golden(const std::string& name) {
     const auto& o = v.as_object();
     if (o.at("kind") == "text") g.texts.push_back(o);
     else if (o.at("kind") == "ids") g.id_sequences.push_back(o);
+    else if (o.at("kind") == "meta") g.max_id = o.at("max_id").as_int64();
   }
   return cache.emplace(name, std::move(g)).first->second;
 }
@@ -244,6 +247,19 @@ TEST_P(TokenizerGolden, StreamDecoderMatchesHuggingFace) {
               GetParam().c_str(), streams, hf_errors, retroactive, failures);
   EXPECT_GT(streams, 0);
   EXPECT_EQ(failures, 0);
+}
+
+TEST_P(TokenizerGolden, SpecialIdsFromTokenizerConfig) {
+  const Tokenizer& tok = *tokenizer_;
+  const std::map<std::string, std::pair<std::optional<int32_t>, int32_t>> expected = {
+      {"qwen3", {std::nullopt, 151645}}, {"llama3", {128000, 128001}}, {"gemma3", {2, 106}}, {"deepseek_v3", {0, 1}}};
+  const auto& [bos, eos] = expected.at(GetParam());
+  EXPECT_EQ(tok.bos_id(), bos);
+  EXPECT_EQ(tok.eos_ids(), std::vector<int32_t>{eos});
+  if (bos) {
+    EXPECT_TRUE(tok.is_special(*bos));
+  }
+  EXPECT_EQ(tok.vocab_size(), golden_->max_id + 1);
 }
 
 TEST_P(TokenizerGolden, EncodeSpeed) {

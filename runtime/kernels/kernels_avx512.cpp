@@ -192,8 +192,14 @@ void dense_matvec_typed(const void* w, int64_t cols, const float* x, float* y, i
   for (; r + 4 <= r1; r += 4) {
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(), acc2 = _mm512_setzero_ps(),
            acc3 = _mm512_setzero_ps();
+    constexpr int64_t elem = F == WeightFormat::f32 ? 4 : 2;
+    const char* rows_base = static_cast<const char*>(w) + r * cols * elem;
     for (int64_t c = 0; c < cols; c += 16) {
       const __mmask16 mask = c < full ? static_cast<__mmask16>(0xFFFF) : tail;
+      if ((c * elem) % 64 == 0) {
+        for (int i = 0; i < 4; ++i)
+          _mm_prefetch(rows_base + (4 + i) * cols * elem + c * elem, _MM_HINT_T0);  // the next 4-row group
+      }
       const __m512 xv = _mm512_maskz_loadu_ps(mask, x + c);
       acc0 = _mm512_fmadd_ps(load_dense16<F>(w, (r + 0) * cols + c, mask), xv, acc0);
       acc1 = _mm512_fmadd_ps(load_dense16<F>(w, (r + 1) * cols + c, mask), xv, acc1);

@@ -44,8 +44,12 @@ Forward::Forward(const model::ModelWeights& w, kernels::ThreadPool& pool, tierin
   normed_ = scratch(ledger, max_chunk * c.hidden_size);
   qkv_ = scratch(ledger, max_chunk * (q_rows + 2 * kv_rows));
   attn_ = scratch(ledger, max_chunk * q_rows);
-  ffn_ = scratch(ledger, max_chunk * 2 * c.intermediate_size);
-  ffn_act_ = scratch(ledger, max_chunk * c.intermediate_size);
+  if (c.arch.moe) {
+    moe_ = std::make_unique<MoeBlock>(w, pool, ledger, max_chunk);
+  } else {
+    ffn_ = scratch(ledger, max_chunk * 2 * c.intermediate_size);
+    ffn_act_ = scratch(ledger, max_chunk * c.intermediate_size);
+  }
   scores_ = scratch(ledger, int64_t(pool.size()) * max_context);
 }
 
@@ -143,9 +147,10 @@ void Forward::run_batch(std::span<const BatchItem> items) {
       float* k = row + q_rows;
       float* v = row + q_rows + kv_rows;
       if (!L.q_norm.empty()) {
-        for (int64_t h = 0; h < c.num_heads; ++h) rms_norm(q + h * hd, L.q_norm.data(), hd, c.rms_norm_eps, q + h * hd);
-        for (int64_t h = 0; h < c.num_kv_heads; ++h)
-          rms_norm(k + h * hd, L.k_norm.data(), hd, c.rms_norm_eps, k + h * hd);
+        // In units of the norm weights' width: one head (qwen3) or the whole projection (olmoe).
+        const int64_t qn = int64_t(L.q_norm.size()), kn = int64_t(L.k_norm.size());
+        for (int64_t o = 0; o < q_rows; o += qn) rms_norm(q + o, L.q_norm.data(), qn, c.rms_norm_eps, q + o);
+        for (int64_t o = 0; o < kv_rows; o += kn) rms_norm(k + o, L.k_norm.data(), kn, c.rms_norm_eps, k + o);
       }
       const int64_t pos = row_pos_[size_t(i)];
       rope_.apply(q, c.num_heads, pos);
@@ -161,6 +166,10 @@ void Forward::run_batch(std::span<const BatchItem> items) {
     per_row([&](int64_t i) {
       rms_norm(hidden + i * H, L.post_attention_norm.data(), H, c.rms_norm_eps, normed + i * H);
     });
+    if (moe_) {
+      moe_->accumulate(layer, normed, n, hidden);
+      continue;
+    }
     multiply(L.gate_up.view, normed, n, ffn_.as<float>(), pool_);
     per_row([&](int64_t i) { silu_gate(ffn_.as<float>() + i * 2 * I, I, ffn_act_.as<float>() + i * I); });
     multiply(L.down.view, ffn_act_.as<float>(), n, normed, pool_);

@@ -5,10 +5,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "runtime/engine/kv_cache.h"
+#include "runtime/engine/moe.h"
 #include "runtime/engine/ops.h"
 #include "runtime/kernels/thread_pool.h"
 #include "runtime/model/model.h"
@@ -39,6 +41,7 @@ class Forward {
 
   int64_t max_chunk() const { return max_chunk_; }
   const model::ModelWeights& weights() const { return w_; }
+  MoeBlock* moe() { return moe_.get(); }  // null for dense models
 
  private:
   void attention(int64_t layer, int64_t n);
@@ -50,6 +53,7 @@ class Forward {
   Rope rope_;
   tiering::Ledger& ledger_;
   tiering::LedgerBuffer hidden_, normed_, qkv_, attn_, ffn_, ffn_act_, scores_, logits_;
+  std::unique_ptr<MoeBlock> moe_;  // the sparse MLP of MoE architectures
   // Per row of the current batch: its cache and absolute position.
   std::vector<KVCache*> row_cache_;
   std::vector<int64_t> row_pos_;

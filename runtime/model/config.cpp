@@ -21,6 +21,11 @@ const std::vector<ArchitectureSpec>& table() {
       {"mistral", false, false, false},
       {"qwen2", true, false, false},
       {"qwen3", false, true, false},
+      // Mixture-of-experts families: experts live in the expert tier (tiering/), the rest loads like a dense model.
+      {"qwen3_moe", false, true, true},
+      {"mixtral", false, false, true, false, true, false, "block_sparse_moe", "w1", "w3", "w2"},
+      {"olmoe", false, true, true, true},
+      {"qwen2_moe", true, false, true, false, false, true},
   };
   return specs;
 }
@@ -200,6 +205,19 @@ ModelConfig parse_config(const std::string& text, const std::string& origin) {
   c.moe_intermediate_size = r.integer_or("moe_intermediate_size", c.intermediate_size);
   c.shared_expert_intermediate_size = r.integer_or("shared_expert_intermediate_size", 0);
   c.norm_topk_prob = r.boolean_or("norm_topk_prob", false);
+  if (c.arch.moe) {
+    if (c.num_experts <= 0 || c.num_experts > 65536) r.fail("num_experts", "is missing or out of range");
+    if (c.num_experts_per_tok <= 0 || c.num_experts_per_tok > c.num_experts)
+      r.fail("num_experts_per_tok", fmt::format("must be in [1, num_experts = {}]", c.num_experts));
+    if (c.moe_intermediate_size <= 0) r.fail("moe_intermediate_size", "is missing or not positive");
+    if (c.arch.shared_expert && c.shared_expert_intermediate_size <= 0)
+      r.fail("shared_expert_intermediate_size", "is missing or not positive");
+    // Dense MLP layers interleaved with sparse ones (qwen2_moe/qwen3_moe options) are not supported yet.
+    if (r.integer_or("decoder_sparse_step", 1) != 1) r.fail("decoder_sparse_step", "other than 1 is not supported");
+    if (auto it = o.find("mlp_only_layers");
+        it != o.end() && it->value().is_array() && !it->value().as_array().empty())
+      r.fail("mlp_only_layers", "is not supported (every layer must be sparse)");
+  }
   return c;
 }
 

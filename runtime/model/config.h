@@ -31,6 +31,14 @@ struct ArchitectureSpec {
   bool qkv_bias = false;        // q/k/v projections carry a bias (qwen2)
   bool qk_norm = false;         // RMSNorm over head_dim of q and k before RoPE (qwen3)
   bool moe = false;             // sparse MLP (handled by the MoE tier)
+  // MoE variants (only read when moe):
+  bool qk_norm_full_width = false;  // q/k norm weights span the whole projection, not one head (olmoe)
+  bool moe_renormalize = false;     // top-k weights always renormalized to sum 1 (mixtral), else norm_topk_prob
+  bool shared_expert = false;       // + sigmoid(shared_expert_gate . x) * shared MLP(x) (qwen2_moe)
+  const char* moe_block = "mlp";    // module holding the router ("gate") and "experts"
+  const char* expert_gate = "gate_proj";  // per-expert tensor names (mixtral: w1 / w3 / w2)
+  const char* expert_up = "up_proj";
+  const char* expert_down = "down_proj";
 };
 
 struct ModelConfig {

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/model/moe_model.h"
 #include "runtime/model/safetensors.h"
 #include "runtime/model/tensor_convert.h"
 
@@ -100,9 +101,10 @@ struct Loader {
 
 uint64_t ModelWeights::bytes() const {
   uint64_t total = kernels::weight_bytes(embed.view) + (lm_head.view.rows ? kernels::weight_bytes(lm_head.view) : 0);
+  auto bytes = [](const kernels::Weight& w) { return w.view.rows ? kernels::weight_bytes(w.view) : 0; };
   for (auto& l : layers)
-    total += kernels::weight_bytes(l.qkv.view) + kernels::weight_bytes(l.o.view) +
-             kernels::weight_bytes(l.gate_up.view) + kernels::weight_bytes(l.down.view);
+    total += bytes(l.qkv) + bytes(l.o) + bytes(l.gate_up) + bytes(l.down) + bytes(l.router) +
+             bytes(l.shared_gate_up) + bytes(l.shared_down);
   return total;
 }
 
@@ -110,9 +112,6 @@ ModelWeights load_model(const std::filesystem::path& dir, const LoadOptions& opt
   ModelWeights m;
   m.config = load_config(dir);
   const ModelConfig& c = m.config;
-  if (c.arch.moe)
-    throw ModelError(fmt::format("{}: '{}' is a mixture-of-experts model; it needs the expert tier", dir.string(),
-                                 c.model_type));
   TensorIndex index = TensorIndex::open(dir);
   Ledger& ledger = options.ledger ? *options.ledger : Ledger::global();
   Loader L{index, c, options, ledger};
@@ -140,14 +139,26 @@ ModelWeights load_model(const std::filesystem::path& dir, const LoadOptions& opt
       }
     }
     if (c.arch.qk_norm) {
-      l.q_norm = L.vector(p + "self_attn.q_norm.weight", hd);
-      l.k_norm = L.vector(p + "self_attn.k_norm.weight", hd);
+      // One head's width (qwen3), or the whole projection (olmoe): the forward pass normalizes in units of it.
+      l.q_norm = L.vector(p + "self_attn.q_norm.weight", c.arch.qk_norm_full_width ? q_rows : hd);
+      l.k_norm = L.vector(p + "self_attn.k_norm.weight", c.arch.qk_norm_full_width ? kv_rows : hd);
     }
     l.o = L.matrix({{p + "self_attn.o_proj", H}}, q_rows);
     l.input_norm = L.vector(p + "input_layernorm.weight", H);
     l.post_attention_norm = L.vector(p + "post_attention_layernorm.weight", H);
-    l.gate_up = L.matrix({{p + "mlp.gate_proj", c.intermediate_size}, {p + "mlp.up_proj", c.intermediate_size}}, H);
-    l.down = L.matrix({{p + "mlp.down_proj", H}}, c.intermediate_size);
+    if (c.arch.moe) {
+      const std::string b = p + c.arch.moe_block + ".";
+      l.router = L.matrix({{b + "gate", c.num_experts}}, H);
+      if (c.arch.shared_expert) {
+        const int64_t S = c.shared_expert_intermediate_size;
+        l.shared_gate_up = L.matrix({{b + "shared_expert.gate_proj", S}, {b + "shared_expert.up_proj", S}}, H);
+        l.shared_down = L.matrix({{b + "shared_expert.down_proj", H}}, S);
+        l.shared_expert_gate = tensor_to_f32(index, L.tensor(b + "shared_expert_gate.weight", {1, H}));
+      }
+    } else {
+      l.gate_up = L.matrix({{p + "mlp.gate_proj", c.intermediate_size}, {p + "mlp.up_proj", c.intermediate_size}}, H);
+      l.down = L.matrix({{p + "mlp.down_proj", H}}, c.intermediate_size);
+    }
     m.layers.push_back(std::move(l));
     tick();
   }
@@ -158,6 +169,7 @@ ModelWeights load_model(const std::filesystem::path& dir, const LoadOptions& opt
                                    dir.string()));
     m.lm_head = L.matrix({{"lm_head", c.vocab_size}}, H);
   }
+  if (c.arch.moe) m.experts = open_expert_tier(dir, index, c, options, ledger);
   tick();
   return m;
 }

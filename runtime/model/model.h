@@ -5,11 +5,13 @@
 
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <vector>
 
 #include "runtime/kernels/weights.h"
 #include "runtime/model/config.h"
+#include "tiering/expert_tier.h"
 #include "tiering/ledger.h"
 
 namespace tierlm::model {
@@ -22,6 +24,11 @@ struct LayerWeights {
   std::vector<float> input_norm, post_attention_norm;
   kernels::Weight gate_up;                // rows: [gate (intermediate) | up (intermediate)]
   kernels::Weight down;
+  // MoE layers (arch.moe): the router and the optional shared expert; the routed experts live in the expert tier.
+  kernels::Weight router;                 // [num_experts x hidden]
+  kernels::Weight shared_gate_up;         // rows: [gate | up] (shared_expert_intermediate_size each)
+  kernels::Weight shared_down;
+  std::vector<float> shared_expert_gate;  // hidden floats: sigmoid(. x) scales the shared expert's output
 };
 
 struct ModelWeights {
@@ -30,6 +37,7 @@ struct ModelWeights {
   kernels::Weight lm_head;                // empty (rows == 0) when tied to embed
   std::vector<float> final_norm;
   std::vector<LayerWeights> layers;
+  std::shared_ptr<tiering::ExpertTier> experts;  // MoE models only: where the routed experts come from
   const kernels::WeightView& output() const { return lm_head.view.rows ? lm_head.view : embed.view; }
   uint64_t bytes() const;
 };
@@ -39,6 +47,11 @@ struct LoadOptions {
   std::optional<kernels::WeightFormat> weight_format;
   tiering::Ledger* ledger = nullptr;  // defaults to Ledger::global()
   std::function<void(size_t done, size_t total)> progress;  // called after each tensor group
+  // MoE models: cache/reader settings of the expert tier; the experts' in-memory format (nullopt: weight_format,
+  // else the file's); a packed expert file (default: DIR/experts.tierlm when it exists; "" to ignore it).
+  tiering::ExpertTierOptions experts;
+  std::optional<kernels::WeightFormat> expert_format;
+  std::optional<std::filesystem::path> packed_experts;
 };
 
 ModelWeights load_model(const std::filesystem::path& model_dir, const LoadOptions& options = {});

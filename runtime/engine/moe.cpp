@@ -1,0 +1,182 @@
+#include "runtime/engine/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <stdexcept>
+
+#include "runtime/engine/ops.h"
+
+namespace tierlm::engine {
+
+namespace {
+
+tiering::LedgerBuffer floats(tiering::Ledger& ledger, int64_t n) {
+  return tiering::LedgerBuffer(ledger, tiering::accounts::scratch, size_t(std::max<int64_t>(n, 1)) * sizeof(float));
+}
+
+void multiply(const kernels::WeightView& w, const float* x, int64_t n, float* y, kernels::ThreadPool& pool) {
+  if (n == 1)
+    kernels::matvec(w, x, y, pool);
+  else
+    kernels::matmul(w, x, n, y, pool);
+}
+
+tiering::ExpertCache& cache_of(const model::ModelWeights& w) {
+  if (!w.experts) throw std::invalid_argument("MoE model loaded without an expert tier");
+  return w.experts->cache();
+}
+
+}  // namespace
+
+MoeBlock::MoeBlock(const model::ModelWeights& w, kernels::ThreadPool& pool, tiering::Ledger& ledger, int64_t max_rows)
+    : w_(w), pool_(pool), cache_(cache_of(w)), max_rows_(max_rows), experts_(w.config.num_experts),
+      k_(w.config.num_experts_per_tok), hidden_size_(w.config.hidden_size),
+      ffn_width_(std::max(w.config.moe_intermediate_size, w.config.shared_expert_intermediate_size)),
+      renormalize_(w.config.arch.moe_renormalize || w.config.norm_topk_prob) {
+  logits_ = floats(ledger, max_rows * experts_);
+  ids_ = tiering::LedgerBuffer(ledger, tiering::accounts::scratch, size_t(max_rows * k_) * sizeof(int32_t));
+  weights_ = floats(ledger, max_rows * k_);
+  gathered_ = floats(ledger, max_rows * hidden_size_);
+  ffn_ = floats(ledger, max_rows * 2 * ffn_width_);
+  act_ = floats(ledger, max_rows * ffn_width_);
+  out_ = floats(ledger, max_rows * hidden_size_);
+  lookahead_ = floats(ledger, experts_);
+  expert_rows_.resize(size_t(experts_));
+  expert_weights_.resize(size_t(experts_));
+  for (auto& r : expert_rows_) r.reserve(size_t(max_rows));
+  for (auto& r : expert_weights_) r.reserve(size_t(max_rows));
+  used_.reserve(size_t(experts_));
+  lookahead_ids_.resize(size_t(k_));
+  lookahead_weights_.resize(size_t(k_));
+  batch_.reserve(size_t(experts_));
+  order_.reserve(size_t(experts_));
+}
+
+// Softmax over all experts, then the k largest probabilities (ties: the lower id, as a stable sort gives).
+void MoeBlock::top_k(const float* logits, int32_t* ids, float* weights) const {
+  float* probs = const_cast<float*>(logits);
+  softmax(probs, experts_);
+  std::vector<int32_t>& order = order_;
+  order.resize(size_t(experts_));
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k_, order.end(), [&](int32_t a, int32_t b) {
+    return probs[a] > probs[b] || (probs[a] == probs[b] && a < b);
+  });
+  float sum = 0;
+  for (int64_t j = 0; j < k_; ++j) {
+    ids[j] = order[size_t(j)];
+    weights[j] = probs[order[size_t(j)]];
+    sum += weights[j];
+  }
+  if (renormalize_ && sum > 0)
+    for (int64_t j = 0; j < k_; ++j) weights[j] /= sum;
+}
+
+void MoeBlock::route(int64_t layer, const float* x, int64_t n) {
+  const model::LayerWeights& L = w_.layers[size_t(layer)];
+  int32_t* ids = ids_.as<int32_t>();
+  float* weights = weights_.as<float>();
+  if (override_) {
+    for (int64_t i = 0; i < n; ++i)
+      override_(layer, i, std::span(ids + i * k_, size_t(k_)), std::span(weights + i * k_, size_t(k_)));
+  } else {
+    float* logits = logits_.as<float>();
+    multiply(L.router.view, x, n, logits, pool_);
+    for (int64_t i = 0; i < n; ++i) top_k(logits + i * experts_, ids + i * k_, weights + i * k_);
+  }
+  for (int32_t e : used_) {
+    expert_rows_[size_t(e)].clear();
+    expert_weights_[size_t(e)].clear();
+  }
+  used_.clear();
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < k_; ++j) {
+      const int32_t e = ids[i * k_ + j];
+      if (e < 0 || e >= experts_) throw std::out_of_range("router chose an expert that does not exist");
+      if (expert_rows_[size_t(e)].empty()) used_.push_back(e);
+      expert_rows_[size_t(e)].push_back(int32_t(i));
+      expert_weights_[size_t(e)].push_back(weights[i * k_ + j]);
+    }
+}
+
+void MoeBlock::run_expert(const tiering::ExpertViews& e, std::span<const int32_t> rows,
+                          std::span<const float> row_weights, const float* x, float* hidden) {
+  const int64_t H = hidden_size_, I = e.down.cols, m = int64_t(rows.size());
+  const float* input = x + int64_t(rows[0]) * H;
+  if (m > 1) {  // gather the rows that chose this expert so its weights are read once for all of them
+    float* g = gathered_.as<float>();
+    for (int64_t r = 0; r < m; ++r) std::memcpy(g + r * H, x + int64_t(rows[size_t(r)]) * H, size_t(H) * sizeof(float));
+    input = g;
+  }
+  float* ffn = ffn_.as<float>();
+  float* act = act_.as<float>();
+  float* out = out_.as<float>();
+  multiply(e.gate_up, input, m, ffn, pool_);
+  for (int64_t r = 0; r < m; ++r) silu_gate(ffn + r * 2 * I, I, act + r * I);
+  multiply(e.down, act, m, out, pool_);
+  for (int64_t r = 0; r < m; ++r) {
+    float* h = hidden + int64_t(rows[size_t(r)]) * H;
+    const float* y = out + r * H;
+    const float wgt = row_weights[size_t(r)];
+    for (int64_t j = 0; j < H; ++j) h[j] += wgt * y[j];
+  }
+}
+
+void MoeBlock::shared_expert(const model::LayerWeights& L, const float* x, int64_t n, float* hidden) {
+  const int64_t H = hidden_size_, S = w_.config.shared_expert_intermediate_size;
+  float* ffn = ffn_.as<float>();
+  float* act = act_.as<float>();
+  float* out = out_.as<float>();
+  multiply(L.shared_gate_up.view, x, n, ffn, pool_);
+  for (int64_t i = 0; i < n; ++i) silu_gate(ffn + i * 2 * S, S, act + i * S);
+  multiply(L.shared_down.view, act, n, out, pool_);
+  for (int64_t i = 0; i < n; ++i) {
+    double z = 0;
+    for (int64_t j = 0; j < H; ++j) z += double(L.shared_expert_gate[size_t(j)]) * x[i * H + j];
+    const float g = float(1.0 / (1.0 + std::exp(-z)));
+    for (int64_t j = 0; j < H; ++j) hidden[i * H + j] += g * out[i * H + j];
+  }
+}
+
+void MoeBlock::accumulate(int64_t layer, const float* x, int64_t n, float* hidden) {
+  if (n > max_rows_) throw std::invalid_argument("moe: more rows than the block was sized for");
+  route(layer, x, n);
+  // Experts in memory first: while they compute, the reads of the missing ones are in flight.
+  std::stable_partition(used_.begin(), used_.end(), [&](int32_t e) { return cache_.cached(layer, e); });
+  bool prefetched = false;
+  size_t next = 0;
+  std::vector<int32_t>& batch = batch_;
+  while (next < used_.size()) {
+    // As many experts as there are unpinned slots (resident experts need none).
+    const int64_t room = std::max<int64_t>(1, cache_.available_slots());
+    batch.clear();
+    int64_t slots = 0;
+    while (next < used_.size()) {
+      const int32_t e = used_[next];
+      const bool needs_slot = !cache_.resident(layer, e);
+      if (needs_slot && slots == room) break;
+      slots += needs_slot;
+      batch.push_back(e);
+      ++next;
+    }
+    cache_.request(layer, batch);
+    if (!prefetched && prefetch_ && n == 1 && !override_ && layer + 1 < w_.config.num_layers) {
+      // Lookahead: the residual stream changes slowly, so the next router on this input predicts its choice.
+      float* logits = lookahead_.as<float>();
+      kernels::matvec(w_.layers[size_t(layer + 1)].router.view, x, logits, pool_);
+      top_k(logits, lookahead_ids_.data(), lookahead_weights_.data());
+      cache_.prefetch(layer + 1, lookahead_ids_);
+    }
+    prefetched = true;
+    for (int32_t e : batch) {
+      const tiering::ExpertViews views = cache_.acquire(layer, e);
+      run_expert(views, expert_rows_[size_t(e)], expert_weights_[size_t(e)], x, hidden);
+      cache_.release(layer, e);
+    }
+  }
+  if (w_.config.arch.shared_expert) shared_expert(w_.layers[size_t(layer)], x, n, hidden);
+}
+
+}  // namespace tierlm::engine

@@ -1,0 +1,59 @@
+// runtime/engine/moe.h — the sparse MLP of a mixture-of-experts layer: router matvec, softmax, top-k (renormalized
+// when the architecture or norm_topk_prob says so), each chosen expert fetched from the ExpertCache and applied to
+// the rows that chose it, weighted sum into the residual; plus qwen2_moe's shared expert behind a sigmoid gate.
+// Experts already in memory run first so the reads of missing ones overlap their compute; for decode, the next
+// layer's router applied to this layer's input predicts its experts, and their reads start before this layer's
+// compute (prefetch).
+// Owns: routing scratch (ledger account "scratch"). Never: allocate per step, hold an expert past its use.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "runtime/kernels/thread_pool.h"
+#include "runtime/model/model.h"
+#include "tiering/ledger.h"
+
+namespace tierlm::engine {
+
+class MoeBlock {
+ public:
+  // Fills one row's top-k expert ids and weights in place of the router (synthetic routing for benchmarks).
+  using RoutingOverride =
+      std::function<void(int64_t layer, int64_t row, std::span<int32_t> experts, std::span<float> weights)>;
+
+  MoeBlock(const model::ModelWeights& weights, kernels::ThreadPool& pool, tiering::Ledger& ledger, int64_t max_rows);
+
+  // hidden[i] += MoE_layer(x[i]) for the n rows (x and hidden: n x hidden_size).
+  void accumulate(int64_t layer, const float* x, int64_t n, float* hidden);
+
+  void set_routing_override(RoutingOverride fn) { override_ = std::move(fn); }
+  void set_prefetch(bool on) { prefetch_ = on; }
+  bool prefetch() const { return prefetch_; }
+
+ private:
+  void route(int64_t layer, const float* x, int64_t n);
+  void top_k(const float* logits, int32_t* ids, float* weights) const;
+  void run_expert(const tiering::ExpertViews& e, std::span<const int32_t> rows, std::span<const float> row_weights,
+                  const float* x, float* hidden);
+  void shared_expert(const model::LayerWeights& L, const float* x, int64_t n, float* hidden);
+
+  const model::ModelWeights& w_;
+  kernels::ThreadPool& pool_;
+  tiering::ExpertCache& cache_;
+  int64_t max_rows_, experts_, k_, hidden_size_, ffn_width_;
+  bool renormalize_;
+  bool prefetch_ = true;
+  RoutingOverride override_;
+  tiering::LedgerBuffer logits_, ids_, weights_, gathered_, ffn_, act_, out_, lookahead_;
+  // Per expert: the rows (and their weights) that chose it in this step.
+  std::vector<std::vector<int32_t>> expert_rows_;
+  std::vector<std::vector<float>> expert_weights_;
+  std::vector<int32_t> used_, batch_, lookahead_ids_;
+  mutable std::vector<int32_t> order_;
+  std::vector<float> lookahead_weights_;
+};
+
+}  // namespace tierlm::engine

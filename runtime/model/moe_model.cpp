@@ -1,0 +1,161 @@
+#include "runtime/model/moe_model.h"
+
+#include <map>
+
+#include <fmt/format.h>
+
+namespace tierlm::model {
+
+using kernels::SourceType;
+using kernels::WeightFormat;
+using tiering::Extent;
+
+namespace {
+
+struct FileTable {
+  std::vector<std::string> files;
+  std::map<std::string, int32_t> index;
+  int32_t of(const std::string& f) {
+    auto [it, inserted] = index.try_emplace(f, int32_t(files.size()));
+    if (inserted) files.push_back(f);
+    return it->second;
+  }
+};
+
+void expect_shape(const TensorInfo& t, const std::vector<int64_t>& shape) {
+  if (t.shape != shape)
+    throw ModelError(fmt::format("tensor '{}' in {} has shape [{}], expected [{}] from config.json", t.name, t.file,
+                                 fmt::join(t.shape, ", "), fmt::join(shape, ", ")));
+}
+
+SourceType source_type(const TensorInfo& t) {
+  switch (t.dtype) {
+    case DType::F32: return SourceType::f32;
+    case DType::F16: return SourceType::f16;
+    case DType::BF16: return SourceType::bf16;
+    default:
+      throw ModelError(fmt::format("expert tensor '{}' has unsupported dtype {}", t.name, dtype_name(t.dtype)));
+  }
+}
+
+}  // namespace
+
+tiering::ExpertStore expert_store_from_safetensors(const TensorIndex& index, const ModelConfig& c,
+                                                   std::optional<WeightFormat> slot_format) {
+  const ArchitectureSpec& a = c.arch;
+  const int64_t H = c.hidden_size, I = c.moe_intermediate_size, E = c.num_experts;
+  FileTable files;
+  std::vector<std::vector<Extent>> extents;
+  auto extent = [&](const TensorInfo& t, uint64_t offset, uint64_t length) {
+    return Extent{files.of(t.file), t.offset + offset, length};
+  };
+  const std::string first = fmt::format("model.layers.0.{}.", a.moe_block);
+  const bool stacked = index.contains(first + "switch_mlp.gate_proj.weight");
+  const bool mlx = c.quantization &&
+                   (stacked ? index.contains(first + "switch_mlp.gate_proj.scales")
+                            : index.contains(fmt::format("{}experts.0.{}.scales", first, a.expert_gate)));
+  SourceType source = SourceType::f32;
+  std::optional<tiering::ExpertLayout> layout;
+  const int bits = mlx ? c.quantization->bits : 0, group = mlx ? c.quantization->group_size : 0;
+
+  for (int64_t layer = 0; layer < c.num_layers; ++layer) {
+    const std::string block = fmt::format("model.layers.{}.{}.", layer, a.moe_block);
+    for (int64_t e = 0; e < E; ++e) {
+      std::vector<Extent> ext;
+      // (name in per-expert files, name in switch_mlp, rows, cols)
+      const std::tuple<const char*, const char*, int64_t, int64_t> projections[3] = {
+          {a.expert_gate, "gate_proj", I, H}, {a.expert_up, "up_proj", I, H}, {a.expert_down, "down_proj", H, I}};
+      for (auto [name, mlx_name, rows, cols] : projections) {
+        const std::string base =
+            stacked ? block + "switch_mlp." + mlx_name : fmt::format("{}experts.{}.{}", block, e, name);
+        if (!mlx) {
+          const TensorInfo& t = index.at(base + ".weight");
+          expect_shape(t, {rows, cols});
+          source = source_type(t);
+          ext.push_back(extent(t, 0, t.length));
+          continue;
+        }
+        if (cols % group != 0) throw ModelError(fmt::format("MLX tensor '{}': columns do not fit group size", base));
+        const std::vector<int64_t> w_shape = {rows, cols * bits / 32}, s_shape = {rows, cols / group};
+        for (const char* part : {".weight", ".scales", ".biases"}) {
+          const TensorInfo& t = index.at(base + part);
+          std::vector<int64_t> shape = std::string(part) == ".weight" ? w_shape : s_shape;
+          if (stacked) shape.insert(shape.begin(), E);
+          expect_shape(t, shape);
+          if (std::string(part) != ".weight") source = source_type(t);
+          const uint64_t slice = stacked ? t.length / uint64_t(E) : t.length;
+          ext.push_back(extent(t, stacked ? slice * uint64_t(e) : 0, slice));
+        }
+      }
+      extents.push_back(std::move(ext));
+    }
+  }
+  if (mlx) {
+    layout = tiering::ExpertLayout::make(bits == 4 ? WeightFormat::mlx_q4 : WeightFormat::mlx_q8, H, I, group, bits,
+                                         source);
+  } else {
+    const WeightFormat file_format = source == SourceType::f32   ? WeightFormat::f32
+                                     : source == SourceType::f16 ? WeightFormat::f16
+                                                                 : WeightFormat::bf16;
+    layout = tiering::ExpertLayout::make(slot_format.value_or(file_format), H, I);
+  }
+  return tiering::ExpertStore(std::move(files.files), c.num_layers, E,
+                              mlx ? tiering::ExpertEncoding::mlx : tiering::ExpertEncoding::dense, source, *layout,
+                              std::move(extents));
+}
+
+std::shared_ptr<tiering::ExpertTier> open_expert_tier(const std::filesystem::path& dir, const TensorIndex& index,
+                                                      const ModelConfig& c, const LoadOptions& options,
+                                                      tiering::Ledger& ledger) {
+  std::filesystem::path packed;
+  if (options.packed_experts) {
+    packed = *options.packed_experts;
+  } else if (std::filesystem::exists(dir / "experts.tierlm")) {
+    packed = dir / "experts.tierlm";
+  }
+  const auto format = options.expert_format ? options.expert_format : options.weight_format;
+  if (!packed.empty()) {
+    tiering::ExpertStore store = tiering::ExpertStore::open_packed(packed);
+    const auto& l = store.layout();
+    if (store.layers() != c.num_layers || store.experts() != c.num_experts || l.hidden != c.hidden_size ||
+        l.intermediate != c.moe_intermediate_size)
+      throw ModelError(fmt::format("{}: packed experts ({} layers x {} experts, {}x{}) do not match config.json",
+                                   packed.string(), store.layers(), store.experts(), l.hidden, l.intermediate));
+    if (format && *format != l.format)
+      throw ModelError(fmt::format("{}: packed in {} but {} was asked for (re-pack, or pass no packed file)",
+                                   packed.string(), kernels::format_name(l.format), kernels::format_name(*format)));
+    return std::make_shared<tiering::ExpertTier>(std::move(store), ledger, options.experts);
+  }
+  return std::make_shared<tiering::ExpertTier>(expert_store_from_safetensors(index, c, format), ledger,
+                                               options.experts);
+}
+
+PackResult pack_experts(const std::filesystem::path& dir, std::optional<WeightFormat> format,
+                        const std::filesystem::path& out, const std::function<void(size_t, size_t)>& progress) {
+  const ModelConfig c = load_config(dir);
+  if (!c.arch.moe) throw ModelError(fmt::format("{}: '{}' has no experts to pack", dir.string(), c.model_type));
+  const TensorIndex index = TensorIndex::open(dir);
+  const tiering::ExpertStore store = expert_store_from_safetensors(index, c, format.value_or(WeightFormat::q4));
+  PackResult result;
+  result.path = out.empty() ? dir / "experts.tierlm" : out;
+  // The same read + conversion path as a cache miss on the safetensors, so packed bytes equal what the cache holds.
+  tiering::ReaderOptions reader_options;
+  reader_options.direct = false;  // packing reads everything once; the page cache does not matter here
+  tiering::ExpertReader reader(store.files(), reader_options);
+  tiering::Ledger scratch;
+  tiering::LedgerBuffer staging(scratch, tiering::accounts::scratch, store.staging_bytes(), tiering::kIoAlignment);
+  tiering::PackedHeader header{c.num_layers, c.num_experts, store.layout()};
+  tiering::write_packed_experts(
+      result.path, header,
+      [&](int64_t layer, int64_t expert, void* block) {
+        reader.wait(reader.submit(store.plan(layer, expert, block, staging.data())));
+        store.finish(layer, expert, staging.data(), block, scratch);
+      },
+      progress);
+  result.experts = c.num_layers * c.num_experts;
+  result.expert_bytes = store.layout().bytes;
+  result.file_bytes = std::filesystem::file_size(result.path);
+  return result;
+}
+
+}  // namespace tierlm::model

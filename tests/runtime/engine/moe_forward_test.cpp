@@ -1,0 +1,195 @@
+// Oracle: transformers 5.17 (tools/make_fixtures.py) for qwen3_moe, mixtral, olmoe and qwen2_moe — logits of every
+// prompt position, 32 greedy tokens and the logits after each step. The expert tier is forced to stream: as many
+// cache slots as one token's top-k, no resident experts, no prefetch, so every expert use is a read through the
+// ExpertReader (checked with the tier's counters). Then the same with a warm cache, prefetch and a packed file:
+// caching must never change a logit.
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <boost/json.hpp>
+#include <gtest/gtest.h>
+
+#include "runtime/engine/forward.h"
+#include "runtime/model/model.h"
+#include "runtime/model/moe_model.h"
+#include "tests/runtime/model/safetensors_writer.h"
+
+using namespace tierlm;
+namespace json = boost::json;
+
+namespace {
+
+std::filesystem::path fixture(const std::string& name) {
+  return std::filesystem::path(TIERLM_SOURCE_DIR) / "tests/fixtures/models" / name;
+}
+
+json::value read_json(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return json::parse(ss.str());
+}
+
+std::vector<float> floats(const json::value& v) {
+  std::vector<float> out;
+  for (auto& x : v.as_array()) out.push_back(float(x.to_number<double>()));
+  return out;
+}
+
+double relative_error(const float* ours, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    num = std::max(num, double(std::fabs(ours[i] - ref[i])));
+    den = std::max(den, double(std::fabs(ref[i])));
+  }
+  return num / std::max(den, 1e-12);
+}
+
+int32_t argmax(const float* x, int64_t n) { return int32_t(std::max_element(x, x + n) - x); }
+
+struct Result {
+  double prompt_error = 0, step_error = 0;
+  int greedy_matches = 0, greedy_total = 0;
+  bool greedy_exact = true;
+  tiering::ExpertTierTelemetry telemetry;
+};
+
+Result run_fixture(const std::string& name, model::LoadOptions options) {
+  tiering::Ledger ledger;
+  options.ledger = &ledger;
+  model::ModelWeights w = model::load_model(fixture(name), options);
+  const auto ref = read_json(fixture(name) / "reference.json").as_object();
+  std::vector<int32_t> prompt;
+  for (auto& t : ref.at("prompt").as_array()) prompt.push_back(int32_t(t.as_int64()));
+  const int64_t V = w.config.vocab_size, n = int64_t(prompt.size());
+  kernels::ThreadPool pool(2);
+  engine::Forward forward(w, pool, ledger, 64, 128);
+  engine::KVCache cache(w.config, 128, ledger);
+  std::vector<float> logits(size_t(n * V));
+  forward.run(prompt, 0, cache, logits.data(), /*all_logits=*/true);
+  Result r;
+  const auto& prompt_logits = ref.at("prompt_logits").as_array();
+  for (int64_t i = 0; i < n; ++i)
+    r.prompt_error = std::max(r.prompt_error, relative_error(&logits[size_t(i * V)], floats(prompt_logits[size_t(i)])));
+  const auto& greedy = ref.at("greedy").as_array();
+  const auto& steps = ref.at("step_logits").as_array();
+  int32_t next = argmax(&logits[size_t((n - 1) * V)], V);
+  std::vector<float> step(static_cast<size_t>(V));
+  for (size_t s = 0; s < greedy.size(); ++s) {
+    const int32_t expected = int32_t(greedy[s].as_int64());
+    r.greedy_matches += next == expected;
+    r.greedy_exact = r.greedy_exact && next == expected;
+    ++r.greedy_total;
+    forward.run(std::span(&expected, 1), n + int64_t(s), cache, step.data());
+    r.step_error = std::max(r.step_error, relative_error(step.data(), floats(steps[s])));
+    next = argmax(step.data(), V);
+  }
+  r.telemetry = w.experts->telemetry();
+  return r;
+}
+
+model::LoadOptions streaming_options(const std::string& name) {
+  const auto config = model::load_config(fixture(name));
+  model::LoadOptions o;
+  o.experts.cache.slots = config.num_experts_per_tok;  // the minimum one token needs
+  o.experts.cache.prefetch_limit = 0;
+  o.packed_experts = "";  // never pick up a packed file lying in the fixture folder
+  return o;
+}
+
+class MoeMatchesTransformers : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MoeMatchesTransformers, StreamingEveryExpert) {
+  const std::string name = GetParam();
+  const Result r = run_fixture(name, streaming_options(name));
+  EXPECT_LT(r.prompt_error, 1e-3) << "prompt logits";
+  EXPECT_LT(r.step_error, 1e-3) << "decode-step logits";
+  EXPECT_TRUE(r.greedy_exact) << r.greedy_matches << "/" << r.greedy_total << " greedy tokens";
+  const auto& t = r.telemetry;
+  // Every use was a read: no hits at all, and the bytes read are exactly the misses' aligned extents.
+  EXPECT_EQ(t.hits, 0u);
+  EXPECT_GT(t.misses, 0u);
+  EXPECT_GT(t.bytes_read, 0u);
+  EXPECT_TRUE(t.io_uring);
+  EXPECT_TRUE(t.direct_io) << "fixtures sit on a file system that should accept O_DIRECT";
+  std::printf("[%s streaming] prompt rel err %.2e, step rel err %.2e, greedy %d/%d, expert reads: %llu misses, "
+              "%llu hits, %.1f KiB read, stall %.3f ms\n",
+              name.c_str(), r.prompt_error, r.step_error, r.greedy_matches, r.greedy_total,
+              (unsigned long long)t.misses, (unsigned long long)t.hits, t.bytes_read / 1024.0,
+              t.read_stall_seconds * 1e3);
+}
+
+TEST_P(MoeMatchesTransformers, WarmCacheWithPrefetchGivesTheSameLogits) {
+  const std::string name = GetParam();
+  model::LoadOptions o = streaming_options(name);
+  o.experts.cache.slots = 4;  // fewer than the non-resident experts of every fixture: eviction and prefetch happen
+  o.experts.cache.policy = tiering::CachePolicy::frequency;
+  o.experts.cache.prefetch_limit = 2;
+  o.experts.cache.resident = {{0, 0}, {1, 1}};
+  const Result r = run_fixture(name, o);
+  EXPECT_LT(r.prompt_error, 1e-3);
+  EXPECT_LT(r.step_error, 1e-3);
+  EXPECT_TRUE(r.greedy_exact);
+  EXPECT_GT(r.telemetry.hits, 0u);
+  EXPECT_GT(r.telemetry.prefetches, 0u);
+  std::printf("[%s warm] hits %llu misses %llu (hit rate %.2f), prefetches %llu, prefetch hits %llu, wasted %llu\n",
+              name.c_str(), (unsigned long long)r.telemetry.hits, (unsigned long long)r.telemetry.misses,
+              r.telemetry.hit_rate(), (unsigned long long)r.telemetry.prefetches,
+              (unsigned long long)r.telemetry.prefetch_hits, (unsigned long long)r.telemetry.prefetch_wasted);
+}
+
+TEST_P(MoeMatchesTransformers, PackedExpertsAreOneReadEach) {
+  const std::string name = GetParam();
+  test::TempDir dir;
+  const auto packed = model::pack_experts(fixture(name), kernels::WeightFormat::f32, dir / "experts.tierlm");
+  EXPECT_EQ(packed.file_bytes, tiering::kPackedHeaderBytes + uint64_t(packed.experts) * packed.expert_bytes);
+  EXPECT_EQ(packed.expert_bytes % 4096, 0u);
+  model::LoadOptions o = streaming_options(name);
+  o.packed_experts = packed.path;
+  const Result r = run_fixture(name, o);
+  EXPECT_LT(r.prompt_error, 1e-3);
+  EXPECT_LT(r.step_error, 1e-3);
+  EXPECT_TRUE(r.greedy_exact);
+  EXPECT_EQ(r.telemetry.hits, 0u);
+  EXPECT_EQ(r.telemetry.bytes_read, r.telemetry.misses * packed.expert_bytes);  // one aligned block per miss
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, MoeMatchesTransformers,
+                         ::testing::Values("qwen3_moe", "mixtral", "olmoe", "qwen2_moe"),
+                         [](const auto& info) { return info.param; });
+
+TEST(MoeForward, BatchOfSequencesEqualsEachAlone) {
+  tiering::Ledger ledger;
+  model::LoadOptions options = streaming_options("qwen2_moe");
+  options.ledger = &ledger;
+  options.experts.cache.slots = 3;
+  auto w = model::load_model(fixture("qwen2_moe"), options);
+  kernels::ThreadPool pool(2);
+  const int64_t V = w.config.vocab_size;
+  engine::Forward f(w, pool, ledger, 32, 64);
+  std::vector<int32_t> a = {5, 17, 200, 33, 4}, b = {99, 150, 7};
+  engine::KVCache ca(w.config, 64, ledger), cb(w.config, 64, ledger), ca2(w.config, 64, ledger),
+      cb2(w.config, 64, ledger);
+  std::vector<float> la(static_cast<size_t>(V)), lb(la), ta(la), tb(la);
+  f.run(a, 0, ca, la.data());
+  f.run(b, 0, cb, lb.data());
+  engine::BatchItem items[2] = {{a, 0, &ca2, ta.data()}, {b, 0, &cb2, tb.data()}};
+  f.run_batch(items);
+  for (int64_t i = 0; i < V; ++i) {
+    EXPECT_NEAR(la[size_t(i)], ta[size_t(i)], 1e-4f);
+    EXPECT_NEAR(lb[size_t(i)], tb[size_t(i)], 1e-4f);
+  }
+}
+
+TEST(MoeConfig, RejectsBadExpertCounts) {
+  std::string text = R"({"model_type": "qwen3_moe", "vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 1,
+    "num_attention_heads": 2, "num_experts": 4, "num_experts_per_tok": 5, "moe_intermediate_size": 8})";
+  EXPECT_THROW(model::parse_config(text, "test"), model::ModelError);
+  text = R"({"model_type": "qwen2_moe", "vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 1,
+    "num_attention_heads": 2, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 8})";
+  EXPECT_THROW(model::parse_config(text, "test"), model::ModelError);  // no shared_expert_intermediate_size
+}
+
+}  // namespace

@@ -1,0 +1,250 @@
+#include "tiering/expert_cache.h"
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace tierlm::tiering {
+
+const char* policy_name(CachePolicy p) { return p == CachePolicy::lru ? "lru" : "frequency"; }
+
+CachePolicy parse_policy(const std::string& name) {
+  if (name == "lru") return CachePolicy::lru;
+  if (name == "frequency" || name == "lfu") return CachePolicy::frequency;
+  throw std::invalid_argument("unknown expert cache policy '" + name + "' (accepted: lru, frequency)");
+}
+
+ExpertCache::ExpertCache(const ExpertStore& store, ExpertReader& reader, Ledger& ledger, ExpertCacheOptions options)
+    : store_(store), reader_(reader), ledger_(ledger), options_(std::move(options)) {
+  if (options_.slots < 1) throw std::invalid_argument("expert cache: needs at least one slot");
+  const int64_t keys = store_.layers() * store_.experts();
+  slot_of_.assign(size_t(keys), -1);
+  resident_of_.assign(size_t(keys), -1);
+  frequency_.assign(size_t(keys), 0);
+  counters_.layers.resize(size_t(store_.layers()));
+  const ExpertLayout& layout = store_.layout();
+
+  reservation_ = store_.conversion_bytes();
+  if (reservation_) ledger_.charge("expert_staging", reservation_);
+  try {
+    for (int64_t i = 0; i < options_.slots; ++i) {
+      Slot s;
+      s.block = LedgerBuffer(ledger_, accounts::expert_cache, layout.bytes, kIoAlignment);
+      if (store_.staging_bytes())
+        s.staging = LedgerBuffer(ledger_, accounts::expert_cache, store_.staging_bytes(), kIoAlignment);
+      slots_.push_back(std::move(s));
+    }
+    // The resident set is read once, now, through the same reader (so its bytes are counted too).
+    LedgerBuffer staging;
+    if (store_.staging_bytes()) staging = LedgerBuffer(ledger_, accounts::scratch, store_.staging_bytes(), kIoAlignment);
+    for (auto [layer, expert] : options_.resident) {
+      if (layer < 0 || layer >= store_.layers() || expert < 0 || expert >= store_.experts())
+        throw std::invalid_argument(fmt::format("expert cache: resident expert {}.{} does not exist", layer, expert));
+      const int64_t k = key(layer, expert);
+      if (resident_of_[size_t(k)] >= 0) continue;
+      LedgerBuffer block(ledger_, accounts::resident_experts, layout.bytes, kIoAlignment);
+      const auto reads = store_.plan(layer, expert, block.data(), staging.data());
+      reader_.wait(reader_.submit(reads));
+      store_.finish(layer, expert, staging.data(), block.data(), scratch_ledger_);
+      resident_of_[size_t(k)] = int32_t(resident_blocks_.size());
+      resident_blocks_.push_back(std::move(block));
+    }
+  } catch (...) {
+    if (reservation_) ledger_.release("expert_staging", reservation_);
+    throw;
+  }
+  reader_base_ = reader_.stats();
+}
+
+ExpertCache::~ExpertCache() {
+  // Reads still in flight target our slots: let them land before the memory goes.
+  try {
+    reader_.drain();
+  } catch (...) {
+  }
+  if (reservation_) ledger_.release("expert_staging", reservation_);
+}
+
+bool ExpertCache::resident(int64_t layer, int32_t expert) const { return resident_of_[size_t(key(layer, expert))] >= 0; }
+
+bool ExpertCache::cached(int64_t layer, int32_t expert) const {
+  const int64_t k = key(layer, expert);
+  return resident_of_[size_t(k)] >= 0 || slot_of_[size_t(k)] >= 0;
+}
+
+int64_t ExpertCache::available_slots() const {
+  int64_t n = 0;
+  for (const Slot& s : slots_) n += s.pins == 0;
+  return n;
+}
+
+void ExpertCache::touch(int64_t k) {
+  ++clock_;
+  frequency_[size_t(k)] += 1;
+  // Aging: halve every count once as many uses as there are experts have passed, so the policy follows shifts in
+  // popularity instead of remembering the distant past forever.
+  if (++uses_since_aging_ >= frequency_.size()) {
+    uses_since_aging_ = 0;
+    for (uint32_t& f : frequency_) f >>= 1;
+  }
+}
+
+int64_t ExpertCache::choose_victim(bool for_prefetch) {
+  int64_t best = -1;
+  // Rank: empty first; then (for prefetch, never a slot still loading) the policy's coldest.
+  auto rank = [&](const Slot& s) -> std::pair<uint64_t, uint64_t> {
+    if (s.state == State::empty) return {0, 0};
+    const uint64_t loading_penalty = s.state == State::loading ? (uint64_t(1) << 40) : 0;
+    if (options_.policy == CachePolicy::frequency)
+      return {loading_penalty + 1 + frequency_[size_t(s.key)], s.last_use};
+    return {loading_penalty + 1, s.last_use};
+  };
+  std::pair<uint64_t, uint64_t> best_rank{std::numeric_limits<uint64_t>::max(), 0};
+  for (int64_t i = 0; i < int64_t(slots_.size()); ++i) {
+    const Slot& s = slots_[size_t(i)];
+    if (s.pins > 0) continue;
+    if (for_prefetch && s.state == State::loading) continue;
+    const auto r = rank(s);
+    if (best < 0 || r < best_rank) {
+      best = i;
+      best_rank = r;
+    }
+  }
+  return best;
+}
+
+void ExpertCache::load(int64_t index, int64_t k, bool prefetch) {
+  Slot& s = slots_[size_t(index)];
+  if (s.state == State::loading) reader_.wait(s.ticket);  // an unused prefetch still in flight
+  if (s.key >= 0) {
+    slot_of_[size_t(s.key)] = -1;
+    ++counters_.evictions;
+    if (s.prefetched) ++counters_.prefetch_wasted;
+  }
+  const int64_t layer = k / store_.experts(), expert = k % store_.experts();
+  s.key = k;
+  s.prefetched = prefetch;
+  s.state = State::loading;
+  s.last_use = clock_;
+  slot_of_[size_t(k)] = int32_t(index);
+  s.ticket = reader_.submit(store_.plan(layer, expert, s.block.data(), s.staging.data()));
+}
+
+void ExpertCache::request(int64_t layer, std::span<const int32_t> experts) {
+  auto& per_layer = counters_.layers.at(size_t(layer));
+  std::vector<int64_t> missing;
+  for (int32_t e : experts) {
+    if (e < 0 || e >= store_.experts()) throw std::out_of_range(fmt::format("expert {} does not exist", e));
+    const int64_t k = key(layer, e);
+    touch(k);
+    if (resident_of_[size_t(k)] >= 0) {
+      ++per_layer.hits;
+      ++counters_.resident_hits;
+      continue;
+    }
+    if (const int32_t i = slot_of_[size_t(k)]; i >= 0) {
+      Slot& s = slots_[size_t(i)];
+      ++per_layer.hits;
+      if (s.prefetched) {
+        ++per_layer.prefetch_hits;
+        s.prefetched = false;
+      }
+      ++s.pins;
+      s.last_use = clock_;
+      continue;
+    }
+    missing.push_back(k);
+  }
+  for (int64_t k : missing) {
+    if (const int32_t i = slot_of_[size_t(k)]; i >= 0) {  // asked twice in one request
+      ++slots_[size_t(i)].pins;
+      ++per_layer.hits;
+      continue;
+    }
+    const int64_t victim = choose_victim(false);
+    if (victim < 0)
+      throw std::length_error(fmt::format("expert cache: {} slots are all pinned; cannot load expert {}.{}",
+                                          slots_.size(), layer, k % store_.experts()));
+    ++per_layer.misses;
+    load(victim, k, false);
+    ++slots_[size_t(victim)].pins;
+  }
+}
+
+void ExpertCache::finish(Slot& s) {
+  if (s.state != State::loading) return;
+  reader_.wait(s.ticket);
+  store_.finish(s.key / store_.experts(), s.key % store_.experts(), s.staging.data(), s.block.data(), scratch_ledger_);
+  s.state = State::ready;
+}
+
+ExpertViews ExpertCache::acquire(int64_t layer, int32_t expert) {
+  const int64_t k = key(layer, expert);
+  if (const int32_t r = resident_of_[size_t(k)]; r >= 0) return store_.layout().views(resident_blocks_[size_t(r)].data());
+  const int32_t i = slot_of_[size_t(k)];
+  if (i < 0 || slots_[size_t(i)].pins == 0)
+    throw std::logic_error(fmt::format("expert cache: expert {}.{} acquired without a request", layer, expert));
+  Slot& s = slots_[size_t(i)];
+  finish(s);
+  return store_.layout().views(s.block.data());
+}
+
+void ExpertCache::release(int64_t layer, int32_t expert) {
+  const int64_t k = key(layer, expert);
+  if (resident_of_[size_t(k)] >= 0) return;
+  const int32_t i = slot_of_[size_t(k)];
+  if (i >= 0 && slots_[size_t(i)].pins > 0) --slots_[size_t(i)].pins;
+}
+
+void ExpertCache::prefetch(int64_t layer, std::span<const int32_t> experts) {
+  if (options_.prefetch_limit <= 0 || layer < 0 || layer >= store_.layers()) return;
+  int64_t in_flight = 0;
+  for (const Slot& s : slots_) in_flight += s.prefetched && s.state == State::loading;
+  for (int32_t e : experts) {
+    if (in_flight >= options_.prefetch_limit) break;
+    if (e < 0 || e >= store_.experts() || cached(layer, e)) continue;
+    const int64_t victim = choose_victim(true);
+    if (victim < 0) break;
+    load(victim, key(layer, e), true);
+    ++counters_.layers[size_t(layer)].prefetches;
+    ++in_flight;
+  }
+}
+
+ExpertTierTelemetry ExpertCache::telemetry() const {
+  ExpertTierTelemetry t = counters_;
+  t.hits = t.misses = t.prefetches = t.prefetch_hits = 0;
+  for (const auto& l : t.layers) {
+    t.hits += l.hits;
+    t.misses += l.misses;
+    t.prefetches += l.prefetches;
+    t.prefetch_hits += l.prefetch_hits;
+  }
+  const ReaderStats& r = reader_.stats();
+  t.bytes_read = r.bytes_read - reader_base_.bytes_read;
+  t.reads = r.reads - reader_base_.reads;
+  t.read_stall_seconds = double(r.stall_ns - reader_base_.stall_ns) * 1e-9;
+  t.resident_experts = int64_t(resident_blocks_.size());
+  t.cache_slots = int64_t(slots_.size());
+  t.expert_bytes = store_.layout().bytes;
+  t.policy = policy_name(options_.policy);
+  t.direct_io = true;
+  for (size_t f = 0; f < reader_.files().size(); ++f) t.direct_io = t.direct_io && reader_.direct(int32_t(f));
+  t.io_uring = reader_.using_io_uring();
+  t.ledger = ledger_.snapshot();
+  t.ledger_budget = ledger_.budget();
+  t.ledger_used = ledger_.used();
+  t.ledger_peak = ledger_.peak();
+  return t;
+}
+
+void ExpertCache::reset_counters() {
+  const size_t layers = counters_.layers.size();
+  counters_ = ExpertTierTelemetry{};
+  counters_.layers.resize(layers);
+  reader_base_ = reader_.stats();
+}
+
+}  // namespace tierlm::tiering

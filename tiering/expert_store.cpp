@@ -1,0 +1,235 @@
+#include "tiering/expert_store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+
+#include <boost/json.hpp>
+#include <fmt/format.h>
+
+namespace tierlm::tiering {
+
+namespace json = boost::json;
+using kernels::SourceType;
+using kernels::WeightFormat;
+
+namespace {
+
+size_t element_size(SourceType t) { return t == SourceType::f32 ? 4 : 2; }
+
+// Where extent i's bytes land in the staging block, and the aligned range read for it.
+struct StagedExtent {
+  uint64_t read_offset, read_length, staging_offset, data_offset;
+};
+
+std::vector<StagedExtent> stage(std::span<const Extent> extents) {
+  std::vector<StagedExtent> out;
+  uint64_t pos = 0;
+  for (const Extent& e : extents) {
+    const uint64_t begin = align_down(e.offset, kIoAlignment), end = align_up(e.offset + e.length, kIoAlignment);
+    out.push_back({begin, end - begin, pos, pos + (e.offset - begin)});
+    pos += end - begin;
+  }
+  return out;
+}
+
+const char* source_name(SourceType t) {
+  return t == SourceType::f32 ? "f32" : t == SourceType::f16 ? "f16" : "bf16";
+}
+SourceType parse_source(const std::string& s) {
+  if (s == "f32") return SourceType::f32;
+  if (s == "f16") return SourceType::f16;
+  if (s == "bf16") return SourceType::bf16;
+  throw ReaderError("packed expert file: unknown scale type '" + s + "'");
+}
+WeightFormat parse_slot_format(const std::string& s) {
+  for (WeightFormat f : {WeightFormat::f32, WeightFormat::f16, WeightFormat::bf16, WeightFormat::q8_0, WeightFormat::q4,
+                         WeightFormat::mlx_q4, WeightFormat::mlx_q8})
+    if (s == kernels::format_name(f)) return f;
+  throw ReaderError("packed expert file: unknown format '" + s + "'");
+}
+
+}  // namespace
+
+ExpertStore::ExpertStore(std::vector<std::string> files, int64_t layers, int64_t experts, ExpertEncoding encoding,
+                         SourceType source_type, ExpertLayout slot, std::vector<std::vector<Extent>> extents)
+    : files_(std::move(files)), layers_(layers), experts_(experts), encoding_(encoding), source_type_(source_type),
+      slot_(slot), extents_(std::move(extents)) {
+  if (layers_ <= 0 || experts_ <= 0) throw std::invalid_argument("expert store: no experts");
+  if (int64_t(extents_.size()) != layers_ * experts_)
+    throw std::invalid_argument("expert store: extents do not cover every expert");
+  const size_t want = encoding_ == ExpertEncoding::packed ? 1 : encoding_ == ExpertEncoding::dense ? 3 : 9;
+  for (auto& e : extents_) {
+    if (e.size() != want) throw std::invalid_argument("expert store: wrong number of extents for the encoding");
+    for (const Extent& x : e)
+      if (x.file < 0 || size_t(x.file) >= files_.size()) throw std::invalid_argument("expert store: bad file index");
+    if (encoding_ != ExpertEncoding::packed) {
+      const auto staged = stage(e);
+      staging_bytes_ = std::max(staging_bytes_, staged.back().staging_offset + staged.back().read_length);
+    }
+  }
+}
+
+std::span<const Extent> ExpertStore::extents(int64_t layer, int64_t expert) const {
+  return extents_.at(size_t(layer * experts_ + expert));
+}
+
+uint64_t ExpertStore::conversion_bytes() const {
+  if (encoding_ == ExpertEncoding::packed) return 0;
+  // Contiguous copies of the sources plus the converted weights before they are copied into the slot.
+  return staging_bytes_ + slot_.bytes + 6 * 64;
+}
+
+uint64_t ExpertStore::read_bytes(int64_t layer, int64_t expert) const {
+  uint64_t total = 0;
+  for (const StagedExtent& s : stage(extents(layer, expert))) total += s.read_length;
+  return total;
+}
+
+std::vector<ReadRequest> ExpertStore::plan(int64_t layer, int64_t expert, void* slot, void* staging) const {
+  std::vector<ReadRequest> reads;
+  const auto ext = extents(layer, expert);
+  if (encoding_ == ExpertEncoding::packed) {
+    reads.push_back({ext[0].file, ext[0].offset, slot_.bytes, slot});
+    return reads;
+  }
+  const auto staged = stage(ext);
+  for (size_t i = 0; i < ext.size(); ++i)
+    reads.push_back({ext[i].file, staged[i].read_offset, staged[i].read_length,
+                     static_cast<std::byte*>(staging) + staged[i].staging_offset});
+  return reads;
+}
+
+void ExpertStore::finish(int64_t layer, int64_t expert, const void* staging, void* slot, Ledger& ledger) const {
+  if (encoding_ == ExpertEncoding::packed) return;
+  const auto ext = extents(layer, expert);
+  const auto staged = stage(ext);
+  const auto* base = static_cast<const std::byte*>(staging);
+  const int64_t H = slot_.hidden, I = slot_.intermediate;
+  // Gathers extents [first, first + count) (one row block each) contiguously into a fresh scratch buffer.
+  auto gather = [&](std::initializer_list<size_t> which) {
+    uint64_t bytes = 0;
+    for (size_t i : which) bytes += ext[i].length;
+    LedgerBuffer buf(ledger, accounts::scratch, bytes);
+    uint64_t pos = 0;
+    for (size_t i : which) {
+      std::memcpy(buf.as<std::byte>() + pos, base + staged[i].data_offset, ext[i].length);
+      pos += ext[i].length;
+    }
+    return buf;
+  };
+  if (encoding_ == ExpertEncoding::dense) {
+    const uint64_t es = element_size(source_type_);
+    if (ext[0].length != uint64_t(I * H) * es || ext[1].length != ext[0].length || ext[2].length != ext[0].length)
+      throw ReaderError(fmt::format("expert {}.{}: tensor sizes do not match the expert shape", layer, expert));
+    LedgerBuffer gate_up = gather({0, 1}), down = gather({2});
+    kernels::Weight gu = kernels::make_weight(gate_up.data(), source_type_, 2 * I, H, slot_.format, ledger,
+                                              accounts::scratch);
+    kernels::Weight d = kernels::make_weight(down.data(), source_type_, H, I, slot_.format, ledger, accounts::scratch);
+    slot_.store(gu, d, slot);
+    return;
+  }
+  LedgerBuffer gu_w = gather({0, 3}), gu_s = gather({1, 4}), gu_b = gather({2, 5});
+  LedgerBuffer d_w = gather({6}), d_s = gather({7}), d_b = gather({8});
+  const int bits = slot_.bits, group = slot_.group_size;
+  if (gu_w.size() != uint64_t(2 * I * H * bits / 8) || d_w.size() != uint64_t(H * I * bits / 8))
+    throw ReaderError(fmt::format("expert {}.{}: MLX tensor sizes do not match the expert shape", layer, expert));
+  kernels::Weight gu = kernels::make_mlx_weight(gu_w.data(), gu_s.data(), gu_b.data(), source_type_, 2 * I, H, group,
+                                                bits, ledger, accounts::scratch);
+  kernels::Weight d = kernels::make_mlx_weight(d_w.data(), d_s.data(), d_b.data(), source_type_, H, I, group, bits,
+                                               ledger, accounts::scratch);
+  slot_.store(gu, d, slot);
+}
+
+// ---- packed file --------------------------------------------------------------------------------------------------
+
+void write_packed_experts(const std::filesystem::path& path, const PackedHeader& h,
+                          const std::function<void(int64_t, int64_t, void*)>& fill,
+                          const std::function<void(size_t, size_t)>& progress) {
+  const ExpertLayout& l = h.layout;
+  json::object o;
+  o["layers"] = h.layers;
+  o["experts"] = h.experts;
+  o["format"] = kernels::format_name(l.format);
+  o["hidden"] = l.hidden;
+  o["intermediate"] = l.intermediate;
+  o["group_size"] = l.group_size;
+  o["bits"] = l.bits;
+  o["scale_type"] = source_name(l.scale_type);
+  o["expert_bytes"] = l.bytes;
+  const std::string text = json::serialize(o);
+  if (text.size() + 12 > kPackedHeaderBytes) throw ReaderError("packed expert header too large");
+  std::vector<char> header(kPackedHeaderBytes, 0);
+  std::memcpy(header.data(), "TIERLMX1", 8);
+  const uint32_t n = uint32_t(text.size());
+  std::memcpy(header.data() + 8, &n, 4);
+  std::memcpy(header.data() + 12, text.data(), text.size());
+
+  const std::string tmp = path.string() + ".partial";
+  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+  if (!out) throw ReaderError(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));
+  out.write(header.data(), std::streamsize(header.size()));
+  // The block is plain heap memory: packing runs before any budget applies (it is an offline tool).
+  std::vector<char> block(l.bytes);
+  const size_t total = size_t(h.layers * h.experts);
+  size_t done = 0;
+  for (int64_t layer = 0; layer < h.layers; ++layer)
+    for (int64_t e = 0; e < h.experts; ++e) {
+      std::fill(block.begin(), block.end(), 0);
+      fill(layer, e, block.data());
+      out.write(block.data(), std::streamsize(block.size()));
+      if (!out) throw ReaderError(fmt::format("{}: write failed (disk full?)", tmp));
+      if (progress) progress(++done, total);
+    }
+  out.close();
+  if (!out) throw ReaderError(fmt::format("{}: write failed", tmp));
+  std::filesystem::rename(tmp, path);
+}
+
+PackedHeader read_packed_header(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ReaderError(fmt::format("{}: cannot open packed expert file", path.string()));
+  std::vector<char> header(kPackedHeaderBytes, 0);
+  in.read(header.data(), std::streamsize(header.size()));
+  uint32_t n = 0;
+  std::memcpy(&n, header.data() + 8, 4);
+  if (in.gcount() != std::streamsize(header.size()) || std::memcmp(header.data(), "TIERLMX1", 8) != 0 ||
+      n > kPackedHeaderBytes - 12)
+    throw ReaderError(fmt::format("{}: not a tierlm packed expert file", path.string()));
+  boost::system::error_code ec;
+  json::value v = json::parse(std::string_view(header.data() + 12, n), ec);
+  if (ec || !v.is_object()) throw ReaderError(fmt::format("{}: corrupt packed expert header", path.string()));
+  try {
+    const json::object& o = v.as_object();
+    PackedHeader h;
+    h.layers = o.at("layers").to_number<int64_t>();
+    h.experts = o.at("experts").to_number<int64_t>();
+    h.layout = ExpertLayout::make(parse_slot_format(std::string(o.at("format").as_string())),
+                                  o.at("hidden").to_number<int64_t>(), o.at("intermediate").to_number<int64_t>(),
+                                  o.at("group_size").to_number<int>(), o.at("bits").to_number<int>(),
+                                  parse_source(std::string(o.at("scale_type").as_string())));
+    if (h.layout.bytes != o.at("expert_bytes").to_number<uint64_t>())
+      throw ReaderError("expert block size disagrees with this build's layout");
+    const uint64_t want = kPackedHeaderBytes + uint64_t(h.layers * h.experts) * h.layout.bytes;
+    if (std::filesystem::file_size(path) < want)
+      throw ReaderError(fmt::format("truncated: {} bytes, expected {}", std::filesystem::file_size(path), want));
+    return h;
+  } catch (const ReaderError& e) {
+    throw ReaderError(fmt::format("{}: {}", path.string(), e.what()));
+  } catch (const std::exception& e) {
+    throw ReaderError(fmt::format("{}: bad packed expert header ({})", path.string(), e.what()));
+  }
+}
+
+ExpertStore ExpertStore::open_packed(const std::filesystem::path& path) {
+  const PackedHeader h = read_packed_header(path);
+  std::vector<std::vector<Extent>> extents;
+  for (int64_t i = 0; i < h.layers * h.experts; ++i)
+    extents.push_back({{0, kPackedHeaderBytes + uint64_t(i) * h.layout.bytes, h.layout.bytes}});
+  return ExpertStore({path.string()}, h.layers, h.experts, ExpertEncoding::packed, h.layout.scale_type, h.layout,
+                     std::move(extents));
+}
+
+}  // namespace tierlm::tiering

@@ -1,0 +1,86 @@
+// tiering/expert_store.h — where every expert's bytes live on disk and how they become a cache slot.
+// Three encodings:
+//   packed  a `tierlm pack` file: each expert is one 4 KiB aligned block already in the slot layout (one read,
+//           no conversion);
+//   dense   per-expert f32/f16/bf16 tensors in the model's safetensors (gate, up, down: three extents);
+//   mlx     MLX affine tensors (weight/scales/biases of gate, up, down: nine extents), per expert or sliced out of
+//           MLX's stacked switch_mlp tensors [experts, rows, ...] (each expert's slice is contiguous).
+// For dense and mlx the reads cover 4 KiB aligned ranges into a staging block, then finish() converts them into the
+// slot format (through kernels::make_weight / make_mlx_weight).
+// Owns: extents, file list, slot layout. Never: read files itself (ExpertReader does), or allocate slots.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tiering/expert_layout.h"
+#include "tiering/expert_reader.h"
+#include "tiering/ledger.h"
+
+namespace tierlm::tiering {
+
+enum class ExpertEncoding : uint8_t { packed, dense, mlx };
+
+struct Extent {
+  int32_t file = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+class ExpertStore {
+ public:
+  // A store over safetensors (dense or mlx). extents[layer * experts + expert] lists, in order, gate, up, down
+  // (dense) or gate.{weight,scales,biases}, up.{...}, down.{...} (mlx). source_type is the dense element type, or
+  // the MLX scale type. slot is the in-memory layout the cache holds.
+  ExpertStore(std::vector<std::string> files, int64_t layers, int64_t experts, ExpertEncoding encoding,
+              kernels::SourceType source_type, ExpertLayout slot, std::vector<std::vector<Extent>> extents);
+  // Opens a packed expert file written by write_packed_experts.
+  static ExpertStore open_packed(const std::filesystem::path& path);
+
+  int64_t layers() const { return layers_; }
+  int64_t experts() const { return experts_; }
+  ExpertEncoding encoding() const { return encoding_; }
+  const ExpertLayout& layout() const { return slot_; }
+  const std::vector<std::string>& files() const { return files_; }
+  std::span<const Extent> extents(int64_t layer, int64_t expert) const;
+
+  // Staging bytes one in-flight fill needs (0 for packed: the read lands in the slot).
+  uint64_t staging_bytes() const { return staging_bytes_; }
+  // Scratch bytes finish() allocates while converting (charged by the cache as a reservation).
+  uint64_t conversion_bytes() const;
+  // Bytes one fill reads from disk (aligned).
+  uint64_t read_bytes(int64_t layer, int64_t expert) const;
+  // The reads that fill `slot` (packed) or `staging` (others).
+  std::vector<ReadRequest> plan(int64_t layer, int64_t expert, void* slot, void* staging) const;
+  // After the reads: converts staging into the slot; no-op for packed. Temporaries go through `scratch_ledger`.
+  void finish(int64_t layer, int64_t expert, const void* staging, void* slot, Ledger& scratch_ledger) const;
+
+ private:
+  std::vector<std::string> files_;
+  int64_t layers_ = 0, experts_ = 0;
+  ExpertEncoding encoding_ = ExpertEncoding::packed;
+  kernels::SourceType source_type_ = kernels::SourceType::f32;
+  ExpertLayout slot_;
+  std::vector<std::vector<Extent>> extents_;
+  uint64_t staging_bytes_ = 0;
+};
+
+// The packed file: a 4 KiB header ("TIERLMX1", u32 JSON length, JSON describing shape and format), then
+// layers * experts blocks of layout.bytes, expert (l, e) at header + (l * experts + e) * layout.bytes.
+struct PackedHeader {
+  int64_t layers = 0, experts = 0;
+  ExpertLayout layout;
+};
+inline constexpr uint64_t kPackedHeaderBytes = 4096;
+// Writes the file; fill(layer, expert, block) writes one expert's block (layout.bytes, zeroed beforehand).
+// progress(done, total) after each expert.
+void write_packed_experts(const std::filesystem::path& path, const PackedHeader& header,
+                          const std::function<void(int64_t, int64_t, void*)>& fill,
+                          const std::function<void(size_t, size_t)>& progress = {});
+PackedHeader read_packed_header(const std::filesystem::path& path);
+
+}  // namespace tierlm::tiering

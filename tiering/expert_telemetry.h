@@ -1,0 +1,38 @@
+// tiering/expert_telemetry.h — one snapshot of the expert tier's counters, the struct the server publishes
+// (/metrics, /v1/telemetry). Plain data, copied out under no lock by the engine thread that owns the tier.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tiering/ledger.h"
+
+namespace tierlm::tiering {
+
+struct ExpertTierTelemetry {
+  struct Layer {
+    uint64_t hits = 0;           // requests served from memory (resident set or cache slot)
+    uint64_t misses = 0;         // requests that had to read from disk
+    uint64_t prefetches = 0;     // reads started ahead of need for this layer
+    uint64_t prefetch_hits = 0;  // requests served by a prefetched slot
+  };
+  std::vector<Layer> layers;
+  uint64_t hits = 0, misses = 0, resident_hits = 0;
+  uint64_t prefetches = 0, prefetch_hits = 0, prefetch_wasted = 0;  // wasted: evicted before any use
+  uint64_t evictions = 0;
+  uint64_t bytes_read = 0;    // bytes returned by the device for expert reads
+  uint64_t reads = 0;         // read operations (after splitting into blocks)
+  double read_stall_seconds = 0;  // time the forward pass waited for expert reads
+  int64_t resident_experts = 0, cache_slots = 0;
+  uint64_t expert_bytes = 0;  // one expert block in memory
+  std::string policy;         // "lru" | "frequency"
+  bool direct_io = false;     // every file is read with O_DIRECT
+  bool io_uring = false;
+  std::vector<AccountUsage> ledger;  // the ledger's accounts at snapshot time
+  uint64_t ledger_budget = 0, ledger_used = 0, ledger_peak = 0;
+
+  double hit_rate() const { return hits + misses ? double(hits) / double(hits + misses) : 0.0; }
+};
+
+}  // namespace tierlm::tiering

@@ -99,7 +99,7 @@ TEST_P(ForwardMatchesTransformers, LogitsAndGreedyTokens) {
   }
   EXPECT_LT(worst_step, tc.logit_tolerance) << "decode-step logits";
   if (!tc.exact_greedy) {
-    EXPECT_GE(matches, int(greedy.size() * 3 / 4)) << "greedy agreement";
+    EXPECT_GE(matches, int(greedy.size()) - 3) << "greedy agreement (teacher-forced)";
   }
   std::printf("[%s] prompt logits rel err %.2e, step logits rel err %.2e, greedy %d/%zu\n", tc.model.c_str(), worst,
               worst_step, matches, greedy.size());
@@ -109,11 +109,13 @@ INSTANTIATE_TEST_SUITE_P(
     Fixtures, ForwardMatchesTransformers,
     ::testing::Values(Case{"llama3", std::nullopt, 1e-3, true}, Case{"smollm", std::nullopt, 1e-3, true},
                       Case{"mistral", std::nullopt, 1e-3, true}, Case{"qwen2", std::nullopt, 1e-3, true},
-                      Case{"qwen3", std::nullopt, 1e-3, true}, Case{"llama3-mlx4", std::nullopt, 1e-3, true},
-                      Case{"llama3-mlx8", std::nullopt, 1e-3, true},
-                      // Load-time quantization: bounded error instead of exactness.
-                      Case{"llama3", kernels::WeightFormat::q8_0, 3e-2, false},
-                      Case{"llama3", kernels::WeightFormat::q4, 1.5e-1, false},
+                      Case{"qwen3", std::nullopt, 1e-3, true},
+                      // MLX affine files: transformers ran the dequantized weights in f32. Our quantized kernels
+                      // quantize activations to int8 per 32 columns (about 0.5% error per dot product), so the
+                      // bound is looser and greedy is compared teacher-forced; see QuantizedKernels* below for the
+                      // kernels against exact math on identical weights.
+                      Case{"llama3-mlx4", std::nullopt, 6e-2, false}, Case{"llama3-mlx8", std::nullopt, 6e-2, false},
+                      // f16 storage: weights rounded to half precision, math in f32.
                       Case{"qwen3", kernels::WeightFormat::f16, 5e-3, false}),
     [](const auto& info) {
       std::string name = info.param.model + (info.param.format ? std::string("_") +
@@ -214,5 +216,88 @@ TEST(Forward, BatchOfSequencesEqualsEachAlone) {
     ASSERT_NEAR(yb[size_t(i)], lb2[size_t(i)], 1e-4f);
   }
 }
+
+}  // namespace
+
+namespace {
+
+// The same weights, dequantized to f32: the exact-math oracle for a quantized model.
+kernels::Weight dequantized(const kernels::Weight& w, tiering::Ledger& ledger) {
+  std::vector<float> rows(static_cast<size_t>(w.view.rows * w.view.cols));
+  for (int64_t r = 0; r < w.view.rows; ++r) kernels::dequantize_row(w.view, r, rows.data() + r * w.view.cols);
+  return kernels::make_weight(rows.data(), kernels::SourceType::f32, w.view.rows, w.view.cols,
+                              kernels::WeightFormat::f32, ledger, tiering::accounts::weights);
+}
+
+model::ModelWeights dequantized_copy(const model::ModelWeights& m, tiering::Ledger& ledger) {
+  model::ModelWeights out;
+  out.config = m.config;
+  out.embed = dequantized(m.embed, ledger);
+  if (m.lm_head.view.rows) out.lm_head = dequantized(m.lm_head, ledger);
+  out.final_norm = m.final_norm;
+  for (const auto& l : m.layers) {
+    model::LayerWeights c;
+    c.qkv = dequantized(l.qkv, ledger);
+    c.o = dequantized(l.o, ledger);
+    c.gate_up = dequantized(l.gate_up, ledger);
+    c.down = dequantized(l.down, ledger);
+    c.qkv_bias = l.qkv_bias;
+    c.q_norm = l.q_norm;
+    c.k_norm = l.k_norm;
+    c.input_norm = l.input_norm;
+    c.post_attention_norm = l.post_attention_norm;
+    out.layers.push_back(std::move(c));
+  }
+  return out;
+}
+
+class QuantizedKernels : public ::testing::TestWithParam<std::pair<std::string, std::optional<kernels::WeightFormat>>> {};
+
+// Quantized weights through our int8-activation kernels vs exact f32 math on the identical (dequantized) weights:
+// isolates the kernels' error from the weight rounding, which weights_test bounds by known math.
+TEST_P(QuantizedKernels, MatchExactMathOnSameWeights) {
+  const auto& [name, format] = GetParam();
+  tiering::Ledger ledger;
+  model::LoadOptions options;
+  options.ledger = &ledger;
+  options.weight_format = format;
+  const auto q = model::load_model(fixture(name), options);
+  const auto exact = dequantized_copy(q, ledger);
+  kernels::ThreadPool pool(2);
+  const int64_t V = q.config.vocab_size;
+  engine::Forward fq(q, pool, ledger, 64, 96), fe(exact, pool, ledger, 64, 96);
+  engine::KVCache cq(q.config, 96, ledger), ce(q.config, 96, ledger);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 40; ++i) prompt.push_back(3 + (i * 37) % 250);
+  std::vector<float> lq(static_cast<size_t>(40 * V)), le(static_cast<size_t>(40 * V));
+  fq.run(prompt, 0, cq, lq.data(), true);
+  fe.run(prompt, 0, ce, le.data(), true);
+  double worst = 0;
+  int agree = 0;
+  for (int64_t i = 0; i < 40; ++i) {
+    std::vector<float> ref(le.begin() + i * V, le.begin() + (i + 1) * V);
+    worst = std::max(worst, relative_error(&lq[size_t(i * V)], ref));
+    agree += argmax(&lq[size_t(i * V)], V) == argmax(&le[size_t(i * V)], V);
+  }
+  std::printf("[%s %s] rel err vs exact math on the same weights %.2e, top-1 agreement %d/40\n", name.c_str(),
+              format ? kernels::format_name(*format) : "as stored", worst, agree);
+  // int8 activations: ~0.5% per dot product, compounded over 2 layers of a unit-scale random model (measured
+  // 3-4.5% here); a kernel bug (wrong scale, panel or nibble) gives errors of order 1 and top-1 near chance.
+  EXPECT_LT(worst, 8e-2);
+  EXPECT_GE(agree, 35);
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, QuantizedKernels,
+                         ::testing::Values(std::pair{std::string("llama3"), std::optional(kernels::WeightFormat::q8_0)},
+                                           std::pair{std::string("llama3"), std::optional(kernels::WeightFormat::q4)},
+                                           std::pair{std::string("qwen2"), std::optional(kernels::WeightFormat::q4)},
+                                           std::pair{std::string("llama3-mlx4"),
+                                                     std::optional<kernels::WeightFormat>()}),
+                         [](const auto& info) {
+                           std::string n = info.param.first + "_" +
+                                           (info.param.second ? kernels::format_name(*info.param.second) : "stored");
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
 
 }  // namespace

@@ -1,6 +1,12 @@
 #include "tiering/expert_cache.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 
@@ -18,13 +24,27 @@ CachePolicy parse_policy(const std::string& name) {
 
 ExpertCache::ExpertCache(const ExpertStore& store, ExpertReader& reader, Ledger& ledger, ExpertCacheOptions options)
     : store_(store), reader_(reader), ledger_(ledger), options_(std::move(options)) {
-  if (options_.slots < 1) throw std::invalid_argument("expert cache: needs at least one slot");
+  if (options_.slots < 1 && !options_.mapped) throw std::invalid_argument("expert cache: needs at least one slot");
   const int64_t keys = store_.layers() * store_.experts();
   slot_of_.assign(size_t(keys), -1);
   resident_of_.assign(size_t(keys), -1);
   frequency_.assign(size_t(keys), 0);
   counters_.layers.resize(size_t(store_.layers()));
   const ExpertLayout& layout = store_.layout();
+  if (options_.mapped) {
+    if (store_.encoding() != ExpertEncoding::packed)
+      throw std::invalid_argument("expert cache: the mmap baseline needs a packed expert file");
+    const Extent last = store_.extents(store_.layers() - 1, store_.experts() - 1)[0];
+    mapping_bytes_ = size_t(last.offset + last.length);
+    const int fd = ::open(store_.files()[0].c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw std::runtime_error(store_.files()[0] + ": " + std::strerror(errno));
+    void* p = ::mmap(nullptr, mapping_bytes_, PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) throw std::runtime_error(store_.files()[0] + ": mmap failed: " + std::strerror(errno));
+    mapping_ = static_cast<const std::byte*>(p);
+    reader_base_ = reader_.stats();
+    return;
+  }
 
   reservation_ = store_.conversion_bytes();
   if (reservation_) ledger_.charge("expert_staging", reservation_);
@@ -59,6 +79,7 @@ ExpertCache::ExpertCache(const ExpertStore& store, ExpertReader& reader, Ledger&
 }
 
 ExpertCache::~ExpertCache() {
+  if (mapping_) ::munmap(const_cast<std::byte*>(mapping_), mapping_bytes_);
   // Reads still in flight target our slots: let them land before the memory goes.
   try {
     reader_.drain();
@@ -70,11 +91,13 @@ ExpertCache::~ExpertCache() {
 bool ExpertCache::resident(int64_t layer, int32_t expert) const { return resident_of_[size_t(key(layer, expert))] >= 0; }
 
 bool ExpertCache::cached(int64_t layer, int32_t expert) const {
+  if (mapping_) return true;
   const int64_t k = key(layer, expert);
   return resident_of_[size_t(k)] >= 0 || slot_of_[size_t(k)] >= 0;
 }
 
 int64_t ExpertCache::available_slots() const {
+  if (mapping_) return store_.experts();
   int64_t n = 0;
   for (const Slot& s : slots_) n += s.pins == 0;
   return n;
@@ -134,6 +157,10 @@ void ExpertCache::load(int64_t index, int64_t k, bool prefetch) {
 
 void ExpertCache::request(int64_t layer, std::span<const int32_t> experts) {
   auto& per_layer = counters_.layers.at(size_t(layer));
+  if (mapping_) {
+    per_layer.hits += experts.size();
+    return;
+  }
   std::vector<int64_t> missing;
   for (int32_t e : experts) {
     if (e < 0 || e >= store_.experts()) throw std::out_of_range(fmt::format("expert {} does not exist", e));
@@ -182,6 +209,7 @@ void ExpertCache::finish(Slot& s) {
 
 ExpertViews ExpertCache::acquire(int64_t layer, int32_t expert) {
   const int64_t k = key(layer, expert);
+  if (mapping_) return store_.layout().views(mapping_ + store_.extents(layer, expert)[0].offset);
   if (const int32_t r = resident_of_[size_t(k)]; r >= 0) return store_.layout().views(resident_blocks_[size_t(r)].data());
   const int32_t i = slot_of_[size_t(k)];
   if (i < 0 || slots_[size_t(i)].pins == 0)
@@ -192,6 +220,7 @@ ExpertViews ExpertCache::acquire(int64_t layer, int32_t expert) {
 }
 
 void ExpertCache::release(int64_t layer, int32_t expert) {
+  if (mapping_) return;
   const int64_t k = key(layer, expert);
   if (resident_of_[size_t(k)] >= 0) return;
   const int32_t i = slot_of_[size_t(k)];
@@ -199,7 +228,7 @@ void ExpertCache::release(int64_t layer, int32_t expert) {
 }
 
 void ExpertCache::prefetch(int64_t layer, std::span<const int32_t> experts) {
-  if (options_.prefetch_limit <= 0 || layer < 0 || layer >= store_.layers()) return;
+  if (mapping_ || options_.prefetch_limit <= 0 || layer < 0 || layer >= store_.layers()) return;
   int64_t in_flight = 0;
   for (const Slot& s : slots_) in_flight += s.prefetched && s.state == State::loading;
   for (int32_t e : experts) {
@@ -229,7 +258,7 @@ ExpertTierTelemetry ExpertCache::telemetry() const {
   t.resident_experts = int64_t(resident_blocks_.size());
   t.cache_slots = int64_t(slots_.size());
   t.expert_bytes = store_.layout().bytes;
-  t.policy = policy_name(options_.policy);
+  t.policy = mapping_ ? "mmap" : policy_name(options_.policy);
   t.direct_io = true;
   for (size_t f = 0; f < reader_.files().size(); ++f) t.direct_io = t.direct_io && reader_.direct(int32_t(f));
   t.io_uring = reader_.using_io_uring();

@@ -26,6 +26,9 @@ struct ExpertCacheOptions {
   CachePolicy policy = CachePolicy::lru;
   std::vector<std::pair<int64_t, int64_t>> resident;       // (layer, expert) kept in memory for the whole run
   int64_t prefetch_limit = 8;                              // prefetch reads in flight at most; 0 disables prefetch
+  // Baseline, not a tier: experts used in place from a read-only mmap of a packed file, so the kernel's page cache
+  // decides what stays in memory (no slots, no reads of ours, nothing charged). For comparisons only.
+  bool mapped = false;
 };
 
 class ExpertCache {
@@ -84,6 +87,8 @@ class ExpertCache {
   int64_t prefetch_in_flight_ = 0;
   ExpertTierTelemetry counters_;
   ReaderStats reader_base_;
+  const std::byte* mapping_ = nullptr;
+  size_t mapping_bytes_ = 0;
 };
 
 }  // namespace tierlm::tiering

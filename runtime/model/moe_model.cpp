@@ -114,6 +114,8 @@ std::shared_ptr<tiering::ExpertTier> open_expert_tier(const std::filesystem::pat
     packed = dir / "experts.tierlm";
   }
   const auto format = options.expert_format ? options.expert_format : options.weight_format;
+  tiering::ExpertTierOptions tier_options = options.experts;
+  tier_options.min_slots = std::max(tier_options.min_slots, c.num_experts_per_tok);
   if (!packed.empty()) {
     tiering::ExpertStore store = tiering::ExpertStore::open_packed(packed);
     const auto& l = store.layout();
@@ -124,10 +126,10 @@ std::shared_ptr<tiering::ExpertTier> open_expert_tier(const std::filesystem::pat
     if (format && *format != l.format)
       throw ModelError(fmt::format("{}: packed in {} but {} was asked for (re-pack, or pass no packed file)",
                                    packed.string(), kernels::format_name(l.format), kernels::format_name(*format)));
-    return std::make_shared<tiering::ExpertTier>(std::move(store), ledger, options.experts);
+    return std::make_shared<tiering::ExpertTier>(std::move(store), ledger, tier_options);
   }
   return std::make_shared<tiering::ExpertTier>(expert_store_from_safetensors(index, c, format), ledger,
-                                               options.experts);
+                                               tier_options);
 }
 
 PackResult pack_experts(const std::filesystem::path& dir, std::optional<WeightFormat> format,

@@ -1,0 +1,23 @@
+// Built-ins of the template language: jinja2's filters and tests, the Python str/dict/list methods that chat
+// templates call, and the globals transformers provides (raise_exception, strftime_now) next to jinja2's own
+// (range, namespace, dict). Mutating methods resolve to sandbox errors, as in ImmutableSandboxedEnvironment.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "runtime/template/value.h"
+
+namespace tierlm::tmpl {
+
+class Interpreter;
+
+void install_globals(Dict& globals);
+// The bound method `name` of `object` (str/dict/list methods), an unsafe-undefined for forbidden ones, or nullopt.
+std::optional<Value> bound_method(Interpreter& in, const Value& object, const std::string& name);
+Value run_filter(Interpreter& in, const std::string& name, const Value& input, const CallArgs& args);
+bool run_test(Interpreter& in, const std::string& name, const Value& input, const CallArgs& args);
+// Python's "fmt % args" for %s %d %i %f %r %% (the `format` filter and the % operator).
+std::string printf_format(Interpreter& in, const std::string& format, const Value& args);
+
+}  // namespace tierlm::tmpl

@@ -61,25 +61,18 @@ static void multiply(const WeightView& w, const float* x, int64_t n, float* y, k
 }
 
 void Forward::attention(int64_t layer, int64_t n) {
+  // One work item per (row, kv head): the heads of a GQA group share every key/value the cache decodes.
   const auto& c = w_.config;
-  const int64_t hd = c.head_dim, heads = c.num_heads, group = c.num_heads / c.num_kv_heads;
-  const int64_t q_rows = heads * hd, qkv_stride = q_rows + 2 * c.num_kv_heads * hd;
-  const float scale = 1.0f / std::sqrt(float(hd));
+  const int64_t hd = c.head_dim, kv_heads = c.num_kv_heads, group = c.num_heads / c.num_kv_heads;
+  const int64_t q_rows = c.num_heads * hd, qkv_stride = q_rows + 2 * kv_heads * hd;
   const float* qkv = qkv_.as<float>();
   float* out = attn_.as<float>();
-  float* scores_base = scores_.as<float>();
-  pool_.parallel_for(n * heads, [&](int64_t begin, int64_t end, int thread) {
-    float* scores = scores_base + int64_t(thread) * max_context_;
+  pool_.parallel_for(n * kv_heads, [&](int64_t begin, int64_t end, int) {
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t i = item / heads, h = item % heads, kvh = h / group;
-      const KVCache& cache = *row_cache_[size_t(i)];
-      const float* q = qkv + i * qkv_stride + h * hd;
+      const int64_t i = item / kv_heads, g = item % kv_heads;
       const int64_t len = row_pos_[size_t(i)] + 1;  // causal: this row sees its own position and all before it
-      for (int64_t t = 0; t < len; ++t) scores[t] = dot(q, cache.keys(layer, t) + kvh * hd, hd) * scale;
-      softmax(scores, len);
-      float* o = out + i * q_rows + h * hd;
-      std::memset(o, 0, size_t(hd) * sizeof(float));
-      for (int64_t t = 0; t < len; ++t) axpy(scores[t], cache.values(layer, t) + kvh * hd, o, hd);
+      row_cache_[size_t(i)]->attend(layer, g, qkv + i * qkv_stride + g * group * hd, group, len,
+                                    out + i * q_rows + g * group * hd);
     }
   });
 }
@@ -155,9 +148,7 @@ void Forward::run_batch(std::span<const BatchItem> items) {
       const int64_t pos = row_pos_[size_t(i)];
       rope_.apply(q, c.num_heads, pos);
       rope_.apply(k, c.num_kv_heads, pos);
-      KVCache& cache = *row_cache_[size_t(i)];
-      std::memcpy(cache.keys(layer, pos), k, size_t(kv_rows) * sizeof(float));
-      std::memcpy(cache.values(layer, pos), v, size_t(kv_rows) * sizeof(float));
+      row_cache_[size_t(i)]->store(layer, pos, k, v);  // rows of one sequence may share a page: stores are safe
     });
     attention(layer, n);
     multiply(L.o.view, attn_.as<float>(), n, normed, pool_);

@@ -1,35 +1,68 @@
-// runtime/engine/kv_cache.h — the key/value cache of one sequence: f32 rows [layer][position][kv_head][head_dim],
-// allocated once through the ledger (account "kv") for a fixed capacity. Paged and compressed codecs come later
-// behind the same accessors. Never: grow silently past capacity (callers check and report).
+// runtime/engine/kv_cache.h — the key/value cache of one sequence: per layer, a table of fixed-size pages
+// (kv::kBlockTokens positions, every kv head) in that layer's codec (f32, f16, q8, turbo3, turbo4; see
+// runtime/kv/codec.h), taken from page pools charged to the ledger (account "kv") for the whole capacity up front,
+// so a step can never fail half-way for memory. Attention runs on the pages directly (kv::attend).
+// Never: grow silently past capacity (callers check and report), decompress whole layers.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
 
+#include "runtime/kv/codec.h"
+#include "runtime/kv/page_pool.h"
 #include "runtime/model/config.h"
 #include "tiering/ledger.h"
 
 namespace tierlm::engine {
 
+struct KVCacheOptions {
+  kv::Codec codec = kv::default_codec();
+  std::vector<kv::Codec> per_layer;  // when not empty: one codec per layer (the plan may mix them)
+  std::optional<kv::TurboSpec> turbo;  // quality studies: other bit widths for the turbo layers
+};
+
 class KVCache {
  public:
-  KVCache(const model::ModelConfig& config, int64_t capacity, tiering::Ledger& ledger);
+  KVCache(const model::ModelConfig& config, int64_t capacity, tiering::Ledger& ledger, KVCacheOptions options = {});
+  ~KVCache();
+  KVCache(const KVCache&) = delete;
+  KVCache& operator=(const KVCache&) = delete;
+  KVCache(KVCache&&) noexcept = default;
+  KVCache& operator=(KVCache&&) noexcept = default;  // the old pools go back to the ledger
 
   int64_t capacity() const { return capacity_; }
-  int64_t row_size() const { return row_; }  // floats per position per layer (kv_heads * head_dim)
-  float* keys(int64_t layer, int64_t pos) { return base(layer, pos, 0); }
-  float* values(int64_t layer, int64_t pos) { return base(layer, pos, 1); }
-  const float* keys(int64_t layer, int64_t pos) const { return const_cast<KVCache*>(this)->base(layer, pos, 0); }
-  const float* values(int64_t layer, int64_t pos) const { return const_cast<KVCache*>(this)->base(layer, pos, 1); }
-  uint64_t bytes() const { return storage_.size(); }
-  static uint64_t bytes_for(const model::ModelConfig& config, int64_t capacity);
+  int64_t row_size() const { return kv_heads_ * head_dim_; }  // floats per position per layer (kv_heads * head_dim)
+  kv::Codec codec(int64_t layer) const { return layouts_[size_t(layer)].codec; }
+  const kv::CodecLayout& layout(int64_t layer) const { return layouts_[size_t(layer)]; }
+
+  // Writes position pos of a layer: k and v hold kv_heads * head_dim floats.
+  void store(int64_t layer, int64_t pos, const float* k, const float* v);
+  // One kv head only (k, v: head_dim floats). Different positions/heads may be stored concurrently.
+  void store_head(int64_t layer, int64_t pos, int64_t kv_head, const float* k, const float* v);
+  // Attention of `heads` query heads (q: heads * head_dim floats, unscaled) that share kv_head, over positions
+  // [0, len) of the layer; out: heads * head_dim floats. Safe to call concurrently (read-only).
+  void attend(int64_t layer, int64_t kv_head, const float* q, int64_t heads, int64_t len, float* out) const;
+  // What the codec stored for one position and head (tests and quality studies).
+  void load_key(int64_t layer, int64_t pos, int64_t kv_head, float* k) const;
+  void load_value(int64_t layer, int64_t pos, int64_t kv_head, float* v) const;
+
+  uint64_t bytes() const;
+  static uint64_t bytes_for(const model::ModelConfig& config, int64_t capacity, const KVCacheOptions& options = {});
+  // Bytes of one position of one layer in a codec (all kv heads), page overhead included.
+  static double bytes_per_token(const model::ModelConfig& config, kv::Codec codec);
 
  private:
-  float* base(int64_t layer, int64_t pos, int which) {
-    return storage_.as<float>() + ((layer * 2 + which) * capacity_ + pos) * row_;
-  }
+  uint8_t* page(int64_t layer, int64_t pos);
   int64_t capacity_;
-  int64_t row_;
-  tiering::LedgerBuffer storage_;
+  int64_t kv_heads_;
+  int64_t head_dim_;
+  int64_t blocks_;
+  std::vector<kv::CodecLayout> layouts_;
+  std::vector<size_t> page_bytes_;
+  std::vector<std::unique_ptr<kv::PagePool>> pools_;   // one per layer
+  std::vector<std::vector<uint8_t*>> pages_;           // [layer][block]
 };
 
 }  // namespace tierlm::engine

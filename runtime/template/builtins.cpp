@@ -289,7 +289,7 @@ std::optional<Value> string_method(Interpreter& in, const std::string& s, const 
   if (name == "removeprefix" || name == "removesuffix") {
     bool prefix = name == "removeprefix";
     return method(name, [s, prefix](const CallArgs& a) {
-      const auto& x = need_string(arg_or(a, 0, "prefix", Value()), "removeprefix");
+      std::string x = need_string(arg_or(a, 0, "prefix", Value()), "removeprefix");
       if (!affix(s, Value(x), prefix)) return Value(s);
       return Value(prefix ? s.substr(x.size()) : s.substr(0, s.size() - x.size()));
     });
@@ -478,7 +478,7 @@ void install_globals(Dict& g) {
     throw TemplateError(a.positional.empty() ? std::string() : soft_str(a.positional[0]));
   }));
   g.set("strftime_now", Value::function("strftime_now", [](const CallArgs& a) {
-    const std::string& fmt = need_string(arg_or(a, 0, "format", Value()), "strftime_now");
+    std::string fmt = need_string(arg_or(a, 0, "format", Value()), "strftime_now");
     std::time_t now = std::time(nullptr);
     std::tm local{};
     localtime_r(&now, &local);

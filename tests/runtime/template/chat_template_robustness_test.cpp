@@ -1,0 +1,217 @@
+// Hostile and malformed templates end in TemplateError, never a crash or a hang: mutated real templates, token soup,
+// deep nesting, runaway loops/recursion/output. Also the model-folder loader and the special-token mapping.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include "runtime/template/chat_template.h"
+
+namespace fs = std::filesystem;
+using namespace tierlm::tmpl;
+
+namespace {
+
+const fs::path kFixtures = fs::path(TIERLM_SOURCE_DIR) / "tests" / "fixtures" / "templates";
+
+std::string template_of(const std::string& name) {
+  std::ifstream in(kFixtures / (name + ".jsonl"));
+  std::string line;
+  std::getline(in, line);
+  return std::string(boost::json::parse(line).at("meta").at("template").as_string());
+}
+
+boost::json::array sample_messages() {
+  return boost::json::parse(R"([{"role":"system","content":"s"},{"role":"user","content":"hi"},
+    {"role":"assistant","content":"<think>r</think>ok","tool_calls":[{"type":"function",
+     "function":{"name":"f","arguments":{"a":1}}}]},{"role":"tool","content":"x"},{"role":"user","content":"u"}])")
+      .as_array();
+}
+
+// Parse and, if that worked, render; anything but TemplateError escaping is a failure.
+void parse_and_render(const std::string& source, const TemplateLimits& limits = {}) {
+  try {
+    auto t = ChatTemplate::parse(source, limits);
+    boost::json::object special{{"bos_token", "<s>"}, {"eos_token", "</s>"}};
+    render_chat(t, sample_messages(), true, nullptr, special);
+  } catch (const TemplateError&) {
+  }
+}
+
+std::string expect_error(const std::string& source, const boost::json::object& context = {},
+                         const TemplateLimits& limits = {}) {
+  try {
+    auto t = ChatTemplate::parse(source, limits);
+    t.render(context);
+  } catch (const TemplateError& e) {
+    return e.message();
+  }
+  ADD_FAILURE() << "no TemplateError for: " << source;
+  return {};
+}
+
+}  // namespace
+
+TEST(ChatTemplateRobustness, MutatedRealTemplatesNeverCrash) {
+  std::mt19937 rng(1234);
+  const char* pieces[] = {"{%", "%}", "{{", "}}", "{#", "#}", "-", "(", ")", "[", "]", "'", "\"", "endif", "endfor",
+                          "|", ".", ",", "if ", "for x in ", "set ", "=", "not ", "\\", "\n", "loop.", "~", "*"};
+  int variants = 0;
+  for (const char* name : {"qwen3", "llama3", "gemma3", "deepseek_v3"}) {
+    const std::string base = template_of(name);
+    for (int i = 0; i < 400; ++i) {
+      std::string s = base;
+      int edits = 1 + static_cast<int>(rng() % 4);
+      for (int e = 0; e < edits; ++e) {
+        std::size_t pos = rng() % (s.size() + 1);
+        switch (rng() % 3) {
+          case 0: s.erase(pos, 1 + rng() % 8); break;
+          case 1: s.insert(pos, pieces[rng() % (sizeof pieces / sizeof *pieces)]); break;
+          default: if (pos < s.size()) s[pos] = static_cast<char>(rng() % 128);
+        }
+      }
+      parse_and_render(s);
+      ++variants;
+    }
+  }
+  EXPECT_EQ(variants, 1600);
+}
+
+TEST(ChatTemplateRobustness, TokenSoupNeverCrashes) {
+  std::mt19937 rng(99);
+  const char* tokens[] = {"{{", "}}", "{%", "%}", "{%-", "-%}", "if", "elif", "else", "endif", "for", "in", "endfor",
+                          "set", "macro", "endmacro", "call", "endcall", "x", "messages", "loop", "ns", "namespace(",
+                          "(", ")", "[", "]", "{", "}", ":", ",", ".", "|", "is", "not", "and", "or", "1", "'a'",
+                          "+", "-", "*", "/", "//", "%", "**", "~", "==", "<", "tojson", "trim", "defined", "break",
+                          "raw", "endraw", "filter", "endfilter", "with", "endwith", "=", " ", "\n", "{#", "#}"};
+  for (int i = 0; i < 3000; ++i) {
+    std::string s;
+    int n = 1 + static_cast<int>(rng() % 30);
+    for (int k = 0; k < n; ++k) s += std::string(tokens[rng() % (sizeof tokens / sizeof *tokens)]) + " ";
+    parse_and_render(s);
+  }
+}
+
+TEST(ChatTemplateRobustness, DeepNestingIsRefusedAtParse) {
+  std::string ifs, parens = "{{ ", brackets = "{{ ";
+  for (int i = 0; i < 5000; ++i) ifs += "{% if true %}";
+  for (int i = 0; i < 5000; ++i) parens += "(";
+  for (int i = 0; i < 5000; ++i) brackets += "[";
+  EXPECT_NE(expect_error(ifs).find("nests too deeply"), std::string::npos);
+  EXPECT_NE(expect_error(parens + "1" + std::string(5000, ')') + " }}").find("nests too deeply"), std::string::npos);
+  EXPECT_FALSE(expect_error(brackets).empty());
+  std::string nots = "{{ " ;
+  for (int i = 0; i < 5000; ++i) nots += "not ";
+  EXPECT_NE(expect_error(nots + "x }}").find("nests too deeply"), std::string::npos);
+  std::string minus = "{{ ";
+  for (int i = 0; i < 5000; ++i) minus += "-";
+  EXPECT_NE(expect_error(minus + "1 }}").find("nests too deeply"), std::string::npos);
+}
+
+TEST(ChatTemplateRobustness, RunawayTemplatesHitLimits) {
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_NE(expect_error("{% for i in range(100000000) %}x{% endfor %}").find("loop iterations"), std::string::npos);
+  EXPECT_NE(expect_error("{% for a in range(1000) %}{% for b in range(1000) %}{% endfor %}{% endfor %}").find("loop iterations"),
+            std::string::npos);
+  EXPECT_NE(expect_error("{% for i in range(45000) %}{{ 'x' * 100 }}{% endfor %}").find("output exceeds"), std::string::npos);
+  EXPECT_NE(expect_error("{{ 'x' * 100000000 }}").find("exceeds"), std::string::npos);
+  EXPECT_NE(expect_error("{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}")
+                .find("exceeds"),
+            std::string::npos);
+  EXPECT_NE(expect_error("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").find("nest deeper"), std::string::npos);
+  EXPECT_NE(expect_error("{{ [1] * 100000000 }}").find("loop iterations"), std::string::npos);
+  EXPECT_NE(expect_error("{{ 10 ** 100 }}").find("overflow"), std::string::npos);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+
+  TemplateLimits tight;
+  tight.render.max_output_bytes = 10;
+  EXPECT_NE(expect_error("{{ 'abcdefghijkl' }}", {}, tight).find("exceeds 10 bytes"), std::string::npos);
+  tight.render.max_loop_iterations = 3;
+  EXPECT_NE(expect_error("{% for x in [1,2,3,4] %}{% endfor %}", {}, tight).find("3 loop iterations"), std::string::npos);
+}
+
+TEST(ChatTemplateRobustness, ErrorsCarryLineAndColumn) {
+  try {
+    ChatTemplate::parse("line one\n{% if x %}\n  {{ 1 + }}\n{% endif %}");
+    FAIL();
+  } catch (const TemplateError& e) {
+    EXPECT_EQ(e.line(), 3);
+    EXPECT_GT(e.column(), 0);
+    EXPECT_NE(std::string(e.what()).find("line 3"), std::string::npos);
+  }
+  try {
+    ChatTemplate::parse("a\nb\n{{ raise_exception('boom') }}").render({});
+    FAIL();
+  } catch (const TemplateError& e) {
+    EXPECT_EQ(e.message(), "boom");
+    EXPECT_EQ(e.line(), 3);
+  }
+}
+
+TEST(ChatTemplateRobustness, UnsupportedFeaturesAreRefusedAtLoad) {
+  for (const char* s : {"{% include 'x' %}", "{% extends 'x' %}", "{% import 'x' as y %}", "{% block b %}{% endblock %}",
+                        "{% for x in y recursive %}{% endfor %}", "{{ f(*args) }}", "{{ x | nosuch }}"}) {
+    EXPECT_THROW(ChatTemplate::parse(s), TemplateError) << s;
+  }
+}
+
+TEST(ChatTemplateRobustness, StrftimeNow) {
+  auto t = ChatTemplate::parse("{{ strftime_now('%Y') }}|{{ strftime_now('%d %b %Y') }}");
+  std::string out = t.render({});
+  ASSERT_EQ(out.size(), 4u + 1 + 11);
+  EXPECT_EQ(out[4], '|');
+}
+
+TEST(ChatTemplateLoader, TokenizerConfigStringListAndJinjaFile) {
+  fs::path dir = fs::temp_directory_path() / ("tierlm_tmpl_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  {
+    std::ofstream(dir / "tokenizer_config.json") << R"({
+      "bos_token": {"__type": "AddedToken", "content": "<B>", "lstrip": false},
+      "eos_token": "<E>", "unk_token": null, "pad_token": "<P>",
+      "additional_special_tokens": ["<x>", {"content": "<y>"}],
+      "chat_template": [{"name": "default", "template": "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}{{ eos_token }}"},
+                        {"name": "tool_use", "template": "T{{ tools | length }}{{ additional_special_tokens | join(',') }}"}]})";
+  }
+  auto loaded = load_chat_templates(dir);
+  ASSERT_EQ(loaded.named.size(), 2u);
+  EXPECT_EQ(loaded.special_tokens.at("bos_token").as_string(), "<B>");
+  EXPECT_FALSE(loaded.special_tokens.contains("unk_token"));
+  auto messages = boost::json::parse(R"([{"role":"user","content":"hi"}])").as_array();
+  EXPECT_EQ(render_chat(loaded.select(false), messages, false, nullptr, loaded.special_tokens), "<B>hi<E>");
+  boost::json::value tools = boost::json::parse(R"([{"type":"function"}])");
+  EXPECT_EQ(render_chat(loaded.select(true), messages, false, tools, loaded.special_tokens), "T1<x>,<y>");
+  EXPECT_THROW(loaded.select(false, "nope"), TemplateError);
+
+  // chat_template.jinja wins over tokenizer_config's field, as in transformers.
+  std::ofstream(dir / "chat_template.jinja") << "J{{ messages | length }}\n";
+  auto jinja = load_chat_templates(dir);
+  ASSERT_EQ(jinja.named.size(), 1u);
+  EXPECT_EQ(render_chat(jinja.select(false), messages, false, nullptr, jinja.special_tokens), "J1");
+
+  // A broken template is a load-time error naming the file.
+  std::ofstream(dir / "chat_template.jinja") << "{% if %}";
+  try {
+    load_chat_templates(dir);
+    FAIL();
+  } catch (const TemplateError& e) {
+    EXPECT_NE(e.message().find("chat_template.jinja"), std::string::npos);
+  }
+  fs::remove_all(dir);
+}
+
+TEST(ChatTemplateLoader, RealTokenizerConfigsWhenFetched) {
+  fs::path cache = fs::path(TIERLM_SOURCE_DIR) / ".cache" / "tokenizers";
+  int found = 0;
+  for (const char* name : {"qwen3", "llama3", "gemma3", "deepseek_v3"}) {
+    if (!fs::exists(cache / name / "tokenizer_config.json")) continue;
+    ++found;
+    auto loaded = load_chat_templates(cache / name);
+    ASSERT_FALSE(loaded.empty()) << name;
+    EXPECT_EQ(loaded.select(false).source(), template_of(name).substr(0, loaded.select(false).source().size()));
+  }
+  if (found == 0) GTEST_SKIP() << "run tools/fetch_tokenizers.sh";
+}

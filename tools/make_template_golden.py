@@ -342,6 +342,39 @@ def feature_cases():
     t("nested_data", "{% for m in messages %}{% if m.tool_calls %}{% for tc in m.tool_calls %}{{ tc.function.name }}"
       "({{ tc.function.arguments | tojson }}){{ tc.function.arguments.x }}{% endfor %}{% endif %}{% endfor %}")
     t("message_content_check", "{% for m in messages %}{{ m.content is string }}{{ m.get('tool_calls') is none }}{% endfor %}")
+    # patterns common in other chat templates (written here, not copied)
+    tool_ctx = {"messages": [{"role": "system", "content": "  Sys prompt  "},
+                             {"role": "user", "content": [{"type": "text", "text": "look"}, {"type": "image"},
+                                                          {"type": "text", "text": " here"}]},
+                             {"role": "assistant", "content": None, "tool_calls": [
+                                 {"type": "function", "function": {"name": "lookup", "arguments": {
+                                     "q": "x", "opts": {"deep": True, "k": [1, 2]}, "w": 0.25}}}]},
+                             {"role": "tool", "content": {"result": [1, "two"]}}],
+                "tools": TOOLS, "add_generation_prompt": True, "bos_token": "<s>"}
+    t("pattern_system_extraction",
+      "{{- bos_token }}\n{%- if messages[0]['role'] == 'system' %}\n    {%- set system_message = messages[0]['content'] | trim %}\n"
+      "    {%- set loop_messages = messages[1:] %}\n{%- else %}\n    {%- set system_message = '' %}\n"
+      "    {%- set loop_messages = messages %}\n{%- endif %}\n[{{ system_message }}]\n"
+      "{%- for t in tools %}\n{{ t | tojson(indent=4) }}\n\n{%- endfor %}\n"
+      "{%- for message in loop_messages %}\n    {%- if message.content is string %}\n{{ message.content }}\n"
+      "    {%- elif message.content is iterable and message.content is not mapping %}\n"
+      "{{ message.content | selectattr('type', 'equalto', 'text') | map(attribute='text') | join('') }}\n"
+      "    {%- elif message.content is mapping %}\n{{ message.content | tojson }}\n    {%- endif %}\n"
+      "    {%- if message.tool_calls is defined and message.tool_calls | length > 0 %}\n"
+      "        {%- for call in message.tool_calls %}\n<call name=\"{{ call.function.name }}\">\n"
+      "            {%- for key, value in call.function.arguments.items() %}\n"
+      "<param name=\"{{ key }}\">{{ value | tojson if value is mapping or (value is sequence and value is not string) else value }}</param>\n"
+      "            {%- endfor %}\n</call>\n        {%- endfor %}\n    {%- endif %}\n{%- endfor %}\n"
+      "{%- if add_generation_prompt %}<|assistant|>{% endif %}\n", tool_ctx)
+    t("pattern_last_user_index",
+      "{%- set ns = namespace(last_user=-1, texts=[]) %}{%- for m in messages %}{%- if m.role == 'user' %}"
+      "{%- set ns.last_user = loop.index0 %}{%- endif %}{%- set ns.texts = ns.texts + [m.role[:1] | upper] %}{%- endfor %}"
+      "{{ ns.last_user }}:{{ ns.texts | join('') }}:{{ messages | map(attribute='role') | unique | list | length }}"
+      "{%- for m in messages if m.role != 'system' %}{{ '\n' if not loop.first }}{{ loop.index }}={{ m.role }}{%- endfor %}")
+    t("pattern_date_default",
+      "{%- if not date_string is defined %}{%- set date_string = '01 Jan 2025' %}{%- endif %}Today: {{ date_string }}"
+      "{%- if custom is defined and custom %} custom{%- endif %}")
+
     # runtime errors (our renderer must raise with the same message)
     t("err_raise", "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}")
     t("err_raise_in_loop", "{% for m in messages %}{% if m.role == 'assistant' %}{{ raise_exception('bad role: ' + m.role) }}{% endif %}{% endfor %}")
@@ -373,9 +406,40 @@ def feature_cases():
     return T
 
 
+CONTENT_POOL = ["ok", "", " spaced ", "multi\nline\n", "<think>\nhidden\n</think>\n\nshown", "</think>only end",
+                "ünï 東京 🌸", "quote ' \" \\", "{{ not a tag }}", "\t", "<tool_response>r</tool_response>", "1.0"]
+
+
+def random_conversations(count, seed):
+    """Seeded random conversations: role orders valid or not, tool calls, reasoning, odd contents."""
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        messages = []
+        if rng.random() < 0.4:
+            messages.append({"role": "system", "content": rng.choice(CONTENT_POOL)})
+        for _ in range(rng.randint(1, 6)):
+            role = rng.choice(["user", "assistant", "user", "assistant", "tool"])
+            msg = {"role": role, "content": rng.choice(CONTENT_POOL)}
+            if role == "assistant" and rng.random() < 0.3:
+                msg["tool_calls"] = [tool_call(rng.choice(["get_weather", "calculate"]),
+                                               {"city": rng.choice(CONTENT_POOL), "n": rng.choice([1, 2.5, None, True])},
+                                               f"c{k}", as_string=rng.random() < 0.5)
+                                     for k in range(rng.randint(1, 2))]
+            if role == "assistant" and rng.random() < 0.2:
+                msg["reasoning_content"] = rng.choice(CONTENT_POOL)
+            messages.append(msg)
+        tools = TOOLS if rng.random() < 0.3 else None
+        extra = {"enable_thinking": rng.random() < 0.5} if rng.random() < 0.3 else {}
+        out.append((f"random_{i}", messages, tools, extra))
+    return out
+
+
 def real_cases(template, special):
     cases = []
-    for name, messages, tools, extra in conversations():
+    for name, messages, tools, extra in conversations() + random_conversations(40, 5):
         for agp in (True, False):
             ctx = {"messages": copy.deepcopy(messages), "tools": copy.deepcopy(tools), "documents": None,
                    "add_generation_prompt": agp}

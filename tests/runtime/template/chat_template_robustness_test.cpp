@@ -215,3 +215,18 @@ TEST(ChatTemplateLoader, RealTokenizerConfigsWhenFetched) {
   }
   if (found == 0) GTEST_SKIP() << "run tools/fetch_tokenizers.sh";
 }
+
+TEST(ChatTemplateRobustness, LongConversationRendersQuickly) {
+  auto t = ChatTemplate::parse(template_of("qwen3"));
+  boost::json::array messages;
+  std::string content(2000, 'x');
+  for (int i = 0; i < 500; ++i)
+    messages.push_back(boost::json::object{{"role", i % 2 ? "assistant" : "user"}, {"content", content}});
+  auto start = std::chrono::steady_clock::now();
+  std::string out = render_chat(t, messages, true, nullptr, {});
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_GT(out.size(), 500u * 2000u);
+  EXPECT_LT(elapsed, std::chrono::seconds(2));
+  std::printf("[perf] qwen3, 500 messages x 2 KB: %.1f ms\n",
+              std::chrono::duration<double, std::milli>(elapsed).count());
+}

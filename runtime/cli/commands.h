@@ -9,5 +9,6 @@ namespace tierlm::cli {
 
 void add_run_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_pack_command(CLI::App& app);
 
 }  // namespace tierlm::cli

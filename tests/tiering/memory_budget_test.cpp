@@ -27,6 +27,7 @@ constexpr uint64_t MiB = 1ull << 20;
 constexpr uint64_t kBudget = 32 * MiB;          // the ledger: weights + expert cache + KV + scratch
 constexpr uint64_t kOverhead = 48 * MiB;        // stated RSS overhead: code, libraries, thread stacks, allocator
 constexpr uint64_t kLimit = kBudget + kOverhead;  // the cgroup limit
+constexpr int kSteps = 12;
 
 model::SyntheticMoeSpec spec() {
   model::SyntheticMoeSpec s;
@@ -92,6 +93,26 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+// The constrained half, run only as the child process the test below starts inside the cgroup.
+TEST(MemoryBudget, ChildRun) {
+  const char* dir = getenv("TIERLM_BUDGET_CHILD_DIR");
+  const char* out_file = getenv("TIERLM_BUDGET_CHILD_OUT");
+  if (!dir || !out_file) GTEST_SKIP() << "only runs as the child of ModelTwiceTheCgroupLimitRunsCorrectly";
+  tiering::Ledger ledger(kBudget);
+  model::LoadOptions o;
+  o.experts.cache.slots = 0;  // as many as the budget allows
+  o.experts.leave_free_bytes = 2 * MiB;
+  tiering::ExpertTierTelemetry t;
+  Output out = generate(dir, ledger, o, kSteps, &t);
+  std::ostringstream msg;
+  msg.precision(9);
+  msg << ledger.peak() << ' ' << peak_rss() << ' ' << t.cache_slots << ' ' << t.bytes_read << ' ' << t.hits << ' '
+      << t.misses << ' ' << (t.direct_io ? 1 : 0);
+  for (int32_t tok : out.tokens) msg << ' ' << tok;
+  for (float f : out.logits) msg << ' ' << f;
+  ASSERT_TRUE(write_file(out_file, msg.str()));
+}
+
 TEST(MemoryBudget, ModelTwiceTheCgroupLimitRunsCorrectly) {
   const std::string root = "/sys/fs/cgroup/memory";
   if (geteuid() != 0 || access(root.c_str(), W_OK) != 0)
@@ -105,7 +126,7 @@ TEST(MemoryBudget, ModelTwiceTheCgroupLimitRunsCorrectly) {
   ASSERT_GE(expert_bytes, 2 * kLimit * 95 / 100);
 
   // Oracle: outside the cgroup, everything cached.
-  const int steps = 12;
+  const int steps = kSteps;
   Output reference;
   {
     tiering::Ledger unlimited;
@@ -119,39 +140,16 @@ TEST(MemoryBudget, ModelTwiceTheCgroupLimitRunsCorrectly) {
   ASSERT_TRUE(write_file(group + "/memory.limit_in_bytes", std::to_string(kLimit)));
   write_file(group + "/memory.swappiness", "0");
 
-  int pipe_fds[2];
-  ASSERT_EQ(pipe(pipe_fds), 0);
+  // The constrained run is a fresh process (fork + exec of this binary) so its RSS is its own, not the parent's.
+  const std::string out_file = (dir / "child.out").string();
   const pid_t child = fork();
   if (child == 0) {
-    close(pipe_fds[0]);
-    int code = 0;
-    try {
-      if (!write_file(group + "/cgroup.procs", std::to_string(getpid()))) _exit(3);
-      tiering::Ledger ledger(kBudget);
-      model::LoadOptions o;
-      o.experts.cache.slots = 0;  // as many as the budget allows
-      o.experts.leave_free_bytes = 2 * MiB;
-      tiering::ExpertTierTelemetry t;
-      Output out = generate(dir.path, ledger, o, steps, &t);
-      std::ostringstream msg;
-      msg << ledger.peak() << ' ' << peak_rss() << ' ' << t.cache_slots << ' ' << t.bytes_read << ' ' << t.hits << ' '
-          << t.misses << ' ' << (t.direct_io ? 1 : 0);
-      for (int32_t tok : out.tokens) msg << ' ' << tok;
-      for (float f : out.logits) msg << ' ' << f;
-      const std::string text = msg.str();
-      if (write(pipe_fds[1], text.data(), text.size()) != ssize_t(text.size())) code = 4;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "child failed: %s\n", e.what());
-      code = 2;
-    }
-    close(pipe_fds[1]);
-    _exit(code);
+    if (!write_file(group + "/cgroup.procs", std::to_string(getpid()))) _exit(3);
+    setenv("TIERLM_BUDGET_CHILD_DIR", dir.path.c_str(), 1);
+    setenv("TIERLM_BUDGET_CHILD_OUT", out_file.c_str(), 1);
+    execl("/proc/self/exe", "memory_budget_test", "--gtest_filter=MemoryBudget.ChildRun", nullptr);
+    _exit(5);
   }
-  close(pipe_fds[1]);
-  std::string text;
-  char buf[65536];
-  for (ssize_t n; (n = read(pipe_fds[0], buf, sizeof buf)) > 0;) text.append(buf, size_t(n));
-  close(pipe_fds[0]);
   int status = 0;
   waitpid(child, &status, 0);
   const std::string oom = read_file(group + "/memory.oom_control");
@@ -162,8 +160,9 @@ TEST(MemoryBudget, ModelTwiceTheCgroupLimitRunsCorrectly) {
   ASSERT_TRUE(WIFEXITED(status)) << "child killed by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0)
                                  << " (OOM?) — " << oom;
   ASSERT_EQ(WEXITSTATUS(status), 0);
+  ASSERT_TRUE(std::filesystem::exists(out_file)) << "the child wrote no result";
   EXPECT_NE(oom.find("oom_kill 0"), std::string::npos) << oom;
-  std::istringstream in(text);
+  std::istringstream in(read_file(out_file));
   uint64_t ledger_peak, rss, slots, bytes_read, hits, misses, direct;
   in >> ledger_peak >> rss >> slots >> bytes_read >> hits >> misses >> direct;
   Output got;

@@ -128,7 +128,7 @@ int64_t ExpertCache::choose_victim(bool for_prefetch) {
   for (int64_t i = 0; i < int64_t(slots_.size()); ++i) {
     const Slot& s = slots_[size_t(i)];
     if (s.pins > 0) continue;
-    if (for_prefetch && s.state == State::loading) continue;
+    if (for_prefetch && s.state == State::loading && !reader_.done(s.ticket)) continue;  // never wait for a prefetch
     const auto r = rank(s);
     if (best < 0 || r < best_rank) {
       best = i;

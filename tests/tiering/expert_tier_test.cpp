@@ -1,0 +1,228 @@
+// ExpertReader, ExpertStore and ExpertCache against exact oracles: bytes read equal the file's bytes (O_DIRECT,
+// split into blocks, several in flight, and the buffered fallback on ramfs, which refuses O_DIRECT); MLX stacked
+// switch_mlp slices equal per-expert MLX tensors; LRU and frequency-aware eviction pick the victims the policy says.
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "runtime/model/moe_model.h"
+#include "tests/runtime/model/safetensors_writer.h"
+#include "tiering/expert_cache.h"
+
+using namespace tierlm;
+
+namespace {
+
+std::string random_bytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string s(n, '\0');
+  for (auto& c : s) c = char(rng());
+  return s;
+}
+
+void write(const std::filesystem::path& p, const std::string& bytes) {
+  std::ofstream out(p, std::ios::binary);
+  out.write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+void check_reads(const std::filesystem::path& file, const std::string& bytes, bool expect_direct) {
+  tiering::ReaderOptions o;
+  o.queue_depth = 3;
+  o.block_size = 8192;  // forces splitting
+  tiering::ExpertReader reader({file.string()}, o);
+  EXPECT_EQ(reader.direct(0), expect_direct);
+  tiering::Ledger ledger;
+  tiering::LedgerBuffer buf(ledger, "test", 64 * 4096, 4096);
+  // Several aligned requests in flight, one running past the end of the file.
+  std::vector<tiering::ReadRequest> reads = {{0, 4096, 5 * 4096, buf.as<char>()},
+                                             {0, 40 * 4096, 12 * 4096, buf.as<char>() + 8 * 4096},
+                                             {0, (bytes.size() / 4096) * 4096, 4 * 4096, buf.as<char>() + 24 * 4096}};
+  reader.wait(reader.submit(reads));
+  EXPECT_EQ(std::memcmp(buf.as<char>(), bytes.data() + 4096, 5 * 4096), 0);
+  EXPECT_EQ(std::memcmp(buf.as<char>() + 8 * 4096, bytes.data() + 40 * 4096, 12 * 4096), 0);
+  const size_t tail = bytes.size() % 4096;
+  EXPECT_EQ(std::memcmp(buf.as<char>() + 24 * 4096, bytes.data() + bytes.size() - tail, tail), 0);
+  EXPECT_EQ(reader.stats().bytes_read, uint64_t(17 * 4096 + tail));
+  EXPECT_GE(reader.stats().reads, 5u);  // 5 blocks of 8 KiB for the first two requests alone
+}
+
+TEST(ExpertReader, DirectReadsSplitIntoBlocks) {
+  test::TempDir dir;
+  const std::string bytes = random_bytes(60 * 4096 + 1000, 1);
+  write(dir / "f.bin", bytes);
+  check_reads(dir / "f.bin", bytes, true);
+}
+
+TEST(ExpertReader, FallsBackToBufferedWhereODirectIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "skipped: mounting ramfs (which refuses O_DIRECT) needs root";
+  test::TempDir dir;
+  const auto mount_point = dir / "ramfs";
+  std::filesystem::create_directory(mount_point);
+  if (mount("ramfs", mount_point.c_str(), "ramfs", 0, nullptr) != 0)
+    GTEST_SKIP() << "skipped: cannot mount ramfs here (" << std::strerror(errno) << ")";
+  const std::string bytes = random_bytes(60 * 4096 + 1000, 2);
+  write(mount_point / "f.bin", bytes);
+  check_reads(mount_point / "f.bin", bytes, false);
+  umount(mount_point.c_str());
+}
+
+TEST(ExpertReader, RejectsUnalignedDirectReads) {
+  test::TempDir dir;
+  write(dir / "f.bin", random_bytes(8192, 3));
+  tiering::ExpertReader reader({(dir / "f.bin").string()});
+  ASSERT_TRUE(reader.direct(0));
+  tiering::Ledger ledger;
+  tiering::LedgerBuffer buf(ledger, "test", 8192, 4096);
+  const tiering::ReadRequest r{0, 100, 4096, buf.data()};
+  EXPECT_THROW(reader.submit(std::span(&r, 1)), tiering::ReaderError);
+}
+
+// One layer of 4 MLX 4-bit experts (H = I = 64, group 32), written both stacked (switch_mlp) and per expert.
+model::ModelConfig mlx_config() {
+  model::ModelConfig c;
+  c.model_type = "qwen3_moe";
+  c.arch = *model::find_architecture("qwen3_moe");
+  c.num_layers = 1;
+  c.hidden_size = 64;
+  c.moe_intermediate_size = 64;
+  c.num_experts = 4;
+  c.num_experts_per_tok = 2;
+  c.quantization = model::QuantizationConfig{32, 4};
+  return c;
+}
+
+TEST(ExpertStore, MlxSwitchMlpSlicesEqualPerExpertTensors) {
+  const auto c = mlx_config();
+  const int64_t E = 4, H = 64, I = 64;
+  std::vector<test::TestTensor> stacked, per_expert;
+  uint64_t seed = 10;
+  for (auto [name, rows, cols] : {std::tuple{"gate_proj", I, H}, {"up_proj", I, H}, {"down_proj", H, I}}) {
+    const std::string w = random_bytes(size_t(E * rows * cols / 2), seed++);
+    std::string s(size_t(E * rows * cols / 32) * 2, '\0'), b = s;
+    for (size_t i = 0; i < s.size(); i += 2) {  // f16 scales in [0.5, 1), biases in (-1, -0.5]
+      s[i + 1] = 0x38;
+      s[i] = char(i);
+      b[i + 1] = char(0xB8);
+      b[i] = char(i * 3);
+    }
+    auto bytes = [](const std::string& x, size_t from, size_t n) { return std::vector<uint8_t>(x.begin() + from, x.begin() + from + n); };
+    const std::string base = std::string("model.layers.0.mlp.switch_mlp.") + name;
+    stacked.push_back({base + ".weight", "U32", {E, rows, cols / 8}, bytes(w, 0, w.size())});
+    stacked.push_back({base + ".scales", "F16", {E, rows, cols / 32}, bytes(s, 0, s.size())});
+    stacked.push_back({base + ".biases", "F16", {E, rows, cols / 32}, bytes(b, 0, b.size())});
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string pe = "model.layers.0.mlp.experts." + std::to_string(e) + "." + name;
+      const size_t wn = w.size() / E, sn = s.size() / E;
+      per_expert.push_back({pe + ".weight", "U32", {rows, cols / 8}, bytes(w, size_t(e) * wn, wn)});
+      per_expert.push_back({pe + ".scales", "F16", {rows, cols / 32}, bytes(s, size_t(e) * sn, sn)});
+      per_expert.push_back({pe + ".biases", "F16", {rows, cols / 32}, bytes(b, size_t(e) * sn, sn)});
+    }
+  }
+  test::TempDir dir;
+  test::write_bytes(dir / "stacked.safetensors", test::build_file(stacked));
+  test::write_bytes(dir / "per_expert.safetensors", test::build_file(per_expert));
+  const auto a_index = model::TensorIndex::open_file(dir / "stacked.safetensors");
+  const auto b_index = model::TensorIndex::open_file(dir / "per_expert.safetensors");
+  const auto a = model::expert_store_from_safetensors(a_index, c, std::nullopt);
+  const auto b = model::expert_store_from_safetensors(b_index, c, std::nullopt);
+  ASSERT_EQ(a.encoding(), tiering::ExpertEncoding::mlx);
+  ASSERT_EQ(a.layout().format, kernels::WeightFormat::mlx_q4);
+  ASSERT_EQ(a.layout().bytes, b.layout().bytes);
+  tiering::Ledger ledger;
+  tiering::ExpertReader ra(a.files()), rb(b.files());
+  tiering::LedgerBuffer sa(ledger, "t", a.staging_bytes(), 4096), sb(ledger, "t", b.staging_bytes(), 4096);
+  tiering::LedgerBuffer ba(ledger, "t", a.layout().bytes, 4096), bb(ledger, "t", b.layout().bytes, 4096);
+  for (int64_t e = 0; e < E; ++e) {
+    std::memset(ba.data(), 0, ba.size());
+    std::memset(bb.data(), 0, bb.size());
+    ra.wait(ra.submit(a.plan(0, e, ba.data(), sa.data())));
+    a.finish(0, e, sa.data(), ba.data(), ledger);
+    rb.wait(rb.submit(b.plan(0, e, bb.data(), sb.data())));
+    b.finish(0, e, sb.data(), bb.data(), ledger);
+    EXPECT_EQ(std::memcmp(ba.data(), bb.data(), ba.size()), 0) << "expert " << e;
+  }
+}
+
+// A packed store of 1 layer x 6 tiny f32 experts, and a cache of 2 slots.
+struct CacheFixture {
+  test::TempDir dir;
+  std::unique_ptr<tiering::ExpertStore> store;
+  std::unique_ptr<tiering::ExpertReader> reader;
+  tiering::Ledger ledger;
+  CacheFixture() {
+    tiering::PackedHeader h{1, 6, tiering::ExpertLayout::make(kernels::WeightFormat::f32, 32, 32)};
+    tiering::write_packed_experts(dir / "e.tierlm", h, [](int64_t, int64_t e, void* block) {
+      static_cast<float*>(block)[0] = float(e);
+    });
+    store = std::make_unique<tiering::ExpertStore>(tiering::ExpertStore::open_packed(dir / "e.tierlm"));
+    reader = std::make_unique<tiering::ExpertReader>(store->files());
+  }
+  void use(tiering::ExpertCache& c, int32_t e) {
+    c.request(0, std::span(&e, 1));
+    const auto v = c.acquire(0, e);
+    EXPECT_EQ(static_cast<const float*>(v.gate_up.data)[0], float(e));
+    c.release(0, e);
+  }
+};
+
+TEST(ExpertCache, LruEvictsTheLeastRecentlyUsed) {
+  CacheFixture f;
+  tiering::ExpertCacheOptions o;
+  o.slots = 2;
+  o.resident = {{0, 5}};
+  tiering::ExpertCache cache(*f.store, *f.reader, f.ledger, o);
+  EXPECT_EQ(f.ledger.used(tiering::accounts::expert_cache), 2 * f.store->layout().bytes);
+  EXPECT_EQ(f.ledger.used(tiering::accounts::resident_experts), f.store->layout().bytes);
+  for (int32_t e : {0, 1, 0, 0, 0, 2}) f.use(cache, e);  // 2 evicts 1 (least recent), although 0 is older
+  EXPECT_TRUE(cache.cached(0, 0));
+  EXPECT_FALSE(cache.cached(0, 1));
+  f.use(cache, 5);
+  const auto t = cache.telemetry();
+  EXPECT_EQ(t.misses, 3u);
+  EXPECT_EQ(t.hits, 4u);
+  EXPECT_EQ(t.resident_hits, 1u);
+  EXPECT_EQ(t.bytes_read, 3 * f.store->layout().bytes);  // the misses; the resident load predates the counters
+}
+
+TEST(ExpertCache, FrequencyKeepsTheOftenUsed) {
+  CacheFixture f;
+  tiering::ExpertCacheOptions o;
+  o.slots = 2;
+  o.policy = tiering::CachePolicy::frequency;
+  tiering::ExpertCache cache(*f.store, *f.reader, f.ledger, o);
+  for (int32_t e : {0, 0, 0, 1, 2}) f.use(cache, e);  // 2 evicts 1 (used once), not 0 (used 3 times)
+  EXPECT_TRUE(cache.cached(0, 0));
+  EXPECT_FALSE(cache.cached(0, 1));
+  EXPECT_TRUE(cache.cached(0, 2));
+}
+
+TEST(ExpertCache, PinnedExpertsAreNeverEvictedAndPrefetchIsCounted) {
+  CacheFixture f;
+  tiering::ExpertCacheOptions o;
+  o.slots = 2;
+  o.prefetch_limit = 1;
+  tiering::ExpertCache cache(*f.store, *f.reader, f.ledger, o);
+  const int32_t two[2] = {0, 1};
+  cache.request(0, two);
+  const int32_t third = 2;
+  EXPECT_THROW(cache.request(0, std::span(&third, 1)), std::length_error);
+  cache.prefetch(0, std::span(&third, 1));  // no unpinned slot: nothing happens
+  EXPECT_FALSE(cache.cached(0, 2));
+  cache.acquire(0, 0);
+  cache.acquire(0, 1);
+  cache.release(0, 0);
+  cache.release(0, 1);
+  cache.prefetch(0, std::span(&third, 1));  // evicts the least recent unpinned slot, without waiting
+  EXPECT_TRUE(cache.cached(0, 2));
+  f.use(cache, 2);
+  const auto t = cache.telemetry();
+  EXPECT_EQ(t.prefetches, 1u);
+  EXPECT_EQ(t.prefetch_hits, 1u);
+}
+
+}  // namespace

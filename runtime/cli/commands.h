@@ -9,6 +9,8 @@ namespace tierlm::cli {
 
 void add_run_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_calibrate_command(CLI::App& app);
+void add_wisdom_command(CLI::App& app);
 void add_pack_command(CLI::App& app);
 
 }  // namespace tierlm::cli

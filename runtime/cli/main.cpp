@@ -12,6 +12,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "tierlm 0.1.0");
   tierlm::cli::add_run_command(app);
   tierlm::cli::add_bench_command(app);
+  tierlm::cli::add_calibrate_command(app);
+  tierlm::cli::add_wisdom_command(app);
   tierlm::cli::add_pack_command(app);
   try {
     app.parse(argc, argv);

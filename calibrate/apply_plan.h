@@ -1,0 +1,14 @@
+// calibrate/apply_plan.h — a Plan mapped onto the runtime's own option structs: the expert tier's cache and reader
+// settings (resident set, slots, policy, prefetch, queue depth, block size, O_DIRECT). The engine's scalar settings
+// (threads, prefill chunk, KV codec, budget) are read straight off the Plan by the commands that build it.
+// Never: reach into a running engine; plans apply at construction.
+#pragma once
+
+#include "calibrate/planner.h"
+#include "tiering/expert_tier.h"
+
+namespace tierlm::calibrate {
+
+tiering::ExpertTierOptions expert_tier_options(const Plan& plan);
+
+}  // namespace tierlm::calibrate

@@ -1,0 +1,106 @@
+// calibrate/calibration.cpp — calibrate_model, resolve_plan and the active plan.
+#include "calibrate/calibration.h"
+
+#include <ctime>
+#include <mutex>
+
+#include <boost/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "calibrate/probes.h"
+
+namespace tierlm::calibrate {
+
+namespace fs = std::filesystem;
+
+WisdomEntry calibrate_model(const CalibrateOptions& o) {
+  if (!fs::exists(o.model_dir / "config.json"))
+    throw std::runtime_error("calibrate: " + o.model_dir.string() + " has no config.json (pass --model DIR)");
+  ProbeOptions probe;
+  probe.quick = o.quick;
+  probe.storage_dir = o.model_dir.string();
+  probe.progress = o.progress;
+  WisdomEntry entry;
+  entry.device = probe_device(probe);
+
+  ModelProfileOptions mp;
+  mp.prompts_dir = o.prompts_dir;
+  mp.weight_format = o.weight_format;
+  mp.max_seconds = o.quick ? std::min(o.trace_seconds, 8.0) : o.trace_seconds;
+  if (o.quick) mp.max_tokens_per_prompt = 24;
+  mp.progress = o.progress;
+  RouterTrace trace;
+  mp.trace = &trace;
+  entry.model = measure_model_profile(o.model_dir, mp);
+
+  PlanRequest request;
+  request.budget_bytes = o.budget_bytes;
+  request.context = std::min<int64_t>(o.context, std::max<int64_t>(entry.model.max_context, 1));
+  request.batch = o.batch;
+  if (trace.tokens() > 0) request.trace = &trace;
+  entry.plan = make_plan(entry.device, entry.model, request);
+  const std::time_t now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  entry.created_at = stamp;
+
+  Wisdom wisdom;
+  try {
+    wisdom = load_wisdom(o.wisdom_path);
+  } catch (const WisdomError& e) {
+    spdlog::warn("calibrate: {} — starting a new wisdom file", e.what());
+  }
+  wisdom.upsert(entry);
+  save_wisdom(o.wisdom_path, wisdom);
+  return entry;
+}
+
+MissingWisdom parse_missing_wisdom(const std::string& name) {
+  if (name == "calibrate") return MissingWisdom::calibrate;
+  if (name == "refuse") return MissingWisdom::refuse;
+  throw std::invalid_argument("--on-missing-wisdom must be 'calibrate' or 'refuse', not '" + name + "'");
+}
+
+ResolvedPlan resolve_plan(const CalibrateOptions& o, MissingWisdom missing) {
+  const Wisdom wisdom = load_wisdom(o.wisdom_path);
+  const DeviceProfile device = probe_device_identity(o.model_dir.string());
+  const std::string model_fp = model_fingerprint(o.model_dir, o.weight_format);
+  const WisdomLookup lookup = find_wisdom(wisdom, device, o.model_dir, model_fp, o.wisdom_path);
+  ResolvedPlan r;
+  if (lookup.status == WisdomLookup::Status::found) {
+    r.entry = *lookup.entry;
+    return r;
+  }
+  if (missing == MissingWisdom::refuse)
+    throw WisdomError(lookup.message + " (or pass --on-missing-wisdom calibrate to calibrate quickly now, or "
+                      "--no-wisdom to run on explicit flags only)");
+  spdlog::warn("wisdom: {} — running a quick calibration now", lookup.message);
+  CalibrateOptions quick = o;
+  quick.quick = true;
+  r.entry = calibrate_model(quick);
+  r.calibrated_now = true;
+  r.note = lookup.message;
+  return r;
+}
+
+namespace {
+std::mutex active_mutex;
+boost::json::value active_plan = nullptr;
+}  // namespace
+
+void set_active_plan(const WisdomEntry& e) {
+  boost::json::object o{{"device_fingerprint", e.plan.device_fingerprint},
+                        {"model_fingerprint", e.plan.model_fingerprint},
+                        {"model", e.model.path},
+                        {"created_at", e.created_at},
+                        {"plan", to_json(e.plan)}};
+  std::lock_guard lock(active_mutex);
+  active_plan = std::move(o);
+}
+
+boost::json::value active_plan_json() {
+  std::lock_guard lock(active_mutex);
+  return active_plan;
+}
+
+}  // namespace tierlm::calibrate

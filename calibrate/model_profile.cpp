@@ -1,0 +1,225 @@
+// calibrate/model_profile.cpp — weight-class sizes from a config, the model fingerprint, frequencies from traces,
+// and ModelProfile's JSON form.
+#include "calibrate/model_profile.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "calibrate/device_profile.h"
+#include "calibrate/json_fields.h"
+#include "tiering/expert_layout.h"
+
+namespace tierlm::calibrate {
+
+namespace bj = boost::json;
+namespace fs = std::filesystem;
+
+uint64_t ModelProfile::dense_bytes() const {
+  uint64_t b = 0;
+  for (auto& c : classes)
+    if (c.name != "experts") b += c.bytes;
+  return b;
+}
+
+uint64_t ModelProfile::dense_read_per_token() const {
+  uint64_t b = 0;
+  for (auto& c : classes)
+    if (c.name != "experts") b += c.read_per_token;
+  return b;
+}
+
+uint64_t matrix_bytes(kernels::WeightFormat format, int64_t rows, int64_t cols) {
+  using kernels::WeightFormat;
+  const uint64_t r = uint64_t(rows), c = uint64_t(cols), padded = (r + 15) / 16 * 16, groups = (c + 31) / 32;
+  switch (format) {
+    case WeightFormat::f32: return r * c * 4;
+    case WeightFormat::f16:
+    case WeightFormat::bf16: return r * c * 2;
+    case WeightFormat::q8_0: return padded * (c + groups * 2);         // u8 codes + f16 scale per 32
+    case WeightFormat::q4: return padded * (c / 2 + groups * 4);       // nibbles + f16 (step, min) per 32
+    case WeightFormat::mlx_q8: return padded * (c + (c / 64) * 4);     // group 64, f16 scales + biases
+    case WeightFormat::mlx_q4: return padded * (c / 2 + (c / 64) * 4);
+  }
+  return r * c * 4;
+}
+
+ModelProfile model_profile_from_config(const model::ModelConfig& c, kernels::WeightFormat wf,
+                                       kernels::WeightFormat ef) {
+  ModelProfile p;
+  p.name = c.model_type;
+  p.model_type = c.model_type;
+  p.weight_format = kernels::format_name(wf);
+  p.layers = c.num_layers;
+  p.hidden = c.hidden_size;
+  p.intermediate = c.intermediate_size;
+  p.heads = c.num_heads;
+  p.kv_heads = c.num_kv_heads;
+  p.head_dim = c.head_dim;
+  p.vocab = c.vocab_size;
+  p.max_context = c.max_position_embeddings;
+  const int64_t H = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
+  const uint64_t embed = matrix_bytes(wf, c.vocab_size, H);
+  p.classes.push_back({"embedding", embed, c.tie_word_embeddings ? embed : matrix_bytes(wf, 1, H)});
+  if (!c.tie_word_embeddings) p.classes.push_back({"output", embed, embed});
+  const uint64_t attention = uint64_t(c.num_layers) * (matrix_bytes(wf, q + 2 * kv, H) + matrix_bytes(wf, H, q));
+  p.classes.push_back({"attention", attention, attention});
+  uint64_t norms = uint64_t(c.num_layers) * 2 * H * 4 + H * 4;
+  if (c.arch.qk_norm) norms += uint64_t(c.num_layers) * 2 * c.head_dim * 4;
+  p.classes.push_back({"norms", norms, norms});
+  if (c.arch.moe && c.num_experts > 0) {
+    p.expert_format = kernels::format_name(ef);
+    p.experts = c.num_experts;
+    p.top_k = c.num_experts_per_tok;
+    p.moe_layers = c.num_layers;
+    p.moe_intermediate = c.moe_intermediate_size;
+    const auto layout = tiering::ExpertLayout::make(ef, H, c.moe_intermediate_size);
+    p.expert_bytes = layout.bytes;
+    p.expert_payload_bytes = layout.payload_bytes();
+    p.expert_read_bytes = layout.bytes;  // a packed file: one aligned block per expert
+    p.packed_experts = true;
+    const uint64_t router = uint64_t(c.num_layers) * matrix_bytes(wf, c.num_experts, H);
+    p.classes.push_back({"router", router, router});
+    if (c.shared_expert_intermediate_size > 0) {
+      const int64_t S = c.shared_expert_intermediate_size;
+      const uint64_t shared = uint64_t(c.num_layers) * (matrix_bytes(wf, 2 * S, H) + matrix_bytes(wf, H, S) + H * 4);
+      p.classes.push_back({"shared_expert", shared, shared});
+    }
+    p.classes.push_back({"experts", p.total_expert_bytes(), uint64_t(p.moe_layers * p.top_k) * p.expert_payload_bytes});
+    p.expert_frequency.assign(size_t(p.moe_layers),
+                              std::vector<double>(size_t(p.experts), double(p.top_k) / double(p.experts)));
+    p.frequency_source = "uniform (from config.json; no router traces)";
+  } else {
+    const uint64_t mlp = uint64_t(c.num_layers) * (matrix_bytes(wf, 2 * c.intermediate_size, H) +
+                                                   matrix_bytes(wf, H, c.intermediate_size));
+    p.classes.push_back({"dense_mlp", mlp, mlp});
+  }
+  return p;
+}
+
+std::string model_fingerprint(const fs::path& dir, const std::string& formats) {
+  std::ostringstream text;
+  auto add_file = [&](const fs::path& f, size_t limit) {
+    std::ifstream in(f, std::ios::binary);
+    std::string head(limit, '\0');
+    in.read(head.data(), std::streamsize(limit));
+    head.resize(size_t(in.gcount()));
+    std::error_code ec;
+    text << f.filename().string() << ':' << fs::file_size(f, ec) << ':' << head << '\n';
+  };
+  add_file(dir / "config.json", 1 << 20);
+  std::vector<fs::path> weights;
+  std::error_code ec;
+  for (auto& entry : fs::directory_iterator(dir, ec)) {
+    const auto ext = entry.path().extension().string();
+    if (ext == ".safetensors" || ext == ".tierlm") weights.push_back(entry.path());
+  }
+  std::sort(weights.begin(), weights.end());
+  for (auto& f : weights) add_file(f, 64 << 10);
+  text << formats;
+  return fingerprint_hash(text.str());
+}
+
+std::vector<std::vector<double>> frequencies(const RouterTrace& t) {
+  std::vector<std::vector<double>> f(size_t(t.layers), std::vector<double>(size_t(t.experts), 0.0));
+  const int64_t tokens = t.tokens();
+  if (tokens == 0) return f;
+  for (int64_t i = 0; i < tokens; ++i)
+    for (int64_t l = 0; l < t.layers; ++l)
+      for (int64_t j = 0; j < t.top_k; ++j)
+        f[size_t(l)][size_t(t.selections[size_t((i * t.layers + l) * t.top_k + j)])] += 1.0 / double(tokens);
+  return f;
+}
+
+bj::value to_json(const ModelProfile& p) {
+  bj::object o;
+  o["schema_version"] = ModelProfile::kSchemaVersion;
+  o["path"] = p.path;
+  o["name"] = p.name;
+  o["model_type"] = p.model_type;
+  o["fingerprint"] = p.fingerprint;
+  o["weight_format"] = p.weight_format;
+  o["expert_format"] = p.expert_format;
+  o["shape"] = bj::object{{"layers", p.layers},   {"hidden", p.hidden},     {"intermediate", p.intermediate},
+                          {"heads", p.heads},     {"kv_heads", p.kv_heads}, {"head_dim", p.head_dim},
+                          {"vocab", p.vocab},     {"max_context", p.max_context}};
+  o["moe"] = bj::object{{"experts", p.experts},
+                        {"top_k", p.top_k},
+                        {"moe_layers", p.moe_layers},
+                        {"moe_intermediate", p.moe_intermediate},
+                        {"expert_bytes", p.expert_bytes},
+                        {"expert_payload_bytes", p.expert_payload_bytes},
+                        {"expert_read_bytes", p.expert_read_bytes},
+                        {"expert_staging_bytes", p.expert_staging_bytes},
+                        {"expert_conversion_bytes", p.expert_conversion_bytes},
+                        {"packed_experts", p.packed_experts}};
+  bj::array classes;
+  for (auto& c : p.classes) classes.push_back(bj::object{{"name", c.name}, {"bytes", c.bytes}, {"read_per_token", c.read_per_token}});
+  o["weight_classes"] = classes;
+  bj::array freq;
+  for (auto& layer : p.expert_frequency) {
+    bj::array row;
+    for (double f : layer) row.push_back(f);
+    freq.push_back(row);
+  }
+  o["expert_frequency"] = freq;
+  o["frequency_source"] = p.frequency_source;
+  o["traced_prompts"] = p.traced_prompts;
+  o["traced_tokens"] = p.traced_tokens;
+  return o;
+}
+
+ModelProfile model_profile_from_json(const bj::value& v) {
+  using namespace json;
+  const std::string what = "model profile";
+  const auto& o = object(v, what);
+  if (integer(o, "schema_version", what) != ModelProfile::kSchemaVersion)
+    throw std::runtime_error(what + ": unsupported schema_version (re-run tierlm calibrate)");
+  ModelProfile p;
+  p.path = string_or(o, "path", "");
+  p.name = string_or(o, "name", "");
+  p.model_type = string_or(o, "model_type", "");
+  p.fingerprint = string(o, "fingerprint", what);
+  p.weight_format = string_or(o, "weight_format", "");
+  p.expert_format = string_or(o, "expert_format", "");
+  const auto& s = object(field(o, "shape", what), what + ".shape");
+  p.layers = integer(s, "layers", what);
+  p.hidden = integer(s, "hidden", what);
+  p.intermediate = integer(s, "intermediate", what);
+  p.heads = integer(s, "heads", what);
+  p.kv_heads = integer(s, "kv_heads", what);
+  p.head_dim = integer(s, "head_dim", what);
+  p.vocab = integer(s, "vocab", what);
+  p.max_context = integer(s, "max_context", what);
+  const auto& m = object(field(o, "moe", what), what + ".moe");
+  p.experts = integer(m, "experts", what);
+  p.top_k = integer(m, "top_k", what);
+  p.moe_layers = integer(m, "moe_layers", what);
+  p.moe_intermediate = integer(m, "moe_intermediate", what);
+  p.expert_bytes = unsigned_integer(m, "expert_bytes", what);
+  p.expert_payload_bytes = unsigned_integer(m, "expert_payload_bytes", what);
+  p.expert_read_bytes = unsigned_integer(m, "expert_read_bytes", what);
+  p.expert_staging_bytes = unsigned_integer(m, "expert_staging_bytes", what);
+  p.expert_conversion_bytes = unsigned_integer(m, "expert_conversion_bytes", what);
+  p.packed_experts = boolean(m, "packed_experts", what);
+  for (auto& c : array(o, "weight_classes", what)) {
+    const auto& co = object(c, what + ".weight_classes[]");
+    p.classes.push_back({string(co, "name", what), unsigned_integer(co, "bytes", what),
+                         unsigned_integer(co, "read_per_token", what)});
+  }
+  for (auto& row : array(o, "expert_frequency", what)) {
+    if (!row.is_array()) throw std::runtime_error(what + ": expert_frequency rows must be arrays");
+    std::vector<double> r;
+    for (auto& f : row.get_array()) r.push_back(f.is_double() ? f.get_double() : f.is_int64() ? double(f.get_int64()) : 0.0);
+    if (int64_t(r.size()) != p.experts) throw std::runtime_error(what + ": expert_frequency row length != experts");
+    p.expert_frequency.push_back(std::move(r));
+  }
+  if (p.moe() && int64_t(p.expert_frequency.size()) != p.moe_layers)
+    throw std::runtime_error(what + ": expert_frequency must have one row per MoE layer");
+  p.frequency_source = string_or(o, "frequency_source", "");
+  p.traced_prompts = integer(o, "traced_prompts", what);
+  p.traced_tokens = integer(o, "traced_tokens", what);
+  return p;
+}
+
+}  // namespace tierlm::calibrate

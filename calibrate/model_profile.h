@@ -1,0 +1,93 @@
+// calibrate/model_profile.h — what the planner needs to know about a model: the bytes of every weight class in the
+// formats it will run in, the shape that sizes KV and scratch, and, for MoE models, how often each expert is chosen
+// (measured by running profiles/prompts/ through the routers).
+// Never: keep the model loaded; the profile is plain data with a JSON form stored in the wisdom file.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <boost/json/value.hpp>
+
+#include "runtime/kernels/weights.h"
+#include "runtime/model/config.h"
+
+namespace tierlm::calibrate {
+
+struct WeightClass {
+  std::string name;   // embedding, output, attention, dense_mlp, router, shared_expert, norms, experts
+  uint64_t bytes = 0; // in memory, in the run format
+  uint64_t read_per_token = 0;  // bytes a decode step streams from this class (experts: k per MoE layer)
+};
+
+// Routed experts per token, as the calibration prompts exercised them: selections[t][l][j] flattened.
+struct RouterTrace {
+  int64_t layers = 0, experts = 0, top_k = 0;
+  std::vector<int32_t> selections;  // tokens * layers * top_k expert ids
+  int64_t tokens() const { return layers > 0 && top_k > 0 ? int64_t(selections.size()) / (layers * top_k) : 0; }
+};
+
+struct ModelProfile {
+  static constexpr int kSchemaVersion = 1;
+  std::string path, name, model_type, fingerprint;
+  std::string weight_format, expert_format;  // the dense matrices' and the experts' in-memory formats
+  int64_t layers = 0, hidden = 0, intermediate = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0;
+  int64_t max_context = 0;
+  // MoE (experts == 0 for dense models).
+  int64_t experts = 0, top_k = 0, moe_layers = 0, moe_intermediate = 0;
+  uint64_t expert_bytes = 0;          // one expert block in memory (a resident expert or a cache slot)
+  uint64_t expert_payload_bytes = 0;  // what one expert's matvecs stream (without alignment padding)
+  uint64_t expert_read_bytes = 0;     // bytes one miss reads from disk
+  uint64_t expert_staging_bytes = 0;  // extra per slot when the disk format needs conversion (0: packed file)
+  uint64_t expert_conversion_bytes = 0;  // the cache's one-off conversion reservation ("expert_staging")
+  bool packed_experts = false;
+  std::vector<WeightClass> classes;
+  // frequency[l][e]: fraction of tokens whose top-k at MoE layer l includes e (each layer sums to top_k).
+  std::vector<std::vector<double>> expert_frequency;
+  std::string frequency_source;  // "router traces: N prompts, T tokens" or "uniform (...)"
+  int64_t traced_prompts = 0, traced_tokens = 0;
+
+  bool moe() const { return experts > 0; }
+  // Everything held in memory whatever the plan (all classes but the routed experts).
+  uint64_t dense_bytes() const;
+  uint64_t dense_read_per_token() const;
+  uint64_t total_expert_bytes() const { return uint64_t(moe_layers * experts) * expert_bytes; }
+};
+
+// Bytes of a [rows x cols] matrix in a kernel format (packed layouts rounded as the kernels pad them).
+uint64_t matrix_bytes(kernels::WeightFormat format, int64_t rows, int64_t cols);
+
+// A profile from config.json alone (no weights read): sizes by format, uniform expert frequencies. Used for
+// synthetic planning and when a model is profiled without traces.
+ModelProfile model_profile_from_config(const model::ModelConfig& config, kernels::WeightFormat weight_format,
+                                       kernels::WeightFormat expert_format);
+
+struct ModelProfileOptions {
+  std::string prompts_dir = std::string(TIERLM_SOURCE_DIR) + "/profiles/prompts";
+  int64_t max_tokens_per_prompt = 48;  // prompt tokens routed per prompt (decode steps, one token each)
+  int64_t max_prompts = 0;             // 0: all
+  double max_seconds = 60;             // stop tracing after this long (the profile says how much was traced)
+  int threads = 0;
+  std::string weight_format;           // "" : as stored
+  std::function<void(const std::string&, size_t, size_t)> progress;
+  RouterTrace* trace = nullptr;        // when given, receives the per-token selections
+};
+
+// Loads the model (dense part; experts stay on disk), measures the bytes of each class from the loaded weights and
+// the expert tier, and for MoE models runs the prompts token by token, recording each layer's routed experts.
+ModelProfile measure_model_profile(const std::filesystem::path& model_dir, const ModelProfileOptions& options);
+
+// Identity of a model: config.json, the names and sizes of its weight files and the first 64 KiB of each
+// (safetensors headers), the run formats. 16 hex digits.
+std::string model_fingerprint(const std::filesystem::path& model_dir, const std::string& formats);
+
+// Expert frequencies from a trace (rows sum to top_k).
+std::vector<std::vector<double>> frequencies(const RouterTrace& trace);
+
+boost::json::value to_json(const ModelProfile& p);
+ModelProfile model_profile_from_json(const boost::json::value& v);
+
+}  // namespace tierlm::calibrate

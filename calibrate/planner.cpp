@@ -1,0 +1,446 @@
+// calibrate/planner.cpp — the decisions and the cost model behind make_plan (written out in calibrate/README.md).
+#include "calibrate/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <list>
+#include <numeric>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "runtime/kv/codec.h"
+
+namespace tierlm::calibrate {
+
+namespace {
+
+constexpr double kMiB = double(1 << 20);
+
+const ComputeSample* sample_for_threads(const DeviceProfile& d, int threads) {
+  const ComputeSample* best = nullptr;
+  for (auto& c : d.compute)
+    if (c.threads <= threads && (!best || c.threads > best->threads)) best = &c;
+  return best ? best : (d.compute.empty() ? nullptr : &d.compute.front());
+}
+
+// Decode streams weights through matvec: its measured GB/s for the format (f32/f16/bf16 are taken at q8's
+// fraction of the read roofline, since only the quantized kernels are probed).
+double matvec_gbs(const DeviceProfile& d, int threads, const std::string& format) {
+  const ComputeSample* c = sample_for_threads(d, threads);
+  const double read = std::max(d.read_gbs(), 0.1);
+  if (!c) return read * 0.7;
+  if (format == "q4" || format == "mlx_q4") return std::max(c->matvec_q4_gbs, 0.05);
+  return std::max(c->matvec_q8_gbs, 0.05);
+}
+
+// Storage bandwidth for reads of `block` with up to `depth` in flight: the sweep sample at that block size and
+// the deepest measured depth not above `depth`.
+double storage_gbs(const DeviceProfile& d, uint64_t block, unsigned depth) {
+  const StorageSample* best = nullptr;
+  for (auto& s : d.storage.sweep)
+    if (s.block_size == block && s.queue_depth <= depth && (!best || s.queue_depth > best->queue_depth)) best = &s;
+  if (!best)
+    for (auto& s : d.storage.sweep)
+      if (!best || std::abs(double(s.block_size) - double(block)) < std::abs(double(best->block_size) - double(block)))
+        best = &s;
+  return best ? std::max(best->gbs, 1e-3) : 0.1;
+}
+
+// Expected distinct experts a step of `rows` tokens touches in a layer.
+double distinct_experts(const std::vector<double>& freq, int64_t rows) {
+  double d = 0;
+  for (double f : freq) d += 1.0 - std::pow(1.0 - std::min(f, 1.0), double(rows));
+  return d;
+}
+
+uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+uint64_t scratch_bytes(const ModelProfile& m, int64_t chunk, int64_t context, int threads, int64_t batch) {
+  const int64_t q = m.heads * m.head_dim, kv = m.kv_heads * m.head_dim;
+  int64_t floats = chunk * (2 * m.hidden + q + 2 * kv + q) + int64_t(threads) * context + batch * m.vocab;
+  if (m.moe()) {
+    const int64_t ffn = m.moe_intermediate;
+    floats += chunk * (m.experts + 2 * m.top_k + 2 * m.hidden + 3 * ffn) + m.experts;
+  } else {
+    floats += chunk * 3 * m.intermediate;
+  }
+  return uint64_t(floats) * 4 + (1u << 20);
+}
+
+// Flops of one token: 2 per weight of every matrix the token multiplies (k experts per MoE layer).
+double flops_per_token(const ModelProfile& m) {
+  const double q = double(m.heads * m.head_dim), kv = double(m.kv_heads * m.head_dim), H = double(m.hidden);
+  double per_layer = (q + 2 * kv) * H + H * q;
+  per_layer += m.moe() ? double(m.top_k) * 3 * H * double(m.moe_intermediate) + double(m.experts) * H
+                       : 3 * H * double(m.intermediate);
+  return 2.0 * (per_layer * double(m.layers) + double(m.vocab) * H);
+}
+
+struct ExpertKey {
+  int64_t layer;
+  int32_t expert;
+  double frequency;
+};
+
+// Every (layer, expert) by frequency, hottest first; ties spread across layers (expert id, then layer).
+std::vector<ExpertKey> ranked_experts(const ModelProfile& m) {
+  std::vector<ExpertKey> keys;
+  for (int64_t l = 0; l < int64_t(m.expert_frequency.size()); ++l)
+    for (int32_t e = 0; e < int32_t(m.expert_frequency[size_t(l)].size()); ++e)
+      keys.push_back({l, e, m.expert_frequency[size_t(l)][size_t(e)]});
+  std::stable_sort(keys.begin(), keys.end(), [](const ExpertKey& a, const ExpertKey& b) {
+    if (a.frequency != b.frequency) return a.frequency > b.frequency;
+    if (a.expert != b.expert) return a.expert < b.expert;
+    return a.layer < b.layer;
+  });
+  return keys;
+}
+
+std::vector<std::vector<int32_t>> resident_set(const ModelProfile& m, const std::vector<ExpertKey>& ranked,
+                                               int64_t count) {
+  std::vector<std::vector<int32_t>> r(size_t(m.moe_layers));
+  for (int64_t i = 0; i < std::min<int64_t>(count, int64_t(ranked.size())); ++i)
+    r[size_t(ranked[size_t(i)].layer)].push_back(ranked[size_t(i)].expert);
+  for (auto& layer : r) std::sort(layer.begin(), layer.end());
+  return r;
+}
+
+struct StepCost {
+  Prediction prediction;
+  double step = 0;
+};
+
+}  // namespace
+
+uint64_t Prediction::total_memory() const {
+  uint64_t t = 0;
+  for (auto& [_, b] : memory) t += b;
+  return t;
+}
+
+int64_t Plan::resident_count() const {
+  int64_t n = 0;
+  for (auto& l : resident_experts) n += int64_t(l.size());
+  return n;
+}
+
+double kv_bytes_per_token(const ModelProfile& m, const std::string& codec) {
+  // One position of every layer's kv heads in the codec's page layout (runtime/kv/codec.h).
+  const kv::CodecLayout layout = kv::layout_for(kv::parse_codec(codec), int(m.head_dim));
+  return double(layout.head_bytes()) / kv::kBlockTokens * double(m.kv_heads * m.layers);
+}
+
+double estimate_hit_rate(const ModelProfile& m, const std::vector<std::vector<int32_t>>& resident, int64_t slots,
+                         const RouterTrace* trace) {
+  if (!m.moe()) return 1.0;
+  std::vector<std::vector<bool>> is_resident(size_t(m.moe_layers), std::vector<bool>(size_t(m.experts), false));
+  for (size_t l = 0; l < resident.size() && l < is_resident.size(); ++l)
+    for (int32_t e : resident[l]) is_resident[l][size_t(e)] = true;
+  if (trace && trace->tokens() > 0) {
+    // Replay: resident set first, then true LRU over `slots` keys, as ExpertCache does without prefetch.
+    std::list<int64_t> lru;
+    std::unordered_map<int64_t, std::list<int64_t>::iterator> where;
+    uint64_t hits = 0, total = 0;
+    const int64_t k = trace->top_k;
+    for (int64_t t = 0; t < trace->tokens(); ++t)
+      for (int64_t l = 0; l < trace->layers; ++l)
+        for (int64_t j = 0; j < k; ++j) {
+          const int32_t e = trace->selections[size_t((t * trace->layers + l) * k + j)];
+          ++total;
+          if (is_resident[size_t(l)][size_t(e)]) {
+            ++hits;
+            continue;
+          }
+          const int64_t key = l * m.experts + e;
+          auto it = where.find(key);
+          if (it != where.end()) {
+            ++hits;
+            lru.splice(lru.begin(), lru, it->second);
+            continue;
+          }
+          if (slots <= 0) continue;
+          if (int64_t(lru.size()) >= slots) {
+            where.erase(lru.back());
+            lru.pop_back();
+          }
+          lru.push_front(key);
+          where[key] = lru.begin();
+        }
+    return total ? double(hits) / double(total) : 1.0;
+  }
+  // Characteristic-time approximation of LRU under independent requests: find T with
+  // sum_i (1 - exp(-rate_i T)) = slots over the non-resident experts; expert i then hits with 1 - exp(-rate_i T).
+  std::vector<double> rates;
+  double resident_mass = 0, total_mass = 0;
+  for (int64_t l = 0; l < m.moe_layers; ++l)
+    for (int64_t e = 0; e < m.experts; ++e) {
+      const double f = m.expert_frequency[size_t(l)][size_t(e)];
+      total_mass += f;
+      if (is_resident[size_t(l)][size_t(e)]) resident_mass += f;
+      else if (f > 0) rates.push_back(f);
+    }
+  if (total_mass <= 0) return 1.0;
+  if (int64_t(rates.size()) <= slots) return 1.0;
+  auto occupied = [&](double T) {
+    double s = 0;
+    for (double r : rates) s += 1.0 - std::exp(-r * T);
+    return s;
+  };
+  double lo = 0, hi = 1;
+  while (occupied(hi) < double(slots) && hi < 1e12) hi *= 2;
+  for (int i = 0; i < 100; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (occupied(mid) < double(slots) ? lo : hi) = mid;
+  }
+  double slot_mass = 0;
+  for (double r : rates) slot_mass += r * (1.0 - std::exp(-r * lo));
+  return (resident_mass + slot_mass) / total_mass;
+}
+
+namespace {
+
+// The cost model: seconds per decode step by term, tokens/s, memory by account.
+StepCost evaluate(const DeviceProfile& d, const ModelProfile& m, const Plan& p, const RouterTrace* trace) {
+  StepCost c;
+  Prediction& pr = c.prediction;
+  const double dense_bw = matvec_gbs(d, p.threads, m.weight_format) * 1e9;
+  const double expert_bw = matvec_gbs(d, p.threads, m.expert_format) * 1e9;
+  const double read_bw = std::max(d.read_gbs(), 0.1) * 1e9;
+  const int64_t B = p.batch;
+  auto& t = pr.step_seconds;
+  t["dense"] = double(m.dense_read_per_token()) / dense_bw;
+  t["kv"] = double(B) * double(p.context) / 2 * kv_bytes_per_token(m, p.kv_codec) / read_bw;
+  t["overhead"] = double(m.layers) * kLayerOverheadSeconds;
+  t["gpu"] = 0;  // gpu_layers * layer bytes / GPU memory bandwidth once a GPU backend exists
+  t["experts"] = 0;
+  t["misses"] = 0;
+  if (m.moe()) {
+    pr.expert_hit_rate = estimate_hit_rate(m, p.resident_experts, p.cache_slots, trace);
+    double distinct = 0;
+    for (auto& f : m.expert_frequency) distinct += distinct_experts(f, B);
+    const double misses = distinct * (1.0 - pr.expert_hit_rate);
+    pr.miss_bytes_per_token = misses * double(m.expert_read_bytes) / double(B);
+    const double chunks = std::ceil(double(m.expert_read_bytes) / double(p.reader_block_size));
+    const double per_layer = std::max(1.0, misses / double(m.moe_layers));
+    const unsigned depth = unsigned(std::clamp(chunks * per_layer, 1.0, double(p.reader_queue_depth)));
+    const double storage_bw = storage_gbs(d, p.reader_block_size, depth) * 1e9;
+    t["experts"] = distinct * double(m.expert_payload_bytes) / expert_bw;
+    t["misses"] = misses * double(m.expert_read_bytes) / storage_bw;
+    if (!m.packed_experts) t["misses"] += misses * double(m.expert_bytes) / read_bw;  // conversion into the slot
+    t["overhead"] += distinct * kExpertOverheadSeconds;
+  }
+  for (auto& [_, s] : t) c.step += s;
+  pr.decode_tokens_per_second = double(B) / c.step;
+
+  // Prefill: a chunk multiplies every weight once (GEMM at kGemmEfficiency of the probe) and, for MoE, reads the
+  // experts the chunk touches that are not in memory.
+  const ComputeSample* cs = sample_for_threads(d, p.threads);
+  const double gflops = std::max(cs ? cs->sgemm_gflops : 1.0, 0.1) * kGemmEfficiency * 1e9;
+  const double P = double(p.prefill_chunk);
+  double chunk_seconds = P * flops_per_token(m) / gflops + double(m.dense_read_per_token()) / dense_bw;
+  if (m.moe()) {
+    double reads = 0;
+    for (size_t l = 0; l < m.expert_frequency.size(); ++l) {
+      std::vector<double> f = m.expert_frequency[l];
+      for (int32_t e : p.resident_experts[l]) f[size_t(e)] = 0;
+      reads += distinct_experts(f, p.prefill_chunk);  // a chunk's experts outnumber the slots: assume no reuse
+    }
+    chunk_seconds += reads * double(m.expert_read_bytes) /
+                     (storage_gbs(d, p.reader_block_size, p.reader_queue_depth) * 1e9);
+  }
+  pr.prefill_tokens_per_second = P / chunk_seconds;
+
+  auto& mem = pr.memory;
+  mem["weights"] = m.dense_bytes();
+  mem["kv"] = uint64_t(double(B) * double(round_up(uint64_t(p.context), 32)) * kv_bytes_per_token(m, p.kv_codec));
+  mem["scratch"] = scratch_bytes(m, p.prefill_chunk, p.context, p.threads, B);
+  if (m.moe()) {
+    mem["resident_experts"] = uint64_t(p.resident_count()) * m.expert_bytes;
+    mem["expert_cache"] = uint64_t(p.cache_slots) * (m.expert_bytes + m.expert_staging_bytes);
+    mem["expert_staging"] = m.expert_conversion_bytes;
+  }
+  return c;
+}
+
+std::string mib(uint64_t b) { return fmt::format("{:.1f} MiB", double(b) / kMiB); }
+
+}  // namespace
+
+Plan make_plan(const DeviceProfile& d, const ModelProfile& m, const PlanRequest& request) {
+  if (request.context < 1 || request.batch < 1) throw PlanError("plan: context and batch must be positive");
+  if (m.moe() && int64_t(m.expert_frequency.size()) != m.moe_layers)
+    throw PlanError("plan: the model profile has no expert frequencies for every MoE layer");
+  Plan p;
+  p.device_fingerprint = d.fingerprint();
+  p.model_fingerprint = m.fingerprint;
+  p.context = request.context;
+  p.batch = request.batch;
+  const uint64_t usable = d.memory.usable();
+  p.budget_bytes = request.budget_bytes ? request.budget_bytes : uint64_t(double(usable) * kDefaultBudgetFraction);
+  p.rationale.push_back({"budget", mib(p.budget_bytes),
+                         request.budget_bytes ? "given" : fmt::format("{:.0f}% of usable memory", kDefaultBudgetFraction * 100),
+                         {{"mem_total", double(d.memory.total)}, {"mem_available", double(d.memory.available)},
+                          {"limit", double(d.memory.limit())}, {"usable", double(usable)}}});
+
+  // Threads: the fewest that reach 97% of the best matvec rate in the experts'/weights' format (decode is
+  // bandwidth-bound; more threads than that only contend).
+  const std::string hot_format = m.moe() ? m.expert_format : m.weight_format;
+  if (request.threads) {
+    p.threads = *request.threads;
+    p.rationale.push_back({"threads", std::to_string(p.threads), "given", {}});
+  } else {
+    double best = 0;
+    for (auto& c : d.compute) best = std::max(best, matvec_gbs(d, c.threads, hot_format));
+    p.threads = d.topology.cores;
+    for (auto& c : d.compute)
+      if (matvec_gbs(d, c.threads, hot_format) >= 0.97 * best) {
+        p.threads = c.threads;
+        break;
+      }
+    std::map<std::string, double> ms;
+    for (auto& c : d.compute) ms[fmt::format("matvec_{}_gbs@{}", hot_format, c.threads)] = matvec_gbs(d, c.threads, hot_format);
+    p.rationale.push_back({"threads", std::to_string(p.threads), "fewest threads within 3% of the best matvec GB/s", ms});
+  }
+  p.numa_placement = d.topology.numa_nodes > 1 ? fmt::format("interleave over {} nodes", d.topology.numa_nodes)
+                                               : "single node";
+
+  // GPU: none in this build; the term stays in the cost model.
+  p.gpu_layers = 0;
+  p.gpu_reason = d.gpu.present ? "GPU found but no GPU backend in this build" : d.gpu.reason;
+  p.rationale.push_back({"gpu_layers", "0", p.gpu_reason, {{"gpu_memory", double(d.gpu.memory)}}});
+
+  // Prefill chunk: the largest that keeps activation scratch within max(32 MiB, 3% of the budget); bigger chunks
+  // make better GEMMs and read each weight (and expert) once for more tokens.
+  const uint64_t scratch_cap = std::max<uint64_t>(32u << 20, p.budget_bytes / 33);
+  p.prefill_chunk = 16;
+  for (int64_t chunk : {512, 256, 128, 64, 32, 16})
+    if (scratch_bytes(m, chunk, p.context, p.threads, p.batch) <= scratch_cap) {
+      p.prefill_chunk = chunk;
+      break;
+    }
+  const uint64_t scratch = scratch_bytes(m, p.prefill_chunk, p.context, p.threads, p.batch);
+  p.rationale.push_back({"prefill_chunk", std::to_string(p.prefill_chunk),
+                         "largest chunk whose activations fit " + mib(scratch_cap),
+                         {{"scratch_bytes", double(scratch)}}});
+
+  // KV codec: the most exact whose cache fits in kKvShareOfFreeMemory of what the weights leave; else the
+  // smallest that fits at all.
+  const uint64_t fixed_pre_kv = m.dense_bytes() + scratch + (m.moe() ? m.expert_conversion_bytes : 0);
+  if (fixed_pre_kv > p.budget_bytes)
+    throw PlanError(fmt::format("budget {} is below the model's dense weights + scratch ({}): raise --budget to at "
+                                "least {} or use a smaller weight format",
+                                mib(p.budget_bytes), mib(fixed_pre_kv), mib(fixed_pre_kv * 11 / 10)));
+  const uint64_t free_for_kv = p.budget_bytes - fixed_pre_kv;
+  auto kv_bytes = [&](const std::string& codec) {
+    return uint64_t(double(p.batch) * double(round_up(uint64_t(p.context), 32)) * kv_bytes_per_token(m, codec));
+  };
+  std::vector<std::string> codecs = {"f16", "q8", "turbo4", "turbo3"};
+  std::map<std::string, double> kv_ms{{"free_bytes", double(free_for_kv)}};
+  std::vector<std::string> usable_codecs;
+  for (auto& c : codecs) try {
+      kv_ms["kv_bytes_" + c] = double(kv_bytes(c));
+      usable_codecs.push_back(c);
+    } catch (const std::invalid_argument&) {
+    }
+  std::string because;
+  if (request.kv_codec) {
+    p.kv_codec = *request.kv_codec;
+    kv_bytes_per_token(m, p.kv_codec);  // validates
+    because = "given";
+  } else {
+    p.kv_codec.clear();
+    for (auto& c : usable_codecs)
+      if (double(kv_bytes(c)) <= kKvShareOfFreeMemory * double(free_for_kv)) {
+        p.kv_codec = c;
+        because = fmt::format("most exact codec within {:.0f}% of the memory the weights leave", kKvShareOfFreeMemory * 100);
+        break;
+      }
+    if (p.kv_codec.empty())
+      for (auto it = usable_codecs.rbegin(); it != usable_codecs.rend(); ++it)
+        if (kv_bytes(*it) < free_for_kv) {
+          p.kv_codec = *it;
+          because = "the smallest codec that fits";
+          break;
+        }
+    if (p.kv_codec.empty())
+      throw PlanError(fmt::format("context {} x batch {} does not fit: KV needs {} even with {}, {} is free after the "
+                                  "weights; lower --context/--batch or raise --budget",
+                                  p.context, p.batch, mib(kv_bytes(usable_codecs.back())), usable_codecs.back(),
+                                  mib(free_for_kv)));
+  }
+  p.rationale.push_back({"kv_codec", p.kv_codec, because, kv_ms});
+  const uint64_t fixed = fixed_pre_kv + kv_bytes(p.kv_codec);
+  if (fixed > p.budget_bytes) throw PlanError("KV cache with codec " + p.kv_codec + " does not fit the budget");
+
+  if (m.moe()) {
+    // Reader: the block size with the best measured bandwidth among those not above one expert read, and the
+    // shallowest queue depth reaching 90% of it.
+    uint64_t best_block = 4096;
+    double best_gbs = 0;
+    for (auto& s : d.storage.sweep)
+      if (s.block_size <= std::max<uint64_t>(m.expert_read_bytes, 4096) && s.gbs > best_gbs) {
+        best_gbs = s.gbs;
+        best_block = s.block_size;
+      }
+    unsigned depth = 64;
+    for (auto& s : d.storage.sweep)
+      if (s.block_size == best_block && s.gbs >= 0.9 * best_gbs) depth = std::min(depth, s.queue_depth);
+    if (d.storage.sweep.empty()) depth = 32;
+    p.reader_block_size = best_block;
+    p.reader_queue_depth = std::max(depth, unsigned(std::min<int64_t>(m.top_k, 64)));
+    p.reader_direct = d.storage.direct_io;
+    p.rationale.push_back({"reader", fmt::format("block {} KiB, queue depth {}", best_block / 1024, p.reader_queue_depth),
+                           "best measured block size up to one expert read, shallowest depth within 90% (at least top_k)",
+                           {{"storage_gbs", best_gbs}, {"expert_read_bytes", double(m.expert_read_bytes)},
+                            {"iops_4k", d.storage.iops_4k()}}});
+
+    // Resident experts vs cache slots: every split of the memory left is costed; the fastest predicted step wins.
+    const uint64_t avail = p.budget_bytes - fixed;
+    const uint64_t slot_bytes = m.expert_bytes + m.expert_staging_bytes;
+    const int64_t min_slots = 2 * m.top_k;
+    const int64_t total = m.moe_layers * m.experts;
+    if (avail < uint64_t(min_slots) * slot_bytes)
+      throw PlanError(fmt::format("budget {} leaves {} for experts; the expert cache needs at least {} slots ({}): raise "
+                                  "--budget to at least {} or lower --context",
+                                  mib(p.budget_bytes), mib(avail), min_slots, mib(uint64_t(min_slots) * slot_bytes),
+                                  mib(fixed + uint64_t(min_slots) * slot_bytes)));
+    const auto ranked = ranked_experts(m);
+    const int64_t max_resident = std::min<int64_t>(total, int64_t((avail - uint64_t(min_slots) * slot_bytes) / m.expert_bytes));
+    p.cache_policy = "lru";
+    p.prefetch_limit = m.top_k;
+    double best_step = 1e300;
+    Plan best = p;
+    const int steps = 16;
+    for (int i = 0; i <= steps; ++i) {
+      Plan candidate = p;
+      const int64_t r = max_resident * i / steps;
+      candidate.resident_experts = resident_set(m, ranked, r);
+      candidate.cache_slots = std::min<int64_t>(int64_t((avail - uint64_t(r) * m.expert_bytes) / slot_bytes),
+                                                std::max<int64_t>(total - r, min_slots));
+      const StepCost c = evaluate(d, m, candidate, request.trace);
+      if (c.step < best_step * 0.999 || (c.step <= best_step * 1.001 && r > best.resident_count())) {
+        best_step = std::min(best_step, c.step);
+        best = candidate;
+      }
+    }
+    p.resident_experts = best.resident_experts;
+    p.cache_slots = best.cache_slots;
+    const StepCost chosen = evaluate(d, m, p, request.trace);
+    p.rationale.push_back(
+        {"experts", fmt::format("{} resident, {} cache slots", p.resident_count(), p.cache_slots),
+         std::string("fastest predicted decode step over resident/slot splits of the memory left; hit rates ") +
+             (request.trace ? "replayed from the router trace" : "from expert frequencies (LRU approximation)"),
+         {{"available_bytes", double(avail)}, {"expert_bytes", double(m.expert_bytes)},
+          {"hit_rate", chosen.prediction.expert_hit_rate}, {"total_experts", double(total)},
+          {"traced_tokens", double(m.traced_tokens)}}});
+  }
+  p.prediction = evaluate(d, m, p, request.trace).prediction;
+  if (p.prediction.total_memory() > p.budget_bytes)
+    throw PlanError(fmt::format("plan: predicted memory {} exceeds the budget {}", mib(p.prediction.total_memory()),
+                                mib(p.budget_bytes)));
+  return p;
+}
+
+}  // namespace tierlm::calibrate

@@ -1,0 +1,98 @@
+// calibrate/planner.h — the Planner turns a DeviceProfile and a ModelProfile, a memory budget and a target context
+// and batch into a Plan: every runtime setting the engine and the expert tier take, with the predicted speed, the
+// predicted memory per ledger account, and the measurements behind each decision. The cost model is written down
+// in calibrate/README.md; the constants it uses are named below.
+// Never: measure (probes do), or exceed the budget: a plan that cannot fit throws PlanError saying what to change.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <boost/json/value.hpp>
+
+#include "calibrate/device_profile.h"
+#include "calibrate/model_profile.h"
+
+namespace tierlm::calibrate {
+
+class PlanError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct PlanRequest {
+  uint64_t budget_bytes = 0;      // ledger budget; 0: kDefaultBudgetFraction of what the device may use now
+  int64_t context = 4096;         // tokens per sequence the KV cache must hold
+  int64_t batch = 1;              // sequences decoded together
+  std::optional<std::string> kv_codec;  // force a codec (f16, q8, turbo4, turbo3)
+  std::optional<int> threads;
+  const RouterTrace* trace = nullptr;   // when given, cache hit rates are simulated on it instead of estimated
+};
+
+// Cost-model constants (see calibrate/README.md for where they come from).
+inline constexpr double kDefaultBudgetFraction = 0.85;  // of MemoryInfo::usable(): the rest is the process/OS
+inline constexpr double kLayerOverheadSeconds = 30e-6;  // fork/join, norms, RoPE, softmax per layer and step
+inline constexpr double kExpertOverheadSeconds = 8e-6;  // request/acquire/release and two matvec launches per expert
+inline constexpr double kGemmEfficiency = 0.6;          // fraction of square-SGEMM GFLOP/s prefill reaches
+inline constexpr double kKvShareOfFreeMemory = 0.25;    // a codec is "comfortable" if KV fits in this share
+
+// Why a decision was made: the decision, its value, and the measurements it rests on.
+struct Rationale {
+  std::string decision, value, because;
+  std::map<std::string, double> measurements;
+};
+
+struct Prediction {
+  double decode_tokens_per_second = 0;   // all sequences of the batch together
+  double prefill_tokens_per_second = 0;
+  double expert_hit_rate = 1;            // fraction of routed experts found in memory (resident or slot)
+  double miss_bytes_per_token = 0;       // expert bytes read from storage per decoded token (one sequence)
+  // Seconds per decode step by term: dense, experts, misses, kv, overhead, gpu.
+  std::map<std::string, double> step_seconds;
+  std::map<std::string, uint64_t> memory;  // bytes per ledger account
+  uint64_t total_memory() const;
+};
+
+struct Plan {
+  static constexpr int kSchemaVersion = 1;
+  std::string device_fingerprint, model_fingerprint;
+  uint64_t budget_bytes = 0;
+  int64_t context = 0, batch = 1;
+  int gpu_layers = 0;
+  std::string gpu_reason;
+  // Per MoE layer: the expert ids kept in memory for the whole run.
+  std::vector<std::vector<int32_t>> resident_experts;
+  int64_t cache_slots = 0;
+  std::string cache_policy = "lru";
+  int64_t prefetch_limit = 0;
+  unsigned reader_queue_depth = 32;
+  uint64_t reader_block_size = 1 << 20;
+  bool reader_direct = true;
+  std::string kv_codec = "f16";
+  int threads = 1;
+  std::string numa_placement;
+  int64_t prefill_chunk = 128;
+  Prediction prediction;
+  std::vector<Rationale> rationale;
+
+  int64_t resident_count() const;
+};
+
+Plan make_plan(const DeviceProfile& device, const ModelProfile& model, const PlanRequest& request);
+
+// KV bytes per token (all layers, one sequence) of a codec for a model shape; throws std::invalid_argument for an
+// unknown codec or one the head_dim cannot use.
+double kv_bytes_per_token(const ModelProfile& model, const std::string& codec);
+// Fraction of routed experts found in memory, by the LRU characteristic-time approximation (no trace) or by
+// replaying the trace through resident set + LRU slots.
+double estimate_hit_rate(const ModelProfile& model, const std::vector<std::vector<int32_t>>& resident, int64_t slots,
+                         const RouterTrace* trace);
+
+boost::json::value to_json(const Plan& plan);
+Plan plan_from_json(const boost::json::value& v);
+
+}  // namespace tierlm::calibrate

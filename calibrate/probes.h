@@ -1,0 +1,51 @@
+// calibrate/probes.h — the measurements behind a DeviceProfile. Each probe is bounded in time (ProbeOptions), reports
+// progress through a callback (the CLI draws the bar), and leaves nothing behind (the storage probe's scratch file
+// is removed even on error). Buffers go through a tiering::Ledger ("scratch").
+// Never: decide anything (the Planner does), or write outside the scratch file it names.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "calibrate/device_profile.h"
+
+namespace tierlm::calibrate {
+
+struct ProbeOptions {
+  bool quick = false;                // the whole calibration under 20 s: smaller buffers, fewer sweep points
+  double seconds_per_probe = 4.0;    // wall-clock bound of each timed probe (quick: 2.5)
+  std::string storage_dir = ".";     // directory on the model's filesystem; the scratch file goes there
+  // progress(stage, done, total): stage is the probe's name; called at least once at 0 and once at total.
+  std::function<void(const std::string&, size_t, size_t)> progress;
+};
+
+// Files the probes read; tests point them at fake trees.
+struct SystemPaths {
+  std::string proc_meminfo = "/proc/meminfo";
+  std::string proc_self_cgroup = "/proc/self/cgroup";
+  std::string cgroup_root = "/sys/fs/cgroup";  // v1 controllers below it (memory/), v2 at it or at unified/
+  std::string thp_enabled = "/sys/kernel/mm/transparent_hugepage/enabled";
+};
+
+Topology probe_topology();
+MemoryInfo probe_memory(const SystemPaths& paths = {});
+// Device, filesystem and rotational flag of the filesystem holding `dir` (no timing).
+StorageInfo probe_storage_identity(const std::string& dir);
+// Identity plus the timed sweep: O_DIRECT reads through io_uring of random aligned offsets of a scratch file in
+// `dir`, for each (block size, queue depth). Falls back to buffered reads, with a warning in StorageInfo, when
+// O_DIRECT is refused, and to pread when io_uring is unavailable.
+StorageInfo probe_storage(const ProbeOptions& options);
+// STREAM-like read/copy/triad on each NUMA node (threads and memory bound to the node with libnuma).
+std::vector<NodeBandwidth> probe_bandwidth(const Topology& topology, const ProbeOptions& options);
+// OpenBLAS SGEMM GFLOP/s and our q8_0/q4 matvec GB/s for thread counts 1, 2, 4, ... up to the cores.
+std::vector<ComputeSample> probe_compute(const Topology& topology, const ProbeOptions& options);
+// The GPU hook: a CUDA build fills memory and host-to-device bandwidth; this build reports why there is none.
+GpuInfo probe_gpu(const ProbeOptions& options);
+
+// Everything above, in order, timed (probe_seconds), stamped with host name and time.
+DeviceProfile probe_device(const ProbeOptions& options);
+// The untimed parts only (topology, memory, storage identity, GPU presence): enough for the fingerprint, in
+// milliseconds, so `run`/`serve` can check that wisdom still matches this machine.
+DeviceProfile probe_device_identity(const std::string& storage_dir);
+
+}  // namespace tierlm::calibrate

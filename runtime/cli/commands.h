@@ -12,5 +12,6 @@ void add_bench_command(CLI::App& app);
 void add_calibrate_command(CLI::App& app);
 void add_wisdom_command(CLI::App& app);
 void add_pack_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 }  // namespace tierlm::cli

@@ -1,0 +1,129 @@
+// `tierlm serve` — the OpenAI-compatible HTTP server: loads a model folder, starts the scheduler (engine thread) and
+// the Beast server (I/O threads), and runs until SIGINT/SIGTERM.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "runtime/cli/commands.h"
+#include "runtime/cli/progress.h"
+#include "runtime/engine/scheduler.h"
+#include "runtime/model/model.h"
+#include "runtime/tokenizer/tokenizer.h"
+#include "server/chat_prompt.h"
+#include "server/expert_tier_counters.h"
+#include "server/http_server.h"
+#include "server/service.h"
+#include "server/telemetry.h"
+
+namespace tierlm::cli {
+
+namespace {
+
+struct ServeOptions {
+  std::string model;
+  std::string served_model_name;
+  std::string chat_template;
+  std::string weight_format;
+  server::HttpServerOptions http;
+  engine::SchedulerOptions scheduler;
+  double mem_budget_gib = 0;
+};
+
+void serve(ServeOptions o) {
+  // Block the stop signals before any thread starts, so every thread inherits the mask and only sigwait sees them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  tiering::Ledger ledger(o.mem_budget_gib > 0 ? uint64_t(o.mem_budget_gib * double(1ull << 30))
+                                              : tiering::Ledger::kUnlimited);
+  tok::Tokenizer tokenizer = tok::Tokenizer::load(o.model);
+  model::LoadOptions load;
+  load.ledger = &ledger;
+  if (!o.weight_format.empty()) load.weight_format = kernels::parse_format(o.weight_format);
+  ProgressBar bar("loading " + o.model);
+  load.progress = [&](size_t done, size_t total) { bar.update(done, total); };
+  model::ModelWeights weights = model::load_model(o.model, load);
+
+  const std::filesystem::path dir(o.model);
+  const std::string model_id = !o.served_model_name.empty() ? o.served_model_name
+                               : dir.filename().empty()      ? dir.parent_path().filename().string()
+                                                             : dir.filename().string();
+  auto prompt = server::ChatPrompt::load(
+      dir, o.chat_template.empty() ? std::nullopt : std::optional<std::filesystem::path>(o.chat_template), tokenizer);
+
+  auto& sched = o.scheduler;
+  if (sched.context <= 0 || sched.context > weights.config.max_position_embeddings)
+    sched.context = weights.config.max_position_embeddings;
+  std::shared_ptr<server::ExpertTierCounters> tier_counters;
+  if (weights.experts) {
+    tier_counters = std::make_shared<server::ExpertTierCounters>(weights.experts);
+    sched.after_step = [tier_counters] { tier_counters->refresh(); };
+  }
+  engine::Scheduler scheduler(weights, ledger, sched);
+
+  server::ServerInfo info;
+  info.model_id = model_id;
+  info.model_path = o.model;
+  info.architecture = weights.config.model_type;
+  info.weight_bytes = weights.bytes();
+  info.chat_template = prompt.description();
+  info.threads = sched.threads;
+  server::Telemetry telemetry(info, ledger, scheduler);
+  if (tier_counters) telemetry.set_tiering(tier_counters);
+  server::Service service(model_id, tokenizer, std::move(prompt), scheduler, telemetry);
+  server::HttpServer http(service, o.http);
+  http.start();
+  std::printf("tierlm serve: model %s listening on http://%s:%u (context %lld, max batch %lld, prefill %lld)\n",
+              model_id.c_str(), o.http.host.c_str(), unsigned(http.port()), static_cast<long long>(sched.context),
+              static_cast<long long>(sched.max_batch), static_cast<long long>(sched.prefill_size));
+  std::fflush(stdout);
+
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  spdlog::info("[server] signal {}: stopping", signal_number);
+  http.stop();
+  scheduler.stop();
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat/completions, SSE, /health, /metrics)");
+  cmd->add_option("--model", o->model, "Model folder (config.json, *.safetensors, tokenizer.json)")->required();
+  cmd->add_option("--host", o->http.host, "Address to bind (default loopback only)");
+  cmd->add_option("--port", o->http.port, "TCP port (0: any free port)");
+  cmd->add_option("--api-key", o->http.api_key, "Require 'Authorization: Bearer KEY' (or TIERLM_API_KEY)")
+      ->envname("TIERLM_API_KEY");
+  cmd->add_option("--context", o->scheduler.context, "Positions per sequence (0: the model's maximum)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 24));
+  cmd->add_option("--max-batch", o->scheduler.max_batch, "Sequences decoded together (KV slots)")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--prefill-size", o->scheduler.prefill_size, "Prompt tokens fed per engine step (chunked prefill)")
+      ->check(CLI::Range(1, 65536));
+  cmd->add_option("--queue-limit", o->scheduler.queue_limit, "Requests waiting for a slot before 429")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--threads", o->scheduler.threads, "Compute threads (0: one per physical core)");
+  cmd->add_option("--io-threads", o->http.io_threads, "HTTP I/O threads")->check(CLI::Range(1, 64));
+  cmd->add_option("--max-body-bytes", o->http.max_body_bytes, "Largest request body accepted (else 413)");
+  cmd->add_option("--read-timeout", o->http.read_timeout_seconds, "Seconds to read a request / keep-alive idle");
+  cmd->add_option("--chat-template", o->chat_template, "Jinja chat template file overriding the model's");
+  cmd->add_option("--served-model-name", o->served_model_name, "Model id clients use (default: the folder name)");
+  cmd->add_option("--weight-format", o->weight_format, "Convert dense weights at load (f16, q8_0, q4, ...)");
+  cmd->add_option("--mem-budget-gib", o->mem_budget_gib, "Ledger budget in GiB (0: unlimited)");
+  cmd->callback([o] { serve(*o); });
+}
+
+}  // namespace tierlm::cli

@@ -1,0 +1,11 @@
+// server/dashboard.h — the page served at GET /: self-contained HTML + JS (no external scripts, fonts or CDNs) that
+// opens the /v1/telemetry event stream and draws memory by tier/account, cache hit rate and tok/s on canvases.
+#pragma once
+
+#include <string_view>
+
+namespace tierlm::server {
+
+std::string_view dashboard_html();
+
+}  // namespace tierlm::server

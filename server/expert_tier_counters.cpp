@@ -1,0 +1,40 @@
+#include "server/expert_tier_counters.h"
+
+namespace tierlm::server {
+
+ExpertTierCounters::ExpertTierCounters(std::shared_ptr<tiering::ExpertTier> tier) : tier_(std::move(tier)) {
+  const auto& store = tier_->store();
+  for (int64_t l = 0; l < store.layers(); ++l)
+    for (int64_t e = 0; e < store.experts(); ++e) disk_bytes_ += store.read_bytes(l, e);
+  copy_.available = true;
+  copy_.source = "expert_tier";
+  copy_.bytes_by_tier["disk"] = disk_bytes_;
+}
+
+void ExpertTierCounters::refresh() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_ < std::chrono::milliseconds(50)) return;
+  last_ = now;
+  const tiering::ExpertTierTelemetry t = tier_->telemetry();
+  TieringCounters c;
+  c.available = true;
+  c.source = "expert_tier";
+  c.disk_bytes_read = t.bytes_read;
+  c.disk_reads = t.reads;
+  c.cache_hits = t.hits;
+  c.cache_misses = t.misses;
+  c.prefetches = t.prefetches;
+  c.prefetch_hits = t.prefetch_hits;
+  c.evictions = t.evictions;
+  c.read_stall_seconds = t.read_stall_seconds;
+  c.bytes_by_tier["disk"] = disk_bytes_;
+  std::lock_guard lock(mutex_);
+  copy_ = std::move(c);
+}
+
+TieringCounters ExpertTierCounters::counters() const {
+  std::lock_guard lock(mutex_);
+  return copy_;
+}
+
+}  // namespace tierlm::server

@@ -1,0 +1,293 @@
+#include "server/openai_request.h"
+
+#include <cmath>
+#include <limits>
+
+#include <boost/json.hpp>
+#include <fmt/format.h>
+
+#include "server/api_error.h"
+
+namespace tierlm::server {
+
+namespace json = boost::json;
+
+namespace {
+
+[[noreturn]] void invalid(const std::string& param, const std::string& message,
+                          const std::string& code = "invalid_value") {
+  throw ApiError(400, message, "invalid_request_error", param, code);
+}
+
+const char* kind_of(const json::value& v) {
+  switch (v.kind()) {
+    case json::kind::null: return "null";
+    case json::kind::bool_: return "a boolean";
+    case json::kind::int64:
+    case json::kind::uint64: return "an integer";
+    case json::kind::double_: return "a number";
+    case json::kind::string: return "a string";
+    case json::kind::array: return "an array";
+    case json::kind::object: return "an object";
+  }
+  return "a value";
+}
+
+[[noreturn]] void wrong_type(const std::string& param, const char* expected, const json::value& v) {
+  invalid(param, fmt::format("Invalid type for '{}': expected {}, but got {}.", param, expected, kind_of(v)),
+          "invalid_type");
+}
+
+// A field that is absent or null counts as not given.
+const json::value* field(const json::object& o, std::string_view key) {
+  const json::value* v = o.if_contains(key);
+  return (v && !v->is_null()) ? v : nullptr;
+}
+
+std::optional<double> number(const json::object& o, std::string_view key, double lo, double hi) {
+  const json::value* v = field(o, key);
+  if (!v) return std::nullopt;
+  double x;
+  if (v->is_double()) x = v->get_double();
+  else if (v->is_int64()) x = double(v->get_int64());
+  else if (v->is_uint64()) x = double(v->get_uint64());
+  else wrong_type(std::string(key), "a number", *v);
+  if (!std::isfinite(x) || x < lo || x > hi)
+    invalid(std::string(key), fmt::format("'{}' must be between {} and {}, got {}.", key, lo, hi, x));
+  return x;
+}
+
+std::optional<int64_t> integer(const json::object& o, std::string_view key, int64_t lo, int64_t hi) {
+  const json::value* v = field(o, key);
+  if (!v) return std::nullopt;
+  int64_t x;
+  if (v->is_int64()) x = v->get_int64();
+  else if (v->is_uint64()) {
+    if (v->get_uint64() > uint64_t(std::numeric_limits<int64_t>::max()))
+      invalid(std::string(key), fmt::format("'{}' is too large.", key));
+    x = int64_t(v->get_uint64());
+  } else if (v->is_double() && std::floor(v->get_double()) == v->get_double() && std::abs(v->get_double()) < 9e15) {
+    x = int64_t(v->get_double());  // 5.0 is an integer to JavaScript clients
+  } else {
+    wrong_type(std::string(key), "an integer", *v);
+  }
+  if (x < lo || x > hi) invalid(std::string(key), fmt::format("'{}' must be between {} and {}, got {}.", key, lo, hi, x));
+  return x;
+}
+
+std::optional<bool> boolean(const json::object& o, std::string_view key) {
+  const json::value* v = field(o, key);
+  if (!v) return std::nullopt;
+  if (!v->is_bool()) wrong_type(std::string(key), "a boolean", *v);
+  return v->get_bool();
+}
+
+std::optional<std::string> string(const json::object& o, std::string_view key, const std::string& param) {
+  const json::value* v = field(o, key);
+  if (!v) return std::nullopt;
+  if (!v->is_string()) wrong_type(param, "a string", *v);
+  return std::string(v->get_string());
+}
+
+// content: a string, or an array of {"type":"text","text":...} parts (concatenated), or null.
+std::string message_content(const json::value* v, const std::string& param) {
+  if (!v || v->is_null()) return {};
+  if (v->is_string()) return std::string(v->get_string());
+  if (!v->is_array()) wrong_type(param, "a string or an array of content parts", *v);
+  std::string text;
+  size_t i = 0;
+  for (const auto& part : v->get_array()) {
+    const std::string p = fmt::format("{}[{}]", param, i++);
+    if (!part.is_object()) wrong_type(p, "an object", part);
+    const auto& po = part.get_object();
+    auto type = string(po, "type", p + ".type");
+    if (!type) invalid(p + ".type", fmt::format("Missing required parameter: '{}.type'.", p), "missing_required_parameter");
+    if (*type != "text")
+      invalid(p + ".type", fmt::format("Content part type '{}' is not supported by this model (text only).", *type));
+    auto t = string(po, "text", p + ".text");
+    if (!t) invalid(p + ".text", fmt::format("Missing required parameter: '{}.text'.", p), "missing_required_parameter");
+    text += *t;
+  }
+  return text;
+}
+
+json::array parse_messages(const json::object& body) {
+  const json::value* v = field(body, "messages");
+  if (!v) invalid("messages", "Missing required parameter: 'messages'.", "missing_required_parameter");
+  if (!v->is_array()) wrong_type("messages", "an array", *v);
+  const auto& in = v->get_array();
+  if (in.empty()) invalid("messages", "'messages' must contain at least one message.");
+  json::array out;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const std::string p = fmt::format("messages[{}]", i);
+    if (!in[i].is_object()) wrong_type(p, "an object", in[i]);
+    const auto& m = in[i].get_object();
+    auto role = string(m, "role", p + ".role");
+    if (!role) invalid(p + ".role", fmt::format("Missing required parameter: '{}.role'.", p), "missing_required_parameter");
+    if (*role == "developer") role = "system";  // OpenAI's newer name for the system role
+    if (*role != "system" && *role != "user" && *role != "assistant" && *role != "tool")
+      invalid(p + ".role", fmt::format("Invalid value: '{}'. Supported values are: 'system', 'developer', 'user', "
+                                       "'assistant', and 'tool'.", *role));
+    json::object msg;
+    msg["role"] = *role;
+    const json::value* content = m.if_contains("content");
+    if ((!content || content->is_null()) && *role != "assistant")
+      invalid(p + ".content", fmt::format("Missing required parameter: '{}.content'.", p), "missing_required_parameter");
+    msg["content"] = message_content(content, p + ".content");
+    if (auto name = string(m, "name", p + ".name")) msg["name"] = *name;
+    if (*role == "tool") {
+      auto id = string(m, "tool_call_id", p + ".tool_call_id");
+      if (!id) invalid(p + ".tool_call_id", fmt::format("Missing required parameter: '{}.tool_call_id'.", p),
+                       "missing_required_parameter");
+      msg["tool_call_id"] = *id;
+    }
+    if (const json::value* calls = field(m, "tool_calls")) {
+      if (*role != "assistant") invalid(p + ".tool_calls", "'tool_calls' is only allowed on assistant messages.");
+      if (!calls->is_array()) wrong_type(p + ".tool_calls", "an array", *calls);
+      json::array normalized;
+      for (size_t j = 0; j < calls->get_array().size(); ++j) {
+        const auto& call = calls->get_array()[j];
+        const std::string cp = fmt::format("{}.tool_calls[{}]", p, j);
+        if (!call.is_object()) wrong_type(cp, "an object", call);
+        json::object c = call.get_object();
+        // Templates expect arguments as a mapping (they apply tojson); OpenAI sends a JSON string.
+        if (auto* fn = c.if_contains("function"); fn && fn->is_object()) {
+          auto& f = fn->get_object();
+          if (auto* args = f.if_contains("arguments"); args && args->is_string()) {
+            boost::system::error_code ec;
+            json::value parsed = json::parse(args->get_string(), ec);
+            if (!ec) f["arguments"] = std::move(parsed);
+          }
+        } else {
+          invalid(cp + ".function", fmt::format("Missing required parameter: '{}.function'.", cp),
+                  "missing_required_parameter");
+        }
+        normalized.push_back(std::move(c));
+      }
+      msg["tool_calls"] = std::move(normalized);
+    }
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+void parse_prompt(const json::object& body, CompletionRequest& r) {
+  const json::value* v = field(body, "prompt");
+  if (!v) invalid("prompt", "Missing required parameter: 'prompt'.", "missing_required_parameter");
+  auto token_list = [&](const json::array& a, const std::string& param) {
+    for (const auto& t : a) {
+      if (!t.is_int64() && !t.is_uint64()) wrong_type(param, "an array of token ids", t);
+      if (t.is_uint64() || t.get_int64() < 0 || t.get_int64() > std::numeric_limits<int32_t>::max())
+        invalid(param, "Token ids must be non-negative 32-bit integers.");
+      r.prompt_tokens.push_back(int32_t(t.get_int64()));
+    }
+    r.prompt_is_tokens = true;
+  };
+  if (v->is_string()) {
+    r.prompt_text = std::string(v->get_string());
+    return;
+  }
+  if (!v->is_array()) wrong_type("prompt", "a string, an array of strings or an array of token ids", *v);
+  const auto& a = v->get_array();
+  if (a.empty()) invalid("prompt", "'prompt' must not be empty.");
+  if (a[0].is_string() || a[0].is_array()) {
+    // A batch of prompts would need n choices; one prompt per request is supported.
+    if (a.size() != 1) invalid("prompt", "Only one prompt per request is supported (got a batch of " +
+                                             std::to_string(a.size()) + ").", "unsupported_value");
+    if (a[0].is_string()) r.prompt_text = std::string(a[0].get_string());
+    else token_list(a[0].get_array(), "prompt[0]");
+    return;
+  }
+  token_list(a, "prompt");
+}
+
+}  // namespace
+
+CompletionRequest parse_completion_request(std::string_view text, Endpoint endpoint) {
+  boost::system::error_code ec;
+  json::value doc = json::parse(text, ec);
+  if (ec)
+    throw ApiError(400, fmt::format("The request body is not valid JSON ({}).", ec.message()),
+                   "invalid_request_error", {}, "invalid_json");
+  if (!doc.is_object())
+    throw ApiError(400, fmt::format("The request body must be a JSON object, got {}.", kind_of(doc)),
+                   "invalid_request_error", {}, "invalid_json");
+  const json::object& body = doc.get_object();
+  CompletionRequest r;
+  r.endpoint = endpoint;
+  if (auto model = string(body, "model", "model")) r.model = *model;
+
+  if (endpoint == Endpoint::chat) {
+    r.messages = parse_messages(body);
+    if (const json::value* tools = field(body, "tools")) {
+      if (!tools->is_array()) wrong_type("tools", "an array", *tools);
+      r.tools = *tools;
+    }
+  } else {
+    parse_prompt(body, r);
+    if (auto echo = boolean(body, "echo"); echo && *echo)
+      invalid("echo", "'echo' is not supported.", "unsupported_value");
+    if (auto suffix = string(body, "suffix", "suffix"); suffix && !suffix->empty())
+      invalid("suffix", "'suffix' is not supported.", "unsupported_value");
+    if (auto best_of = integer(body, "best_of", 1, 1 << 20); best_of && *best_of != 1)
+      invalid("best_of", "Only best_of=1 is supported.", "unsupported_value");
+  }
+
+  if (auto n = integer(body, "n", 1, 128); n && *n != 1)
+    invalid("n", fmt::format("Only n=1 is supported (got {}).", *n), "unsupported_value");
+  const int64_t kMaxTokens = int64_t(1) << 30;
+  if (auto m = integer(body, "max_tokens", 1, kMaxTokens)) r.max_tokens = *m;
+  if (auto m = integer(body, "max_completion_tokens", 1, kMaxTokens)) r.max_tokens = *m;
+
+  auto& s = r.sampling;
+  s.temperature = float(number(body, "temperature", 0, 2).value_or(1.0));
+  s.top_p = float(number(body, "top_p", 0, 1).value_or(1.0));
+  if (s.top_p <= 0.0f) invalid("top_p", "'top_p' must be greater than 0.");
+  if (auto k = integer(body, "top_k", -1, std::numeric_limits<int32_t>::max())) s.top_k = *k < 0 ? 0 : int(*k);
+  s.min_p = float(number(body, "min_p", 0, 1).value_or(0.0));
+  s.presence_penalty = float(number(body, "presence_penalty", -2, 2).value_or(0.0));
+  s.frequency_penalty = float(number(body, "frequency_penalty", -2, 2).value_or(0.0));
+  if (auto rp = number(body, "repetition_penalty", 0, 100)) {
+    if (*rp <= 0) invalid("repetition_penalty", "'repetition_penalty' must be greater than 0.");
+    s.repetition_penalty = float(*rp);
+  }
+  if (auto seed = integer(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max())) {
+    s.seed = uint64_t(*seed);
+    s.has_seed = true;
+  }
+
+  if (const json::value* stop = field(body, "stop")) {
+    if (stop->is_string()) {
+      r.stop.emplace_back(stop->get_string());
+    } else if (stop->is_array()) {
+      if (stop->get_array().size() > 16) invalid("stop", "At most 16 stop sequences are supported.");
+      for (const auto& x : stop->get_array()) {
+        if (!x.is_string()) wrong_type("stop", "a string or an array of strings", x);
+        r.stop.emplace_back(x.get_string());
+      }
+    } else {
+      wrong_type("stop", "a string or an array of strings", *stop);
+    }
+    for (const auto& x : r.stop)
+      if (x.empty()) invalid("stop", "Stop sequences must not be empty.");
+  }
+
+  r.stream = boolean(body, "stream").value_or(false);
+  if (const json::value* so = field(body, "stream_options")) {
+    if (!so->is_object()) wrong_type("stream_options", "an object", *so);
+    if (auto u = boolean(so->get_object(), "include_usage")) r.include_usage = *u;
+  }
+
+  if (endpoint == Endpoint::chat) {
+    const bool logprobs = boolean(body, "logprobs").value_or(false);
+    auto top = integer(body, "top_logprobs", 0, 20);
+    if (top && !logprobs) invalid("top_logprobs", "'top_logprobs' requires 'logprobs' to be true.");
+    if (logprobs) r.top_logprobs = int(top.value_or(0));
+  } else {
+    if (auto lp = integer(body, "logprobs", 0, 5)) r.top_logprobs = int(*lp);
+  }
+  r.ignore_eos = boolean(body, "ignore_eos").value_or(false);
+  return r;
+}
+
+}  // namespace tierlm::server

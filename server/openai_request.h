@@ -1,0 +1,46 @@
+// server/openai_request.h — parses and validates the JSON body of POST /v1/chat/completions and /v1/completions into
+// one CompletionRequest. Every rejection is an ApiError (400) naming the offending parameter, as OpenAI does.
+// Unknown fields are ignored (SDKs send newer ones); known fields of the wrong type or range are refused.
+// Never: tokenizes or touches the model (the service checks lengths against the context after tokenizing).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/json/array.hpp>
+#include <boost/json/value.hpp>
+
+#include "runtime/engine/sampler.h"
+
+namespace tierlm::server {
+
+enum class Endpoint { chat, completion };
+
+struct CompletionRequest {
+  Endpoint endpoint = Endpoint::chat;
+  std::string model;                      // empty when the client sent none
+  // chat: messages normalized for the template: role, content (string; "" when null), plus tool_calls (arguments
+  // parsed to objects when they are JSON), tool_call_id and name when given.
+  boost::json::array messages;
+  boost::json::value tools;               // null or the tools array, passed to the template
+  // completion: the prompt as text, or as token ids when the client sent ids.
+  std::string prompt_text;
+  std::vector<int32_t> prompt_tokens;
+  bool prompt_is_tokens = false;
+
+  std::optional<int64_t> max_tokens;      // max_completion_tokens, else max_tokens
+  engine::SamplingParams sampling;
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;             // stream_options.include_usage
+  int top_logprobs = -1;                  // -1: no logprobs (chat: logprobs=false; completion: logprobs absent)
+  bool ignore_eos = false;                // extension (vLLM's name): generate exactly max_tokens, for benchmarks
+};
+
+// Throws ApiError for malformed JSON, wrong types, out-of-range values and unsupported options (n != 1, echo, ...).
+CompletionRequest parse_completion_request(std::string_view body, Endpoint endpoint);
+
+}  // namespace tierlm::server

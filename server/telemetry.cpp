@@ -1,0 +1,287 @@
+#include "server/telemetry.h"
+
+#include <sys/resource.h>
+
+#include <boost/json.hpp>
+#include <fmt/format.h>
+
+#include "server/process_stats.h"
+
+namespace tierlm::server {
+
+namespace json = boost::json;
+
+namespace {
+double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+json::value optional_number(const std::optional<uint64_t>& v) { return v ? json::value(*v) : json::value(nullptr); }
+
+// Prometheus label values escape backslash, double quote and newline.
+std::string label(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+// One metric family: HELP and TYPE once, then its samples.
+struct Exposition {
+  std::string text;
+  void family(const char* name, const char* type, const char* help) {
+    text += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  }
+  void sample(const std::string& name, double value, const std::string& labels = {}) {
+    if (labels.empty()) text += fmt::format("{} {}\n", name, value);
+    else text += fmt::format("{}{{{}}} {}\n", name, labels, value);
+  }
+};
+}  // namespace
+
+Telemetry::Telemetry(ServerInfo info, tiering::Ledger& ledger, const engine::Scheduler& scheduler)
+    : info_(std::move(info)), ledger_(ledger), scheduler_(scheduler), start_(std::chrono::steady_clock::now()) {}
+
+void Telemetry::set_tiering(std::shared_ptr<const TieringCountersProvider> provider) {
+  std::lock_guard lock(mutex_);
+  tiering_ = std::move(provider);
+}
+
+TieringCounters Telemetry::tiering() const {
+  std::shared_ptr<const TieringCountersProvider> p;
+  {
+    std::lock_guard lock(mutex_);
+    p = tiering_;
+  }
+  return p ? p->counters() : TieringCounters{};
+}
+
+void Telemetry::record_request(const std::string& route, int status, double seconds) {
+  std::lock_guard lock(mutex_);
+  requests_[{route, status}] += 1;
+  auto& buckets = latency_[route];
+  size_t i = 0;
+  while (i < kBuckets.size() && seconds > kBuckets[i]) ++i;
+  buckets[i] += 1;
+  latency_sum_[route] += seconds;
+}
+
+json::object Telemetry::health() const {
+  const auto s = scheduler_.stats();
+  const auto t = tiering();
+  json::object h;
+  h["status"] = "ok";
+  json::object model;
+  model["id"] = info_.model_id;
+  model["path"] = info_.model_path;
+  model["architecture"] = info_.architecture;
+  model["weight_bytes"] = info_.weight_bytes;
+  model["chat_template"] = info_.chat_template;
+  h["model"] = std::move(model);
+  json::object plan;
+  plan["status"] = "none";
+  plan["note"] = "no wisdom plan is active (the planner is not in the tree yet); defaults and CLI flags are in use";
+  plan["threads"] = info_.threads;
+  plan["max_batch"] = scheduler_.options().max_batch;
+  plan["prefill_size"] = scheduler_.options().prefill_size;
+  plan["context"] = scheduler_.context();
+  h["plan"] = std::move(plan);
+
+  json::object memory;
+  memory["ledger_budget_bytes"] = ledger_.budget() == tiering::Ledger::kUnlimited ? json::value(nullptr)
+                                                                                   : json::value(ledger_.budget());
+  memory["ledger_used_bytes"] = ledger_.used();
+  memory["ledger_peak_bytes"] = ledger_.peak();
+  json::object accounts;
+  for (const auto& a : ledger_.snapshot()) {
+    json::object o;
+    o["bytes"] = a.bytes;
+    o["peak_bytes"] = a.peak_bytes;
+    o["allocations"] = a.allocations;
+    accounts[a.name] = std::move(o);
+  }
+  memory["accounts"] = std::move(accounts);
+  json::object tiers;
+  tiers["ram"] = ledger_.used();
+  for (const auto& [name, bytes] : t.bytes_by_tier) tiers[name] = bytes;
+  memory["tiers"] = std::move(tiers);
+  memory["rss_bytes"] = optional_number(resident_set_bytes());
+  const auto cg = cgroup_memory();
+  json::object cgroup;
+  cgroup["version"] = cg.version;
+  cgroup["limit_bytes"] = optional_number(cg.limit_bytes);
+  cgroup["usage_bytes"] = optional_number(cg.usage_bytes);
+  memory["cgroup"] = std::move(cgroup);
+  h["memory"] = std::move(memory);
+
+  json::object tier;
+  tier["available"] = t.available;
+  if (!t.available) tier["note"] = "no tier counters attached (dense model or expert tier not built): zeros";
+  tier["source"] = t.source;
+  tier["disk_bytes_read"] = t.disk_bytes_read;
+  tier["disk_reads"] = t.disk_reads;
+  tier["cache_hits"] = t.cache_hits;
+  tier["cache_misses"] = t.cache_misses;
+  tier["cache_hit_rate"] = t.hit_rate();
+  tier["read_stall_seconds"] = t.read_stall_seconds;
+  h["tiering"] = std::move(tier);
+
+  json::object kv;
+  kv["slots"] = s.slots;
+  kv["context"] = s.context;
+  kv["bytes"] = s.kv_bytes;
+  kv["positions_capacity"] = s.slots * s.context;
+  kv["positions_used"] = s.kv_positions_used;
+  kv["positions_cached"] = s.kv_positions_cached;
+  kv["usage"] = s.slots > 0 && s.context > 0 ? double(s.kv_positions_used) / double(s.slots * s.context) : 0.0;
+  kv["prefix_cache_hit_tokens"] = s.cached_tokens_total;
+  h["kv"] = std::move(kv);
+
+  json::object requests;
+  requests["in_flight"] = s.active + s.waiting;
+  requests["active"] = s.active;
+  requests["queued"] = s.waiting;
+  requests["queue_limit"] = scheduler_.options().queue_limit;
+  requests["connections"] = connections_.load();
+  requests["rejected"] = rejected_.load();
+  h["requests"] = std::move(requests);
+
+  json::object tokens;
+  tokens["prompt_total"] = s.prompt_tokens_total;
+  tokens["prefilled_total"] = s.prefilled_tokens_total;
+  tokens["generated_total"] = s.generated_tokens_total;
+  tokens["mean_batch"] = s.steps_total ? double(s.batched_rows_total) / double(s.steps_total) : 0.0;
+  h["tokens"] = std::move(tokens);
+  h["uptime_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  return h;
+}
+
+std::string Telemetry::metrics() const {
+  const auto s = scheduler_.stats();
+  const auto t = tiering();
+  Exposition e;
+  e.family("tierlm_up", "gauge", "1 while the server is serving.");
+  e.sample("tierlm_up", 1);
+  e.family("tierlm_info", "gauge", "Static facts about the served model (value 1).");
+  e.sample("tierlm_info", 1, fmt::format("model=\"{}\",architecture=\"{}\",chat_template=\"{}\"", label(info_.model_id),
+                                         label(info_.architecture), label(info_.chat_template)));
+
+  e.family("tierlm_memory_bytes", "gauge", "Bytes charged to each ledger account.");
+  for (const auto& a : ledger_.snapshot()) e.sample("tierlm_memory_bytes", double(a.bytes), fmt::format("account=\"{}\"", label(a.name)));
+  e.family("tierlm_memory_peak_bytes", "gauge", "High-water mark of each ledger account.");
+  for (const auto& a : ledger_.snapshot())
+    e.sample("tierlm_memory_peak_bytes", double(a.peak_bytes), fmt::format("account=\"{}\"", label(a.name)));
+  e.family("tierlm_memory_tier_bytes", "gauge", "Bytes held per storage tier (ram = ledger total).");
+  e.sample("tierlm_memory_tier_bytes", double(ledger_.used()), "tier=\"ram\"");
+  for (const auto& [name, bytes] : t.bytes_by_tier)
+    e.sample("tierlm_memory_tier_bytes", double(bytes), fmt::format("tier=\"{}\"", label(name)));
+  e.family("tierlm_ledger_budget_bytes", "gauge", "Ledger budget (absent samples mean unlimited).");
+  if (ledger_.budget() != tiering::Ledger::kUnlimited) e.sample("tierlm_ledger_budget_bytes", double(ledger_.budget()));
+  e.family("tierlm_process_resident_memory_bytes", "gauge", "Resident set size from /proc/self/statm.");
+  if (auto rss = resident_set_bytes()) e.sample("tierlm_process_resident_memory_bytes", double(*rss));
+  const auto cg = cgroup_memory();
+  e.family("tierlm_cgroup_memory_limit_bytes", "gauge", "Memory limit of the process's cgroup (absent when unlimited).");
+  if (cg.limit_bytes) e.sample("tierlm_cgroup_memory_limit_bytes", double(*cg.limit_bytes), fmt::format("version=\"{}\"", cg.version));
+
+  e.family("tierlm_tiering_available", "gauge", "1 when tier counters are attached; 0 means the tier metrics read zero.");
+  e.sample("tierlm_tiering_available", t.available ? 1 : 0);
+  e.family("tierlm_disk_read_bytes_total", "counter", "Bytes read from disk by the expert tier.");
+  e.sample("tierlm_disk_read_bytes_total", double(t.disk_bytes_read));
+  e.family("tierlm_disk_reads_total", "counter", "Read operations issued by the expert tier.");
+  e.sample("tierlm_disk_reads_total", double(t.disk_reads));
+  e.family("tierlm_expert_cache_hits_total", "counter", "Expert lookups served from memory.");
+  e.sample("tierlm_expert_cache_hits_total", double(t.cache_hits));
+  e.family("tierlm_expert_cache_misses_total", "counter", "Expert lookups that read from disk.");
+  e.sample("tierlm_expert_cache_misses_total", double(t.cache_misses));
+  e.family("tierlm_expert_read_stall_seconds_total", "counter", "Time the forward pass waited for expert reads.");
+  e.sample("tierlm_expert_read_stall_seconds_total", t.read_stall_seconds);
+
+  e.family("tierlm_requests_in_flight", "gauge", "Generation requests admitted or queued.");
+  e.sample("tierlm_requests_in_flight", double(s.active + s.waiting));
+  e.family("tierlm_requests_queued", "gauge", "Generation requests waiting for a KV slot.");
+  e.sample("tierlm_requests_queued", double(s.waiting));
+  e.family("tierlm_requests_rejected_total", "counter", "Requests refused because the queue was full.");
+  e.sample("tierlm_requests_rejected_total", double(rejected_.load()));
+  e.family("tierlm_connections", "gauge", "Open HTTP connections.");
+  e.sample("tierlm_connections", double(connections_.load()));
+  e.family("tierlm_kv_positions_used", "gauge", "KV positions filled by running sequences.");
+  e.sample("tierlm_kv_positions_used", double(s.kv_positions_used));
+  e.family("tierlm_kv_positions_capacity", "gauge", "KV positions over all slots.");
+  e.sample("tierlm_kv_positions_capacity", double(s.slots * s.context));
+  e.family("tierlm_kv_bytes", "gauge", "Bytes allocated for the KV caches.");
+  e.sample("tierlm_kv_bytes", double(s.kv_bytes));
+  e.family("tierlm_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.");
+  e.sample("tierlm_prompt_tokens_total", double(s.prompt_tokens_total));
+  e.family("tierlm_prefix_cache_hit_tokens_total", "counter", "Prompt tokens whose KV rows were reused.");
+  e.sample("tierlm_prefix_cache_hit_tokens_total", double(s.cached_tokens_total));
+  e.family("tierlm_generation_tokens_total", "counter", "Tokens generated.");
+  e.sample("tierlm_generation_tokens_total", double(s.generated_tokens_total));
+  e.family("tierlm_engine_steps_total", "counter", "Batched forward steps run by the scheduler.");
+  e.sample("tierlm_engine_steps_total", double(s.steps_total));
+  e.family("tierlm_engine_busy_seconds_total", "counter", "Time the engine spent in forward passes and sampling.");
+  e.sample("tierlm_engine_busy_seconds_total", s.busy_seconds);
+  e.family("tierlm_sequences_cancelled_total", "counter", "Generations cancelled (client gone).");
+  e.sample("tierlm_sequences_cancelled_total", double(s.sequences_cancelled));
+
+  std::lock_guard lock(mutex_);
+  e.family("tierlm_http_requests_total", "counter", "HTTP requests by route and status code.");
+  for (const auto& [key, count] : requests_)
+    e.sample("tierlm_http_requests_total", double(count), fmt::format("route=\"{}\",code=\"{}\"", label(key.first), key.second));
+  e.family("tierlm_http_request_duration_seconds", "histogram", "Time from request read to response end, by route.");
+  for (const auto& [route, buckets] : latency_) {
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < kBuckets.size(); ++i) {
+      cumulative += buckets[i];
+      e.sample("tierlm_http_request_duration_seconds_bucket", double(cumulative),
+               fmt::format("route=\"{}\",le=\"{}\"", label(route), kBuckets[i]));
+    }
+    cumulative += buckets[kBuckets.size()];
+    e.sample("tierlm_http_request_duration_seconds_bucket", double(cumulative), fmt::format("route=\"{}\",le=\"+Inf\"", label(route)));
+    e.sample("tierlm_http_request_duration_seconds_sum", latency_sum_.at(route), fmt::format("route=\"{}\"", label(route)));
+    e.sample("tierlm_http_request_duration_seconds_count", double(cumulative), fmt::format("route=\"{}\"", label(route)));
+  }
+  return e.text;
+}
+
+json::object Telemetry::snapshot(TelemetryCursor& cursor) const {
+  const auto s = scheduler_.stats();
+  const auto t = tiering();
+  const auto now = std::chrono::steady_clock::now();
+  const bool first = cursor.time == std::chrono::steady_clock::time_point{};
+  const double dt = first ? 0 : std::chrono::duration<double>(now - cursor.time).count();
+  auto rate = [&](uint64_t total, uint64_t before) { return dt > 0 ? double(total - before) / dt : 0.0; };
+  json::object o;
+  o["time"] = unix_seconds();
+  json::object memory;
+  for (const auto& a : ledger_.snapshot()) memory[a.name] = a.bytes;
+  o["memory"] = std::move(memory);
+  json::object tiers;
+  tiers["ram"] = ledger_.used();
+  for (const auto& [name, bytes] : t.bytes_by_tier) tiers[name] = bytes;
+  o["tiers"] = std::move(tiers);
+  o["rss_bytes"] = optional_number(resident_set_bytes());
+  o["cgroup_limit_bytes"] = optional_number(cgroup_memory().limit_bytes);
+  o["generation_tokens_per_second"] = rate(s.generated_tokens_total, cursor.generated);
+  o["prefill_tokens_per_second"] = rate(s.prefilled_tokens_total, cursor.prefilled);
+  const uint64_t dh = first ? 0 : t.cache_hits - cursor.hits, dm = first ? 0 : t.cache_misses - cursor.misses;
+  o["hit_rate"] = dh + dm ? double(dh) / double(dh + dm) : t.hit_rate();
+  o["hit_rate_total"] = t.hit_rate();
+  o["tiering_available"] = t.available;
+  o["disk_bytes_read"] = t.disk_bytes_read;
+  o["requests_in_flight"] = s.active + s.waiting;
+  o["requests_queued"] = s.waiting;
+  o["kv_positions_used"] = s.kv_positions_used;
+  o["kv_positions_capacity"] = s.slots * s.context;
+  o["generated_tokens_total"] = s.generated_tokens_total;
+  cursor.time = now;
+  cursor.generated = s.generated_tokens_total;
+  cursor.prefilled = s.prefilled_tokens_total;
+  cursor.hits = t.cache_hits;
+  cursor.misses = t.cache_misses;
+  return o;
+}
+
+}  // namespace tierlm::server

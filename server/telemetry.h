@@ -1,0 +1,96 @@
+// server/telemetry.h — everything the server reports about itself: the JSON of GET /health, the Prometheus text of
+// GET /metrics and the per-second snapshots of GET /v1/telemetry. It reads the ledger (memory by account), the
+// process (RSS, cgroup limit), the scheduler (KV, queue, tokens) and, through TieringCountersProvider, whatever tier
+// counters the engine has (the MoE expert tier plugs in there; until one is attached they read as zeros and
+// "available": false says so). Owns: HTTP request counters and the latency histogram.
+// Never: blocks on the engine (scheduler stats are copied under its short lock).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <boost/json/object.hpp>
+
+#include "runtime/engine/scheduler.h"
+#include "tiering/ledger.h"
+
+namespace tierlm::server {
+
+// Counters of the storage tiers below RAM (expert cache, disk reads), as a plain snapshot.
+struct TieringCounters {
+  bool available = false;           // false: no tier is attached; every number below is zero
+  std::string source;               // e.g. "expert_tier"
+  uint64_t disk_bytes_read = 0;
+  uint64_t disk_reads = 0;
+  uint64_t cache_hits = 0, cache_misses = 0;
+  uint64_t prefetches = 0, prefetch_hits = 0, evictions = 0;
+  double read_stall_seconds = 0;
+  std::map<std::string, uint64_t> bytes_by_tier;  // bytes held per tier beyond the ledger's RAM, e.g. {"disk": n}
+  double hit_rate() const { return cache_hits + cache_misses ? double(cache_hits) / double(cache_hits + cache_misses) : 0; }
+};
+
+// Implemented by the engine's tier (an adapter around tiering's own telemetry struct). Called from I/O threads:
+// implementations must be thread-safe and cheap.
+class TieringCountersProvider {
+ public:
+  virtual ~TieringCountersProvider() = default;
+  virtual TieringCounters counters() const = 0;
+};
+
+struct ServerInfo {
+  std::string model_id;
+  std::string model_path;
+  std::string architecture;
+  uint64_t weight_bytes = 0;
+  std::string chat_template;        // which renderer is active
+  int threads = 0;
+};
+
+// Per-connection state of the telemetry stream, to turn totals into rates.
+struct TelemetryCursor {
+  std::chrono::steady_clock::time_point time{};
+  uint64_t generated = 0, prefilled = 0, hits = 0, misses = 0, requests = 0;
+};
+
+class Telemetry {
+ public:
+  Telemetry(ServerInfo info, tiering::Ledger& ledger, const engine::Scheduler& scheduler);
+
+  void set_tiering(std::shared_ptr<const TieringCountersProvider> provider);
+  // A finished HTTP exchange (route is the matched pattern, e.g. "/v1/chat/completions"; "other" for 404s).
+  void record_request(const std::string& route, int status, double seconds);
+  void connection_opened() { connections_.fetch_add(1); }
+  void connection_closed() { connections_.fetch_sub(1); }
+  void generation_started() { generating_.fetch_add(1); }
+  void generation_finished() { generating_.fetch_sub(1); }
+  void record_rejected() { rejected_.fetch_add(1); }
+
+  boost::json::object health() const;
+  std::string metrics() const;
+  boost::json::object snapshot(TelemetryCursor& cursor) const;
+  const ServerInfo& info() const { return info_; }
+
+ private:
+  TieringCounters tiering() const;
+
+  ServerInfo info_;
+  tiering::Ledger& ledger_;
+  const engine::Scheduler& scheduler_;
+  std::chrono::steady_clock::time_point start_;
+  mutable std::mutex mutex_;
+  std::shared_ptr<const TieringCountersProvider> tiering_;
+  std::map<std::pair<std::string, int>, uint64_t> requests_;  // (route, status) -> count
+  static constexpr std::array<double, 12> kBuckets = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+  std::map<std::string, std::array<uint64_t, kBuckets.size() + 1>> latency_;  // per route, cumulative at render
+  std::map<std::string, double> latency_sum_;
+  std::atomic<int64_t> connections_{0}, generating_{0};
+  std::atomic<uint64_t> rejected_{0};
+};
+
+}  // namespace tierlm::server

@@ -1,0 +1,267 @@
+// Scheduler (runtime/engine/scheduler.h) on the tierlm-tiny model: batching, chunked prefill and the prefix cache
+// must not change greedy outputs; cancellation, queue limits and finish reasons behave as documented.
+// (Lives under tests/server/ because the server is its only client.)
+#include "runtime/engine/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <future>
+#include <mutex>
+
+#include "runtime/tokenizer/tokenizer.h"
+
+namespace tierlm::engine {
+namespace {
+
+std::string model_dir() { return std::string(TIERLM_SOURCE_DIR) + "/profiles/models/tierlm-tiny"; }
+
+struct Fixture {
+  tiering::Ledger ledger;
+  model::ModelWeights weights;
+  tok::Tokenizer tokenizer;
+  Fixture() : weights(load()), tokenizer(tok::Tokenizer::load(model_dir())) {}
+  model::ModelWeights load() {
+    model::LoadOptions o;
+    o.ledger = &ledger;
+    return model::load_model(model_dir(), o);
+  }
+};
+
+Fixture& fixture() {
+  static Fixture f;
+  return f;
+}
+
+struct Collector : SequenceObserver {
+  std::vector<int32_t> tokens;
+  std::vector<TokenOutput> outputs;
+  SequenceResult result;
+  std::promise<void> done;
+  std::promise<void> first;
+  bool first_set = false;
+  int64_t stop_after = -1;  // on_token returns false after this many tokens
+  bool on_token(const TokenOutput& t) override {
+    tokens.push_back(t.token);
+    outputs.push_back(t);
+    if (!first_set) {
+      first_set = true;
+      first.set_value();
+    }
+    return stop_after < 0 || int64_t(tokens.size()) < stop_after;
+  }
+  void on_finish(const SequenceResult& r) override {
+    result = r;
+    if (!first_set) {
+      first_set = true;
+      first.set_value();
+    }
+    done.set_value();
+  }
+};
+
+SchedulerOptions options(int64_t max_batch = 4, int64_t prefill = 64) {
+  SchedulerOptions o;
+  o.context = 256;
+  o.max_batch = max_batch;
+  o.prefill_size = prefill;
+  o.threads = 1;
+  o.pin_threads = false;
+  return o;
+}
+
+SequenceParams greedy(const std::string& text, int64_t max_tokens) {
+  SequenceParams p;
+  p.prompt = fixture().tokenizer.encode(text, true);
+  p.max_tokens = max_tokens;
+  return p;
+}
+
+std::vector<int32_t> run_alone(Scheduler& s, SequenceParams p) {
+  auto c = std::make_shared<Collector>();
+  auto f = c->done.get_future();
+  s.submit(std::move(p), c);
+  f.wait();
+  return c->tokens;
+}
+
+const std::vector<std::string> kPrompts = {"def add(a, b):", "Return the number of", "class Parser:\n    \"\"\"",
+                                           "import os\nimport sys\n\ndef main():"};
+
+TEST(Scheduler, ConcurrentSequencesMatchRunningAlone) {
+  auto& f = fixture();
+  std::vector<std::vector<int32_t>> alone;
+  {
+    Scheduler s(f.weights, f.ledger, options(1));
+    for (const auto& p : kPrompts) alone.push_back(run_alone(s, greedy(p, 24)));
+  }
+  Scheduler s(f.weights, f.ledger, options(4));
+  std::vector<std::shared_ptr<Collector>> cs;
+  std::vector<std::future<void>> fs;
+  for (const auto& p : kPrompts) {
+    cs.push_back(std::make_shared<Collector>());
+    fs.push_back(cs.back()->done.get_future());
+    s.submit(greedy(p, 24), cs.back());
+  }
+  for (auto& x : fs) x.wait();
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    EXPECT_EQ(cs[i]->tokens, alone[i]) << kPrompts[i];
+    EXPECT_EQ(cs[i]->result.finish_reason, "length");
+    EXPECT_EQ(cs[i]->result.completion_tokens, 24);
+  }
+  const auto st = s.stats();
+  // Four sequences decoded together: far fewer steps than 4 x 24, and a mean batch above one.
+  EXPECT_GT(double(st.batched_rows_total) / double(st.steps_total), 2.0);
+}
+
+TEST(Scheduler, ChunkedPrefillMatchesWholePrompt) {
+  auto& f = fixture();
+  const std::string prompt = "import os\nimport sys\n\ndef main():\n    args = sys.argv[1:]\n    for a in args:";
+  std::vector<int32_t> whole, chunked;
+  {
+    Scheduler s(f.weights, f.ledger, options(1, 256));
+    whole = run_alone(s, greedy(prompt, 16));
+  }
+  {
+    Scheduler s(f.weights, f.ledger, options(2, 3));  // 3 prompt tokens per step
+    chunked = run_alone(s, greedy(prompt, 16));
+    EXPECT_GE(s.stats().steps_total, greedy(prompt, 1).prompt.size() / 3);
+  }
+  EXPECT_EQ(whole, chunked);
+}
+
+TEST(Scheduler, PrefixCacheReusesRowsWithoutChangingOutput) {
+  auto& f = fixture();
+  const std::string shared = "You are a helpful assistant that writes Python.\nclass Stack:\n    def push(self, x):";
+  const std::string second = shared + "\n        self.items.append(x)\n    def pop(self):";
+  std::vector<int32_t> fresh;
+  {
+    Scheduler s(f.weights, f.ledger, options(2));
+    fresh = run_alone(s, greedy(second, 12));
+  }
+  Scheduler s(f.weights, f.ledger, options(2));
+  run_alone(s, greedy(shared, 4));
+  auto c = std::make_shared<Collector>();
+  auto done = c->done.get_future();
+  s.submit(greedy(second, 12), c);
+  done.wait();
+  const int64_t shared_tokens = int64_t(greedy(shared, 1).prompt.size());
+  EXPECT_GE(c->result.cached_prompt_tokens, shared_tokens - 1);  // the shared prompt's rows (maybe more)
+  EXPECT_LT(c->result.cached_prompt_tokens, c->result.prompt_tokens);
+  EXPECT_EQ(c->tokens, fresh);
+  EXPECT_EQ(s.stats().cached_tokens_total, uint64_t(c->result.cached_prompt_tokens));
+  // The same prompt again reuses all but its last token.
+  auto again = std::make_shared<Collector>();
+  auto again_done = again->done.get_future();
+  s.submit(greedy(second, 12), again);
+  again_done.wait();
+  EXPECT_EQ(again->result.cached_prompt_tokens, again->result.prompt_tokens - 1);
+  EXPECT_EQ(again->tokens, fresh);
+}
+
+TEST(Scheduler, CancelStopsGeneration) {
+  auto& f = fixture();
+  Scheduler s(f.weights, f.ledger, options(2));
+  auto c = std::make_shared<Collector>();
+  auto first = c->first.get_future();
+  auto done = c->done.get_future();
+  SequenceParams p = greedy("def add(a, b):", 200);
+  auto handle = s.submit(std::move(p), c);
+  first.wait();
+  handle->cancel();
+  done.wait();
+  EXPECT_EQ(c->result.finish_reason, "cancelled");
+  EXPECT_LT(c->result.completion_tokens, 200);
+  EXPECT_EQ(s.stats().sequences_cancelled, 1u);
+  // The slot is free again: another sequence runs to the end.
+  auto tokens = run_alone(s, greedy("x = 1", 5));
+  EXPECT_EQ(tokens.size(), 5u);
+}
+
+TEST(Scheduler, QueueLimitRefusesWithQueueFull) {
+  auto& f = fixture();
+  auto o = options(1);
+  o.queue_limit = 1;
+  Scheduler s(f.weights, f.ledger, o);
+  auto a = std::make_shared<Collector>();
+  auto a_first = a->first.get_future();
+  auto a_done = a->done.get_future();
+  auto ha = s.submit(greedy("def add(a, b):", 200), a);
+  a_first.wait();  // a holds the only slot
+  auto b = std::make_shared<Collector>();
+  auto b_done = b->done.get_future();
+  s.submit(greedy("x", 3), b);  // waits
+  EXPECT_THROW(s.submit(greedy("y", 3), std::make_shared<Collector>()), QueueFullError);
+  ha->cancel();
+  a_done.wait();
+  b_done.wait();
+  EXPECT_EQ(b->result.finish_reason, "length");
+}
+
+TEST(Scheduler, StopTokensObserverStopAndLength) {
+  auto& f = fixture();
+  Scheduler s(f.weights, f.ledger, options(2));
+  auto first = run_alone(s, greedy("def add(a, b):", 3));
+  ASSERT_EQ(first.size(), 3u);
+  // A stop token finishes with "stop" and is not reported.
+  auto c = std::make_shared<Collector>();
+  auto done = c->done.get_future();
+  SequenceParams p = greedy("def add(a, b):", 10);
+  p.stop_tokens = {first[1]};
+  s.submit(std::move(p), c);
+  done.wait();
+  EXPECT_EQ(c->result.finish_reason, "stop");
+  EXPECT_EQ(c->tokens, std::vector<int32_t>{first[0]});
+  // The observer asking to stop.
+  auto d = std::make_shared<Collector>();
+  d->stop_after = 2;
+  auto d_done = d->done.get_future();
+  s.submit(greedy("def add(a, b):", 10), d);
+  d_done.wait();
+  EXPECT_EQ(d->result.finish_reason, "stop");
+  EXPECT_EQ(d->tokens.size(), 2u);
+}
+
+TEST(Scheduler, LogprobsAreNormalizedAndSorted) {
+  auto& f = fixture();
+  Scheduler s(f.weights, f.ledger, options(1));
+  auto c = std::make_shared<Collector>();
+  auto done = c->done.get_future();
+  SequenceParams p = greedy("def add(a, b):", 4);
+  p.top_logprobs = 5;
+  s.submit(std::move(p), c);
+  done.wait();
+  ASSERT_EQ(c->outputs.size(), 4u);
+  for (const auto& o : c->outputs) {
+    ASSERT_EQ(o.top.size(), 5u);
+    EXPECT_EQ(o.top[0].token, o.token);  // greedy picks the most likely token
+    EXPECT_FLOAT_EQ(o.top[0].logprob, o.logprob);
+    double mass = 0;
+    for (size_t i = 0; i < o.top.size(); ++i) {
+      EXPECT_LE(o.top[i].logprob, 0.0f);
+      if (i) {
+        EXPECT_LE(o.top[i].logprob, o.top[i - 1].logprob);
+      }
+      mass += std::exp(double(o.top[i].logprob));
+    }
+    EXPECT_LE(mass, 1.0 + 1e-5);
+  }
+}
+
+TEST(Scheduler, RejectsBadSequences) {
+  auto& f = fixture();
+  Scheduler s(f.weights, f.ledger, options(1));
+  SequenceParams empty;
+  EXPECT_THROW(s.submit(empty, std::make_shared<Collector>()), std::invalid_argument);
+  SequenceParams too_long;
+  too_long.prompt.assign(256, 5);
+  EXPECT_THROW(s.submit(too_long, std::make_shared<Collector>()), std::invalid_argument);
+  SequenceParams bad_token;
+  bad_token.prompt = {1, 999999};
+  EXPECT_THROW(s.submit(bad_token, std::make_shared<Collector>()), std::invalid_argument);
+  // Still serving.
+  EXPECT_EQ(run_alone(s, greedy("x", 2)).size(), 2u);
+}
+
+}  // namespace
+}  // namespace tierlm::engine

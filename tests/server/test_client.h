@@ -1,0 +1,173 @@
+// tests/server/test_client.h — a blocking HTTP/1.1 client over POSIX sockets for the server tests (loopback only),
+// and a fixture that runs the whole server (scheduler + Beast) in-process on a free port with the tierlm-tiny model.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include <boost/json.hpp>
+
+#include "runtime/engine/scheduler.h"
+#include "runtime/model/model.h"
+#include "runtime/tokenizer/tokenizer.h"
+#include "server/chat_prompt.h"
+#include "server/http_server.h"
+#include "server/service.h"
+#include "server/telemetry.h"
+
+namespace tierlm::server::testing {
+
+inline std::string tiny_model_dir() { return std::string(TIERLM_SOURCE_DIR) + "/profiles/models/tierlm-tiny"; }
+
+struct HttpResponse {
+  int status = 0;
+  std::string headers;
+  std::string body;  // de-chunked
+  boost::json::value json() const { return boost::json::parse(body); }
+};
+
+inline int connect_loopback(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    throw std::runtime_error("connect failed");
+  }
+  timeval tv{30, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+inline void send_all(int fd, const std::string& data) {
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return;  // the server may close early (e.g. 413); the response is still read
+    off += size_t(n);
+  }
+}
+
+inline std::string read_all(int fd) {
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    out.append(buf, size_t(n));
+  }
+  return out;
+}
+
+inline std::string dechunk(const std::string& body) {
+  std::string out;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    const size_t eol = body.find("\r\n", pos);
+    if (eol == std::string::npos) break;
+    const size_t len = std::stoul(body.substr(pos, eol - pos), nullptr, 16);
+    if (len == 0) break;
+    out += body.substr(eol + 2, len);
+    pos = eol + 2 + len + 2;
+  }
+  return out;
+}
+
+inline HttpResponse parse_response(const std::string& raw) {
+  HttpResponse r;
+  const size_t end = raw.find("\r\n\r\n");
+  if (end == std::string::npos) return r;
+  r.headers = raw.substr(0, end);
+  r.status = std::stoi(raw.substr(9, 3));
+  r.body = raw.substr(end + 4);
+  std::string lower = r.headers;
+  for (auto& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+  if (lower.find("transfer-encoding: chunked") != std::string::npos) r.body = dechunk(r.body);
+  return r;
+}
+
+// One request on a fresh connection ("Connection: close").
+inline HttpResponse request(uint16_t port, const std::string& method, const std::string& target,
+                            const std::string& body = {}, const std::string& extra_headers = {}) {
+  const int fd = connect_loopback(port);
+  std::string req = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + extra_headers;
+  if (!body.empty() || method == "POST")
+    req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  req += "\r\n" + body;
+  send_all(fd, req);
+  const std::string raw = read_all(fd);
+  ::close(fd);
+  return parse_response(raw);
+}
+
+inline HttpResponse post(uint16_t port, const std::string& target, const std::string& body,
+                         const std::string& extra_headers = {}) {
+  return request(port, "POST", target, body, extra_headers);
+}
+
+// The in-process server: model, scheduler, service and Beast server.
+struct ServerOptions {
+  engine::SchedulerOptions scheduler;
+  HttpServerOptions http;
+  ServerOptions() {
+    scheduler.threads = 1;
+    scheduler.pin_threads = false;
+    scheduler.context = 512;
+    scheduler.max_batch = 4;
+    scheduler.prefill_size = 64;
+    http.port = 0;
+    http.io_threads = 2;
+  }
+};
+
+class TestServer {
+ public:
+  explicit TestServer(const ServerOptions& o = {}) : ledger_() {
+    tokenizer_ = std::make_unique<tok::Tokenizer>(tok::Tokenizer::load(tiny_model_dir()));
+    model::LoadOptions load;
+    load.ledger = &ledger_;
+    weights_ = std::make_unique<model::ModelWeights>(model::load_model(tiny_model_dir(), load));
+    scheduler_ = std::make_unique<engine::Scheduler>(*weights_, ledger_, o.scheduler);
+    ServerInfo info;
+    info.model_id = "tierlm-tiny";
+    info.model_path = tiny_model_dir();
+    info.architecture = weights_->config.model_type;
+    info.weight_bytes = weights_->bytes();
+    auto prompt = ChatPrompt::load(tiny_model_dir(), std::nullopt, *tokenizer_);
+    info.chat_template = prompt.description();
+    telemetry_ = std::make_unique<Telemetry>(info, ledger_, *scheduler_);
+    service_ = std::make_unique<Service>("tierlm-tiny", *tokenizer_, std::move(prompt), *scheduler_, *telemetry_);
+    http_ = std::make_unique<HttpServer>(*service_, o.http);
+    http_->start();
+  }
+  ~TestServer() {
+    http_->stop();
+    scheduler_->stop();
+  }
+  uint16_t port() const { return http_->port(); }
+  engine::Scheduler& scheduler() { return *scheduler_; }
+  Telemetry& telemetry() { return *telemetry_; }
+  const tok::Tokenizer& tokenizer() const { return *tokenizer_; }
+  tiering::Ledger& ledger() { return ledger_; }
+
+ private:
+  tiering::Ledger ledger_;
+  std::unique_ptr<tok::Tokenizer> tokenizer_;
+  std::unique_ptr<model::ModelWeights> weights_;
+  std::unique_ptr<engine::Scheduler> scheduler_;
+  std::unique_ptr<Telemetry> telemetry_;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<HttpServer> http_;
+};
+
+}  // namespace tierlm::server::testing

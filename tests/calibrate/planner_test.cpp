@@ -1,0 +1,253 @@
+// Planner decisions on the synthetic device profiles (profiles/devices/*.json): budgets met, decisions sane and
+// monotone in memory, clear errors when nothing fits.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <random>
+#include <numeric>
+#include <set>
+
+#include <boost/json.hpp>
+
+#include "calibrate/planner.h"
+
+namespace tierlm::calibrate {
+namespace {
+
+const std::string kDevices = std::string(TIERLM_SOURCE_DIR) + "/profiles/devices/";
+
+DeviceProfile device(const std::string& name) { return load_device_profile(kDevices + name + ".json"); }
+
+// Qwen3-30B-A3B's shape with q4 experts and q8_0 dense weights.
+ModelProfile qwen3_moe_30b() {
+  model::ModelConfig c;
+  c.model_type = "qwen3_moe";
+  c.arch = *model::find_architecture("qwen3_moe");
+  c.vocab_size = 151936;
+  c.hidden_size = 2048;
+  c.intermediate_size = 6144;
+  c.num_layers = 48;
+  c.num_heads = 32;
+  c.num_kv_heads = 4;
+  c.head_dim = 128;
+  c.max_position_embeddings = 40960;
+  c.num_experts = 128;
+  c.num_experts_per_tok = 8;
+  c.moe_intermediate_size = 768;
+  ModelProfile p = model_profile_from_config(c, kernels::WeightFormat::q8_0, kernels::WeightFormat::q4);
+  p.fingerprint = "qwen3moe30b";
+  return p;
+}
+
+ModelProfile llama_8b() {
+  model::ModelConfig c;
+  c.model_type = "llama";
+  c.arch = *model::find_architecture("llama");
+  c.vocab_size = 128256;
+  c.hidden_size = 4096;
+  c.intermediate_size = 14336;
+  c.num_layers = 32;
+  c.num_heads = 32;
+  c.num_kv_heads = 8;
+  c.head_dim = 128;
+  c.max_position_embeddings = 131072;
+  ModelProfile p = model_profile_from_config(c, kernels::WeightFormat::q4, kernels::WeightFormat::q4);
+  p.fingerprint = "llama8b";
+  return p;
+}
+
+void expect_sane(const DeviceProfile& d, const ModelProfile& m, const Plan& p) {
+  EXPECT_LE(p.prediction.total_memory(), p.budget_bytes);
+  EXPECT_GE(p.threads, 1);
+  EXPECT_LE(p.threads, d.topology.cores);
+  EXPECT_EQ(p.gpu_layers, 0);
+  EXPECT_FALSE(p.gpu_reason.empty());
+  EXPECT_TRUE(std::set<std::string>({"f16", "q8", "turbo4", "turbo3"}).count(p.kv_codec)) << p.kv_codec;
+  EXPECT_GE(p.prefill_chunk, 16);
+  EXPECT_LE(p.prefill_chunk, 512);
+  EXPECT_GT(p.prediction.decode_tokens_per_second, 0);
+  EXPECT_GT(p.prediction.prefill_tokens_per_second, 0);
+  EXPECT_EQ(p.device_fingerprint, d.fingerprint());
+  EXPECT_EQ(p.model_fingerprint, m.fingerprint);
+  if (m.moe()) {
+    ASSERT_EQ(int64_t(p.resident_experts.size()), m.moe_layers);
+    for (auto& layer : p.resident_experts) {
+      std::set<int32_t> unique(layer.begin(), layer.end());
+      EXPECT_EQ(unique.size(), layer.size());
+      for (int32_t e : layer) {
+        EXPECT_GE(e, 0);
+        EXPECT_LT(e, m.experts);
+      }
+    }
+    EXPECT_GE(p.cache_slots, 2 * m.top_k);
+    EXPECT_LE(p.resident_count() + p.cache_slots, m.moe_layers * m.experts + p.cache_slots);
+    EXPECT_GE(p.reader_queue_depth, 1u);
+    EXPECT_GE(p.reader_block_size, 4096u);
+    EXPECT_GE(p.prediction.expert_hit_rate, 0.0);
+    EXPECT_LE(p.prediction.expert_hit_rate, 1.0);
+    // Memory accounts are what the ledger will charge.
+    EXPECT_EQ(p.prediction.memory.at("resident_experts"), uint64_t(p.resident_count()) * m.expert_bytes);
+    EXPECT_EQ(p.prediction.memory.at("expert_cache"), uint64_t(p.cache_slots) * m.expert_bytes);
+  }
+  // Every decision carries its reason.
+  std::set<std::string> decisions;
+  for (auto& r : p.rationale) decisions.insert(r.decision);
+  for (const char* d2 : {"budget", "threads", "gpu_layers", "prefill_chunk", "kv_codec"}) EXPECT_TRUE(decisions.count(d2)) << d2;
+  if (m.moe()) {
+    EXPECT_TRUE(decisions.count("experts"));
+    EXPECT_TRUE(decisions.count("reader"));
+  }
+}
+
+TEST(Planner, EveryDeviceProfileLoadsAndPlansWithinBudget) {
+  int profiles = 0;
+  for (auto& f : std::filesystem::directory_iterator(kDevices)) {
+    SCOPED_TRACE(f.path().string());
+    const DeviceProfile d = load_device_profile(f.path().string());
+    ++profiles;
+    for (const ModelProfile& m : {qwen3_moe_30b(), llama_8b()}) {
+      PlanRequest r;
+      r.context = 4096;
+      const Plan p = make_plan(d, m, r);
+      expect_sane(d, m, p);
+      EXPECT_EQ(p.budget_bytes, uint64_t(double(d.memory.usable()) * kDefaultBudgetFraction));
+    }
+  }
+  EXPECT_GE(profiles, 4);
+}
+
+TEST(Planner, MoreMemoryMeansMoreResidentExpertsAndNoSlowerDecode) {
+  const ModelProfile m = qwen3_moe_30b();
+  const Plan p8 = make_plan(device("laptop-8gb"), m, {});
+  const Plan p16 = make_plan(device("desktop-16gb"), m, {});
+  const Plan p24 = make_plan(device("workstation-24gb"), m, {});
+  const Plan p64 = make_plan(device("server-64gb"), m, {});
+  EXPECT_LT(p8.resident_count(), p16.resident_count());
+  EXPECT_LT(p16.resident_count(), p24.resident_count());
+  EXPECT_LE(p24.resident_count(), p64.resident_count());
+  // 64 GB holds all 18 GiB of experts: everything resident, nothing read from disk.
+  EXPECT_EQ(p64.resident_count(), m.moe_layers * m.experts);
+  EXPECT_DOUBLE_EQ(p64.prediction.expert_hit_rate, 1.0);
+  EXPECT_EQ(p64.prediction.miss_bytes_per_token, 0.0);
+  // 8 GB streams: some misses.
+  EXPECT_LT(p8.prediction.expert_hit_rate, 1.0);
+  EXPECT_GT(p8.prediction.miss_bytes_per_token, 0.0);
+  EXPECT_GT(p8.prediction.step_seconds.at("misses"), 0.0);
+  // Same device, growing budget: hit rate and predicted speed never fall.
+  double last_hit = 0, last_tps = 0;
+  for (double gib : {4.0, 6.0, 9.0, 12.0, 16.0, 20.0}) {
+    PlanRequest r;
+    r.budget_bytes = uint64_t(gib * double(1ull << 30));
+    const Plan p = make_plan(device("server-64gb"), m, r);
+    expect_sane(device("server-64gb"), m, p);
+    EXPECT_GE(p.prediction.expert_hit_rate, last_hit - 1e-9) << gib;
+    EXPECT_GE(p.prediction.decode_tokens_per_second, last_tps * 0.999) << gib;
+    last_hit = p.prediction.expert_hit_rate;
+    last_tps = p.prediction.decode_tokens_per_second;
+  }
+}
+
+TEST(Planner, HotExpertsAreTheResidentOnes) {
+  ModelProfile m = qwen3_moe_30b();
+  // Zipf-like frequencies, with the hot experts at different ids per layer.
+  for (int64_t l = 0; l < m.moe_layers; ++l) {
+    double sum = 0;
+    std::vector<double> w(size_t(m.experts));
+    for (int64_t e = 0; e < m.experts; ++e) sum += (w[size_t((e + 7 * l) % m.experts)] = 1.0 / double(e + 1));
+    for (int64_t e = 0; e < m.experts; ++e) m.expert_frequency[size_t(l)][size_t(e)] = std::min(1.0, w[size_t(e)] / sum * 8);
+  }
+  const Plan p = make_plan(device("laptop-8gb"), m, {});
+  expect_sane(device("laptop-8gb"), m, p);
+  ASSERT_GT(p.resident_count(), 0);
+  for (int64_t l = 0; l < m.moe_layers; ++l) {
+    const auto& r = p.resident_experts[size_t(l)];
+    // The hottest expert of each layer is resident whenever the layer has any resident expert.
+    if (!r.empty()) {
+      EXPECT_TRUE(std::count(r.begin(), r.end(), int32_t((7 * l) % m.experts))) << l;
+    }
+  }
+  // Skew pays: the same budget hits more often than with uniform routing.
+  EXPECT_GT(p.prediction.expert_hit_rate, make_plan(device("laptop-8gb"), qwen3_moe_30b(), {}).prediction.expert_hit_rate);
+}
+
+TEST(Planner, LongContextOnSmallMemoryCompressesKv) {
+  const ModelProfile m = llama_8b();
+  PlanRequest small;
+  small.context = 2048;
+  EXPECT_EQ(make_plan(device("server-64gb"), m, small).kv_codec, "f16");
+  PlanRequest big;
+  big.context = 65536;
+  const Plan p = make_plan(device("desktop-16gb"), m, big);
+  expect_sane(device("desktop-16gb"), m, p);
+  EXPECT_NE(p.kv_codec, "f16");
+  EXPECT_LT(kv_bytes_per_token(m, p.kv_codec), kv_bytes_per_token(m, "f16"));
+}
+
+TEST(Planner, ImpossibleBudgetsFailWithAHint) {
+  PlanRequest tiny;
+  tiny.budget_bytes = 512ull << 20;
+  try {
+    make_plan(device("laptop-8gb"), llama_8b(), tiny);
+    FAIL() << "expected PlanError";
+  } catch (const PlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("--budget"), std::string::npos) << e.what();
+  }
+  PlanRequest huge_context;
+  huge_context.context = 1 << 22;
+  huge_context.batch = 64;
+  EXPECT_THROW(make_plan(device("laptop-8gb"), qwen3_moe_30b(), huge_context), PlanError);
+}
+
+TEST(Planner, CgroupLimitBindsTheDefaultBudget) {
+  const DeviceProfile d = device("hdd-16gb-cgroup");
+  ASSERT_TRUE(d.memory.cgroup_v1_limit);
+  EXPECT_EQ(d.memory.limit(), 10ull << 30);
+  const Plan p = make_plan(d, qwen3_moe_30b(), {});
+  EXPECT_LE(p.budget_bytes, 10ull << 30);
+  expect_sane(d, qwen3_moe_30b(), p);
+  // A rotational disk is slow: the same memory predicts a slower decode than on NVMe.
+  PlanRequest same;
+  same.budget_bytes = p.budget_bytes;
+  EXPECT_LT(p.prediction.decode_tokens_per_second,
+            make_plan(device("desktop-16gb"), qwen3_moe_30b(), same).prediction.decode_tokens_per_second);
+}
+
+TEST(Planner, TraceReplayAgreesWithTheLruApproximationOnIndependentRequests) {
+  ModelProfile m = qwen3_moe_30b();
+  m.moe_layers = m.layers = 4;
+  m.expert_frequency.resize(4);
+  // Independent requests drawn from the (uniform) frequencies: the characteristic-time approximation is
+  // accurate for this case, so the replayed and the estimated hit rates must agree.
+  RouterTrace t{4, m.experts, m.top_k, {}};
+  std::mt19937 rng(7);
+  for (int i = 0; i < 4000; ++i)
+    for (int l = 0; l < 4; ++l) {
+      std::vector<int32_t> ids(size_t(m.experts));
+      std::iota(ids.begin(), ids.end(), 0);
+      std::shuffle(ids.begin(), ids.end(), rng);
+      for (int j = 0; j < m.top_k; ++j) t.selections.push_back(ids[size_t(j)]);
+    }
+  const std::vector<std::vector<int32_t>> resident(4);
+  for (int64_t slots : {32, 128, 256, 400}) {
+    const double replay = estimate_hit_rate(m, resident, slots, &t);
+    const double approx = estimate_hit_rate(m, resident, slots, nullptr);
+    EXPECT_NEAR(replay, approx, 0.03) << slots;
+    EXPECT_NEAR(approx, double(slots) / double(4 * m.experts), 0.02) << slots;  // uniform: hit = slots / items
+  }
+  EXPECT_DOUBLE_EQ(estimate_hit_rate(m, resident, 4 * m.experts, nullptr), 1.0);
+}
+
+TEST(Planner, PlanJsonRoundTrips) {
+  const Plan p = make_plan(device("desktop-16gb"), qwen3_moe_30b(), {});
+  const Plan q = plan_from_json(boost::json::parse(boost::json::serialize(to_json(p))));
+  EXPECT_EQ(boost::json::serialize(to_json(p)), boost::json::serialize(to_json(q)));
+  EXPECT_EQ(q.resident_experts, p.resident_experts);
+  EXPECT_EQ(q.cache_slots, p.cache_slots);
+  EXPECT_EQ(q.kv_codec, p.kv_codec);
+  boost::json::value broken = to_json(p);
+  broken.as_object().erase("threads");
+  EXPECT_THROW(plan_from_json(broken), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace tierlm::calibrate

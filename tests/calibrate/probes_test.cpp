@@ -1,0 +1,210 @@
+// Probes: parsing of meminfo/cgroup trees (fake and, as root, a real cgroup v1 limit), topology sanity, the storage
+// sweep (bounded, cleans up, O_DIRECT fallback), and router traces on the tiny MoE fixture.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <chrono>
+#include <fstream>
+#include <set>
+
+#include "calibrate/model_profile.h"
+#include "calibrate/probes.h"
+
+namespace tierlm::calibrate {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const fs::path& base = fs::temp_directory_path()) {
+    path = base / ("tierlm-probe-test-" + std::to_string(::getpid()) + "-" +
+                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+void write(const fs::path& p, const std::string& text) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p) << text;
+}
+
+TEST(Probes, MemoryReadsMeminfoHugepagesAndCgroupV1) {
+  TempDir dir;
+  SystemPaths paths;
+  paths.proc_meminfo = (dir.path / "meminfo").string();
+  paths.proc_self_cgroup = (dir.path / "cgroup").string();
+  paths.cgroup_root = (dir.path / "sys").string();
+  paths.thp_enabled = (dir.path / "thp").string();
+  write(paths.proc_meminfo, "MemTotal:       16000000 kB\nMemFree: 1 kB\nMemAvailable:   12000000 kB\n"
+                            "HugePages_Total:      8\nHugePages_Free:       3\nHugepagesize:       2048 kB\n");
+  write(paths.proc_self_cgroup, "4:memory:/jobs/me\n0::/\n");
+  write(dir.path / "sys/memory/memory.limit_in_bytes", "9223372036854771712\n");
+  write(dir.path / "sys/memory/jobs/memory.limit_in_bytes", "8589934592\n");      // parent: 8 GiB
+  write(dir.path / "sys/memory/jobs/me/memory.limit_in_bytes", "10737418240\n");  // own: 10 GiB (parent binds)
+  write(dir.path / "sys/memory/jobs/me/memory.usage_in_bytes", "1073741824\n");
+  write(paths.thp_enabled, "always [madvise] never\n");
+  const MemoryInfo m = probe_memory(paths);
+  EXPECT_EQ(m.total, 16000000ull * 1024);
+  EXPECT_EQ(m.available, 12000000ull * 1024);
+  EXPECT_EQ(m.hugepages_total, 8u);
+  EXPECT_EQ(m.hugepages_free, 3u);
+  EXPECT_EQ(m.hugepage_bytes, 2048u * 1024);
+  EXPECT_EQ(m.transparent_hugepages, "madvise");
+  ASSERT_TRUE(m.cgroup_v1_limit);
+  EXPECT_EQ(*m.cgroup_v1_limit, 8ull << 30);
+  EXPECT_FALSE(m.cgroup_v2_limit);
+  EXPECT_EQ(m.limit(), 8ull << 30);
+  EXPECT_EQ(m.usable(), 7ull << 30);  // limit minus the cgroup's usage, below MemAvailable
+}
+
+TEST(Probes, MemoryReadsCgroupV2) {
+  TempDir dir;
+  SystemPaths paths;
+  paths.proc_meminfo = (dir.path / "meminfo").string();
+  paths.proc_self_cgroup = (dir.path / "cgroup").string();
+  paths.cgroup_root = (dir.path / "sys").string();
+  write(paths.proc_meminfo, "MemTotal: 8000000 kB\nMemAvailable: 7000000 kB\n");
+  write(paths.proc_self_cgroup, "0::/user.slice/app\n");
+  write(dir.path / "sys/cgroup.controllers", "memory\n");
+  write(dir.path / "sys/user.slice/memory.max", "max\n");
+  write(dir.path / "sys/user.slice/app/memory.max", "2147483648\n");
+  write(dir.path / "sys/user.slice/app/memory.current", "536870912\n");
+  const MemoryInfo m = probe_memory(paths);
+  ASSERT_TRUE(m.cgroup_v2_limit);
+  EXPECT_EQ(*m.cgroup_v2_limit, 2ull << 30);
+  EXPECT_EQ(m.limit(), 2ull << 30);
+  EXPECT_EQ(m.usable(), 1536ull << 20);
+}
+
+// As root on a cgroup v1 machine: a child process in a fresh memory cgroup limited to 1 GiB sees that limit.
+TEST(Probes, RealCgroupV1LimitIsSeen) {
+  const fs::path parent = "/sys/fs/cgroup/memory";
+  if (::geteuid() != 0 || !fs::exists(parent / "memory.limit_in_bytes")) GTEST_SKIP() << "needs root and cgroup v1";
+  const fs::path group = parent / ("tierlm-probe-test-" + std::to_string(::getpid()));
+  std::error_code ec;
+  if (!fs::create_directory(group, ec)) GTEST_SKIP() << "cannot create " << group << ": " << ec.message();
+  std::ofstream(group / "memory.limit_in_bytes") << (1ull << 30);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    std::ofstream(group / "cgroup.procs") << ::getpid();
+    const MemoryInfo m = probe_memory();
+    ::_exit(m.cgroup_v1_limit && *m.cgroup_v1_limit == (1ull << 30) && m.limit() == (1ull << 30) ? 0 : 1);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  fs::remove(group, ec);  // rmdir of an empty cgroup
+  EXPECT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child did not see its 1 GiB cgroup v1 limit";
+}
+
+TEST(Probes, TopologyIsConsistent) {
+  const Topology t = probe_topology();
+  EXPECT_GE(t.packages, 1);
+  EXPECT_GE(t.numa_nodes, 1);
+  EXPECT_GE(t.cores, t.packages);
+  EXPECT_GE(t.threads, t.cores);
+  EXPECT_LE(t.threads, int(::sysconf(_SC_NPROCESSORS_CONF)));
+  EXPECT_FALSE(t.caches.empty());
+  for (auto& c : t.caches) EXPECT_GT(c.bytes, 0u);
+  EXPECT_TRUE(t.isa == "scalar" || t.isa == "avx2" || t.isa == "avx512");
+}
+
+TEST(Probes, StorageSweepIsBoundedAndCleansUp) {
+  TempDir dir(TIERLM_SOURCE_DIR "/build-cal");  // the repository's filesystem, not a tmpfs
+  ProbeOptions o;
+  o.quick = true;
+  o.seconds_per_probe = 1.0;
+  o.storage_dir = dir.path.string();
+  size_t calls = 0;
+  o.progress = [&](const std::string& stage, size_t, size_t) {
+    EXPECT_EQ(stage, "storage");
+    ++calls;
+  };
+  const auto start = std::chrono::steady_clock::now();
+  const StorageInfo s = probe_storage(o);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 15.0);
+  EXPECT_EQ(s.sweep.size(), 9u);  // quick: 3 block sizes x 3 depths
+  EXPECT_GE(calls, 10u);
+  for (auto& x : s.sweep) {
+    EXPECT_GT(x.gbs, 0.0);
+    EXPECT_GT(x.iops, 0.0);
+    EXPECT_NEAR(x.gbs * 1e9, x.iops * double(x.block_size), x.gbs * 1e9 * 1e-6);
+  }
+  EXPECT_FALSE(s.filesystem.empty());
+  EXPECT_TRUE(fs::is_empty(dir.path)) << "the scratch file was left behind";
+  EXPECT_TRUE(s.direct_io || !s.warning.empty());
+}
+
+TEST(Probes, StorageFallsBackWithAWarningWhereODirectIsRefused) {
+  if (!fs::exists("/dev/shm")) GTEST_SKIP();
+  TempDir dir("/dev/shm");
+  ProbeOptions o;
+  o.quick = true;
+  o.seconds_per_probe = 0.3;
+  o.storage_dir = dir.path.string();
+  const StorageInfo s = probe_storage(o);
+  EXPECT_EQ(s.filesystem, "tmpfs");
+  if (s.direct_io) GTEST_SKIP() << "this kernel's tmpfs accepts O_DIRECT";
+  EXPECT_NE(s.warning.find("O_DIRECT refused"), std::string::npos) << s.warning;
+  EXPECT_EQ(s.sweep.size(), 9u);
+  EXPECT_TRUE(fs::is_empty(dir.path));
+}
+
+TEST(Probes, GpuHookReportsNoBackendCleanly) {
+  const GpuInfo g = probe_gpu({});
+  EXPECT_FALSE(g.present);
+  EXPECT_NE(g.reason.find("no GPU backend"), std::string::npos);
+}
+
+TEST(ModelProfile, RouterTracesOnTheTinyMoeFixture) {
+  const fs::path dir = fs::path(TIERLM_SOURCE_DIR) / "tests/fixtures/models/qwen3_moe";
+  ModelProfileOptions o;
+  o.max_prompts = 4;
+  o.max_tokens_per_prompt = 12;
+  o.threads = 1;
+  RouterTrace trace;
+  o.trace = &trace;
+  const ModelProfile p = measure_model_profile(dir, o);
+  ASSERT_TRUE(p.moe());
+  EXPECT_EQ(p.traced_prompts, 4);
+  EXPECT_GT(p.traced_tokens, 8);
+  EXPECT_EQ(trace.tokens(), p.traced_tokens);
+  ASSERT_EQ(int64_t(p.expert_frequency.size()), p.moe_layers);
+  for (auto& layer : p.expert_frequency) {
+    double sum = 0;
+    for (double f : layer) {
+      EXPECT_GE(f, 0.0);
+      EXPECT_LE(f, 1.0 + 1e-9);
+      sum += f;
+    }
+    EXPECT_NEAR(sum, double(p.top_k), 1e-9);
+  }
+  // Each token's experts per layer are distinct (top-k without repeats).
+  for (int64_t t = 0; t < trace.tokens(); ++t)
+    for (int64_t l = 0; l < trace.layers; ++l) {
+      std::set<int32_t> ids;
+      for (int64_t j = 0; j < trace.top_k; ++j) ids.insert(trace.selections[size_t((t * trace.layers + l) * trace.top_k + j)]);
+      EXPECT_EQ(int64_t(ids.size()), trace.top_k);
+    }
+  EXPECT_GT(p.dense_bytes(), 0u);
+  EXPECT_GT(p.expert_bytes, 0u);
+  EXPECT_NE(p.frequency_source.find("router traces"), std::string::npos);
+  // Deterministic: the same prompts route the same way.
+  RouterTrace again;
+  o.trace = &again;
+  measure_model_profile(dir, o);
+  EXPECT_EQ(again.selections, trace.selections);
+  // The fingerprint follows the files.
+  EXPECT_EQ(model_fingerprint(dir, ""), p.fingerprint);
+  EXPECT_NE(model_fingerprint(dir, "q8_0"), p.fingerprint);
+}
+
+}  // namespace
+}  // namespace tierlm::calibrate

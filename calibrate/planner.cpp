@@ -325,7 +325,7 @@ Plan make_plan(const DeviceProfile& d, const ModelProfile& m, const PlanRequest&
                          "largest chunk whose activations fit " + mib(scratch_cap),
                          {{"scratch_bytes", double(scratch)}}});
 
-  // KV codec: the most exact whose cache fits in kKvShareOfFreeMemory of what the weights leave; else the
+  // KV codec: the most exact (f32 first) whose cache fits in kKvShareOfFreeMemory of what the weights leave; else the
   // smallest that fits at all.
   const uint64_t fixed_pre_kv = m.dense_bytes() + scratch + (m.moe() ? m.expert_conversion_bytes : 0);
   if (fixed_pre_kv > p.budget_bytes)
@@ -336,7 +336,7 @@ Plan make_plan(const DeviceProfile& d, const ModelProfile& m, const PlanRequest&
   auto kv_bytes = [&](const std::string& codec) {
     return uint64_t(double(p.batch) * double(round_up(uint64_t(p.context), 32)) * kv_bytes_per_token(m, codec));
   };
-  std::vector<std::string> codecs = {"f16", "q8", "turbo4", "turbo3"};
+  std::vector<std::string> codecs = {"f32", "f16", "q8", "turbo4", "turbo3"};
   std::map<std::string, double> kv_ms{{"free_bytes", double(free_for_kv)}};
   std::vector<std::string> usable_codecs;
   for (auto& c : codecs) try {

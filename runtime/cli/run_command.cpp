@@ -12,8 +12,9 @@
 #include "runtime/cli/commands.h"
 #include "runtime/cli/progress.h"
 #include "runtime/engine/forward.h"
-#include "runtime/engine/generator.h"
 #include "runtime/kv/codec.h"
+#include "runtime/engine/generator.h"
+#include "runtime/gpu/gpu_layers.h"
 #include "runtime/model/model.h"
 #include "runtime/tokenizer/tokenizer.h"
 
@@ -37,13 +38,15 @@ struct RunOptions {
   int64_t prefill_chunk = 128;
   double mem_budget_gib = 0;  // 0: unlimited
   bool ignore_eos = false;
+  int64_t gpu_layers = 0;  // layers [0, n) on the GPU (CUDA builds); more than the model has: all of them
+  std::string kv_codec = "f32";
   std::string wisdom;                         // wisdom file ("" : the XDG default)
   std::string on_missing_wisdom = "calibrate";  // or "refuse"
   bool no_wisdom = false;                     // explicit flags and defaults only
 };
 
 // The plan for this machine and model, applied to every setting the user did not pass explicitly; the expert
-// tier's cache and reader settings go into `load`, the KV codec into the process default.
+// tier's cache and reader settings go into `load`.
 RunOptions with_plan(RunOptions o, const CLI::App& cmd, model::LoadOptions& load) {
   if (o.no_wisdom) return o;
   calibrate::CalibrateOptions c;
@@ -56,13 +59,13 @@ RunOptions with_plan(RunOptions o, const CLI::App& cmd, model::LoadOptions& load
   if (!cmd.count("--threads")) o.threads = plan.threads;
   if (!cmd.count("--prefill-chunk")) o.prefill_chunk = plan.prefill_chunk;
   if (!cmd.count("--mem-budget")) o.mem_budget_gib = double(plan.budget_bytes) / double(1ull << 30);
-  kv::set_default_codec(kv::parse_codec(plan.kv_codec));
+  if (!cmd.count("--kv-codec")) o.kv_codec = plan.kv_codec;
   if (resolved.entry.model.moe()) load.experts = calibrate::expert_tier_options(plan);
   calibrate::set_active_plan(resolved.entry);
   std::fprintf(stderr, "wisdom: plan %s/%s: %d threads, prefill chunk %lld, KV %s, budget %.2f GiB, %lld resident "
                "experts, %lld cache slots (predicted %.1f tok/s)\n",
                plan.device_fingerprint.c_str(), plan.model_fingerprint.c_str(), o.threads, (long long)o.prefill_chunk,
-               plan.kv_codec.c_str(), o.mem_budget_gib, (long long)plan.resident_count(), (long long)plan.cache_slots,
+               o.kv_codec.c_str(), o.mem_budget_gib, (long long)plan.resident_count(), (long long)plan.cache_slots,
                plan.prediction.decode_tokens_per_second);
   return o;
 }
@@ -83,6 +86,17 @@ void run(const RunOptions& given, const CLI::App& cmd) {
   const int64_t context = std::min<int64_t>(o.context, config.max_position_embeddings);
   kernels::ThreadPool pool(o.threads);
   engine::Forward forward(weights, pool, ledger, o.prefill_chunk, context);
+  kv::set_default_codec(kv::parse_codec(o.kv_codec));  // the generator's cache takes the process default
+  std::shared_ptr<gpu::GpuLayers> gpu_layers;
+  if (o.gpu_layers > 0) {
+    gpu::GpuOptions gpu_options;
+    gpu_options.layers = o.gpu_layers;
+    gpu_layers = std::make_shared<gpu::GpuLayers>(weights, gpu_options, o.prefill_chunk, context);
+    forward.use_gpu(gpu_layers);
+    std::fprintf(stderr, "gpu: %lld of %lld layers%s, %.1f MB of weights in VRAM\n", (long long)gpu_layers->layers(),
+                 (long long)config.num_layers, gpu_layers->runs_head() ? " and the output head" : "",
+                 double(gpu_layers->weight_bytes()) / 1e6);
+  }
   engine::Generator generator(forward, ledger, context);
 
   engine::GenerationRequest request;
@@ -146,8 +160,13 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--weight-format", o->weight_format, "Convert weights at load: f32, f16, bf16, q8_0, q4");
   cmd->add_option("--context", o->context, "Context length (tokens)")->check(CLI::Range(int64_t(16), int64_t(1) << 22));
   cmd->add_option("--prefill-chunk", o->prefill_chunk, "Prompt tokens per forward pass")->check(CLI::Range(1, 8192));
+  cmd->add_option("--gpu-layers", o->gpu_layers, "Layers to run on the GPU, from the first (CUDA builds; 0: none)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--mem-budget", o->mem_budget_gib, "Memory budget in GiB for weights+KV+scratch (0: none)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-sequence tokens");
+  cmd->add_option("--kv-codec", o->kv_codec, "KV cache codec: f32 (exact), f16, q8, turbo3, turbo4")
+      ->check(CLI::IsMember({"f32", "f16", "q8", "turbo3", "turbo4"}))
+      ->capture_default_str();
   cmd->add_option("--wisdom", o->wisdom, "Wisdom file with the calibrated plan (default: $XDG_CACHE_HOME/tierlm/wisdom.json)");
   cmd->add_option("--on-missing-wisdom", o->on_missing_wisdom,
                   "Without a plan for this machine and model: calibrate (quick, then store it) or refuse")

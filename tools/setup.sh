@@ -7,7 +7,8 @@ PKGS=(g++ cmake make pkg-config git
       libboost1.81-dev libboost-json1.81-dev
       libspdlog-dev libfmt-dev libopenblas-dev libhwloc-dev libnuma-dev liburing-dev libcli11-dev
       libonig-dev libicu-dev libgtest-dev libgmock-dev libbenchmark-dev
-      python3 python3-jinja2 ccache)
+      python3 python3-jinja2 ccache
+      chromium wrk)  # server tests: the dashboard in headless Chromium (~20 s to install), the wrk load test
 # Node.js/npm are only needed for fetching the npm tokenizer packages and the openai SDK tests.
 command -v npm >/dev/null 2>&1 || PKGS+=(nodejs npm)
 missing=()
@@ -20,4 +21,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
   echo "tierlm setup: all system packages present"
+fi
+# The openai SDK for the server's real-client test, pinned by tests/server/node/package-lock.json.
+if command -v npm >/dev/null 2>&1 && [ ! -d "$(dirname "$0")/../tests/server/node/node_modules/openai" ]; then
+  (cd "$(dirname "$0")/../tests/server/node" && npm ci --no-audit --no-fund --silent) ||
+    echo "tierlm setup: npm ci failed; the openai SDK test will be skipped"
 fi

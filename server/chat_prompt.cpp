@@ -7,67 +7,57 @@
 #include <boost/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "runtime/template/chat_template.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "server/api_error.h"
 
 namespace tierlm::server {
 
-namespace json = boost::json;
-
-namespace {
-std::optional<std::string> read_file(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::string template_from_model(const std::filesystem::path& dir) {
-  if (auto jinja = read_file(dir / "chat_template.jinja")) return *jinja;
-  if (auto config = read_file(dir / "tokenizer_config.json")) {
-    boost::system::error_code ec;
-    json::value v = json::parse(*config, ec);
-    if (!ec && v.is_object())
-      if (auto* t = v.get_object().if_contains("chat_template"); t && t->is_string()) return std::string(t->get_string());
-  }
-  return {};
-}
-}  // namespace
-
 ChatPrompt ChatPrompt::load(const std::filesystem::path& model_dir,
                             const std::optional<std::filesystem::path>& override_file, const tok::Tokenizer& tokenizer) {
   ChatPrompt p;
+  p.templates_ = std::make_shared<tmpl::ModelChatTemplates>(tmpl::load_chat_templates(model_dir));
   if (override_file) {
-    auto text = read_file(*override_file);
-    if (!text) throw std::runtime_error("cannot read the chat template file " + override_file->string());
-    p.source_ = *text;
+    std::ifstream in(*override_file, std::ios::binary);
+    if (!in) throw std::runtime_error("cannot read the chat template file " + override_file->string());
+    std::stringstream ss;
+    ss << in.rdbuf();
+    try {
+      p.override_ = std::make_shared<tmpl::ChatTemplate>(tmpl::ChatTemplate::parse(ss.str()));
+    } catch (const tmpl::TemplateError& e) {
+      throw tmpl::TemplateError(e.message() + " (in " + override_file->string() + ")", e.line(), e.column());
+    }
+    p.has_template_ = true;
+    p.description_ = "chat template from " + override_file->string();
+  } else if (!p.templates_->empty()) {
+    p.has_template_ = true;
+    p.description_ = "the model's chat template";
+    if (p.templates_->named.size() > 1) p.description_ += "s (" + std::to_string(p.templates_->named.size()) + " named)";
   } else {
-    p.source_ = template_from_model(model_dir);
+    p.description_ = "none (the model has no chat_template; pass --chat-template FILE)";
+    spdlog::warn("[server] {} has no chat template: /v1/chat/completions will answer 400 until --chat-template is given",
+                 model_dir.string());
   }
-  // TEMPORARY (until runtime/template lands): every model gets the ChatML fallback.
-  p.fallback_ = true;
-  p.description_ = p.source_.empty()
-      ? "minimal ChatML fallback (the model has no chat_template)"
-      : "minimal ChatML fallback (the model's chat_template is not rendered yet: runtime/template is pending)";
-  if (!p.source_.empty()) spdlog::warn("[server] chat template present but not rendered: {}", p.description_);
-  if (tokenizer.token_to_id("<|im_end|>") >= 0) p.end_of_turn_.push_back("<|im_end|>");
+  for (const char* t : {"<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end_of_text|>", "<|end|>"})
+    if (tokenizer.token_to_id(t) >= 0) p.end_of_turn_.push_back(t);
   return p;
 }
 
-std::string ChatPrompt::render(const json::array& messages, const json::value& /*tools*/) const {
-  // MINIMAL FALLBACK: ChatML, tools ignored; only for the test model until the template interpreter is integrated.
-  std::string out;
-  for (const auto& m : messages) {
-    const auto& o = m.as_object();
-    out += "<|im_start|>";
-    out += o.at("role").as_string();
-    out += "\n";
-    out += o.at("content").as_string();
-    out += "<|im_end|>\n";
+std::string ChatPrompt::render(const boost::json::array& messages, const boost::json::value& tools) const {
+  if (!has_template_)
+    throw ApiError(400, "This model has no chat template, so chat messages cannot be turned into a prompt. Use "
+                        "/v1/completions, or start the server with --chat-template FILE.",
+                   "invalid_request_error", "messages", "no_chat_template");
+  const bool has_tools = tools.is_array() && !tools.as_array().empty();
+  try {
+    const tmpl::ChatTemplate& t = override_ ? *override_ : templates_->select(has_tools);
+    return tmpl::render_chat(t, messages, /*add_generation_prompt=*/true, has_tools ? tools : boost::json::value(nullptr),
+                             templates_->special_tokens);
+  } catch (const tmpl::TemplateError& e) {
+    // raise_exception in a template is how models reject a conversation (roles must alternate, ...).
+    throw ApiError(400, "The chat template rejected these messages: " + e.message(), "invalid_request_error",
+                   "messages", "chat_template_error");
   }
-  out += "<|im_start|>assistant\n";
-  return out;
 }
 
 }  // namespace tierlm::server

@@ -1,44 +1,53 @@
-// server/chat_prompt.h — turns OpenAI chat messages into the prompt text the model was trained on.
-// The model's own chat_template (tokenizer_config.json "chat_template", or chat_template.jinja; or a file given with
-// --chat-template) is meant to be rendered by runtime/template. Until that interpreter is in the tree, a clearly
-// marked MINIMAL FALLBACK renders ChatML (<|im_start|>role\ncontent<|im_end|>\n ... <|im_start|>assistant\n), which
-// is what the tierlm-tiny test model's special tokens expect; it ignores tools and any real template.
-// Never: guesses a format silently — description() says which renderer is active and /health reports it.
+// server/chat_prompt.h — turns OpenAI chat messages into the prompt text the model was trained on, by rendering the
+// model's own chat template with runtime/template (byte-identical to transformers' apply_chat_template): the
+// folder's chat_template.jinja / chat_template.json / tokenizer_config.json "chat_template", or a file given with
+// --chat-template. A template that does not parse is an error at load; a model without any template still serves
+// /v1/completions, and /v1/chat/completions answers 400 saying how to supply one.
+// Never: guesses a prompt format.
 #pragma once
 
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 
 namespace tierlm::tok {
 class Tokenizer;
 }
+namespace tierlm::tmpl {
+struct ModelChatTemplates;
+class ChatTemplate;
+}  // namespace tierlm::tmpl
 
 namespace tierlm::server {
 
 class ChatPrompt {
  public:
-  // Reads the template source (override file first, then the model folder); throws std::runtime_error when a given
-  // override file cannot be read.
+  // Throws tmpl::TemplateError (naming the file and line) when a template cannot be parsed, std::runtime_error
+  // when the override file cannot be read.
   static ChatPrompt load(const std::filesystem::path& model_dir, const std::optional<std::filesystem::path>& override_file,
                          const tok::Tokenizer& tokenizer);
 
-  // Renders messages (as normalized by parse_completion_request) with add_generation_prompt = true.
-  // Throws ApiError(400) when the template rejects the conversation.
+  // Renders messages (as normalized by parse_completion_request) with add_generation_prompt = true; tools select
+  // the "tool_use" template when the model has one. Throws ApiError(400) when there is no template or the template
+  // rejects the conversation (raise_exception), with the template's message.
   std::string render(const boost::json::array& messages, const boost::json::value& tools) const;
 
-  // Token strings that end an assistant turn in this format (added to the stop tokens), e.g. "<|im_end|>".
+  // Token strings that close an assistant turn in common formats and exist in this tokenizer (<|im_end|>,
+  // <|eot_id|>, <end_of_turn>, <|end_of_text|>...), stop tokens for chat in addition to the model's eos ids.
   const std::vector<std::string>& end_of_turn_tokens() const { return end_of_turn_; }
-  bool is_fallback() const { return fallback_; }
+  bool has_template() const { return has_template_; }
   std::string description() const { return description_; }
 
  private:
-  std::string source_;          // the template text, empty when the model has none
-  bool fallback_ = true;
+  std::shared_ptr<const tmpl::ModelChatTemplates> templates_;
+  std::shared_ptr<const tmpl::ChatTemplate> override_;
+  bool has_template_ = false;
   std::string description_;
   std::vector<std::string> end_of_turn_;
 };

@@ -6,6 +6,7 @@
 #include <boost/json.hpp>
 #include <fmt/format.h>
 
+#include "calibrate/calibration.h"
 #include "server/api_error.h"
 
 namespace tierlm::server {
@@ -100,8 +101,11 @@ std::string Service::models_json() const {
 }
 
 std::string Service::wisdom_json() const {
-  throw ApiError(404, "No wisdom plan is active: the planner (tierlm calibrate) is not available yet, so the server "
-                      "runs on defaults and CLI flags.", "not_found_error", {}, "no_plan");
+  const json::value plan = calibrate::active_plan_json();
+  if (plan.is_null())
+    throw ApiError(404, "No wisdom plan is active: the server was started with --no-wisdom (or before any "
+                        "calibration), so it runs on defaults and command-line flags.", "not_found_error", {}, "no_plan");
+  return json::serialize(plan);
 }
 
 }  // namespace tierlm::server

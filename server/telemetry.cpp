@@ -5,6 +5,7 @@
 #include <boost/json.hpp>
 #include <fmt/format.h>
 
+#include "calibrate/calibration.h"
 #include "server/process_stats.h"
 
 namespace tierlm::server {
@@ -82,9 +83,26 @@ json::object Telemetry::health() const {
   model["chat_template"] = info_.chat_template;
   h["model"] = std::move(model);
   json::object plan;
-  plan["status"] = "none";
-  plan["note"] = "no wisdom plan is active (the planner is not in the tree yet); defaults and CLI flags are in use";
-  plan["threads"] = info_.threads;
+  const json::value active = calibrate::active_plan_json();
+  if (active.is_null()) {
+    plan["status"] = "none";
+    plan["note"] = "no wisdom plan is active (--no-wisdom): defaults and command-line flags are in use";
+  } else {
+    plan["status"] = "active";
+    // The plan's headline decisions; GET /wisdom has all of it with the measurements behind each.
+    const json::object* top = active.if_object();
+    const json::object* decided = top && top->contains("plan") ? top->at("plan").if_object() : nullptr;
+    for (const json::object* o : {top, decided})
+      if (o)
+        for (const char* key : {"device_fingerprint", "model_fingerprint", "created_at", "budget_bytes", "threads",
+                                "prefill_chunk", "kv_codec", "cache_slots", "cache_policy"})
+          if (auto* v = o->if_contains(key)) plan[key] = *v;
+    if (decided)
+      if (auto* pr = decided->if_contains("prediction"); pr && pr->is_object())
+        for (const char* key : {"decode_tokens_per_second", "prefill_tokens_per_second", "expert_hit_rate", "total_memory"})
+          if (auto* v = pr->as_object().if_contains(key)) plan[std::string("predicted_") + key] = *v;
+  }
+  plan["threads_in_use"] = info_.threads;
   plan["max_batch"] = scheduler_.options().max_batch;
   plan["prefill_size"] = scheduler_.options().prefill_size;
   plan["context"] = scheduler_.context();

@@ -12,9 +12,12 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "calibrate/apply_plan.h"
+#include "calibrate/calibration.h"
 #include "runtime/cli/commands.h"
 #include "runtime/cli/progress.h"
 #include "runtime/engine/scheduler.h"
+#include "runtime/kv/codec.h"
 #include "runtime/model/model.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "server/chat_prompt.h"
@@ -35,9 +38,35 @@ struct ServeOptions {
   server::HttpServerOptions http;
   engine::SchedulerOptions scheduler;
   double mem_budget_gib = 0;
+  std::string kv_codec = "f32";
+  std::string wisdom;                           // wisdom file ("" : the XDG default)
+  std::string on_missing_wisdom = "calibrate";  // or "refuse"
+  bool no_wisdom = false;
 };
 
-void serve(ServeOptions o) {
+// As `tierlm run`: the plan for this machine and model fills every setting not given on the command line, and
+// becomes the active plan that GET /wisdom publishes.
+void apply_wisdom(ServeOptions& o, const CLI::App& cmd, model::LoadOptions& load) {
+  if (o.no_wisdom) return;
+  calibrate::CalibrateOptions c;
+  c.model_dir = o.model;
+  if (!o.wisdom.empty()) c.wisdom_path = o.wisdom;
+  c.weight_format = o.weight_format;
+  if (o.scheduler.context > 0) c.context = o.scheduler.context;
+  c.batch = o.scheduler.max_batch;
+  const calibrate::ResolvedPlan resolved = calibrate::resolve_plan(c, calibrate::parse_missing_wisdom(o.on_missing_wisdom));
+  const calibrate::Plan& plan = resolved.entry.plan;
+  if (!cmd.count("--threads")) o.scheduler.threads = plan.threads;
+  if (!cmd.count("--prefill-size")) o.scheduler.prefill_size = plan.prefill_chunk;
+  if (!cmd.count("--mem-budget-gib")) o.mem_budget_gib = double(plan.budget_bytes) / double(1ull << 30);
+  if (!cmd.count("--kv-codec")) o.kv_codec = plan.kv_codec;
+  if (resolved.entry.model.moe()) load.experts = calibrate::expert_tier_options(plan);
+  calibrate::set_active_plan(resolved.entry);
+  spdlog::info("[server] wisdom plan {}/{}: {} threads, prefill {}, KV {}, budget {:.2f} GiB", plan.device_fingerprint,
+               plan.model_fingerprint, o.scheduler.threads, o.scheduler.prefill_size, o.kv_codec, o.mem_budget_gib);
+}
+
+void serve(ServeOptions o, const CLI::App& cmd) {
   // Block the stop signals before any thread starts, so every thread inherits the mask and only sigwait sees them.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -46,10 +75,12 @@ void serve(ServeOptions o) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  model::LoadOptions load;
+  apply_wisdom(o, cmd, load);
+  kv::set_default_codec(kv::parse_codec(o.kv_codec));  // every slot's KV cache takes the process default
   tiering::Ledger ledger(o.mem_budget_gib > 0 ? uint64_t(o.mem_budget_gib * double(1ull << 30))
                                               : tiering::Ledger::kUnlimited);
   tok::Tokenizer tokenizer = tok::Tokenizer::load(o.model);
-  model::LoadOptions load;
   load.ledger = &ledger;
   if (!o.weight_format.empty()) load.weight_format = kernels::parse_format(o.weight_format);
   ProgressBar bar("loading " + o.model);
@@ -123,7 +154,13 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--served-model-name", o->served_model_name, "Model id clients use (default: the folder name)");
   cmd->add_option("--weight-format", o->weight_format, "Convert dense weights at load (f16, q8_0, q4, ...)");
   cmd->add_option("--mem-budget-gib", o->mem_budget_gib, "Ledger budget in GiB (0: unlimited)");
-  cmd->callback([o] { serve(*o); });
+  cmd->add_option("--kv-codec", o->kv_codec, "KV cache codec: f32, f16, q8, turbo3, turbo4");
+  cmd->add_option("--wisdom", o->wisdom, "Wisdom file with the calibrated plan (default: $XDG_CACHE_HOME/tierlm/wisdom.json)");
+  cmd->add_option("--on-missing-wisdom", o->on_missing_wisdom,
+                  "Without a plan for this machine and model: calibrate (quick, then store it) or refuse")
+      ->check(CLI::IsMember({"calibrate", "refuse"}));
+  cmd->add_flag("--no-wisdom", o->no_wisdom, "Ignore wisdom: run on explicit flags and defaults only");
+  cmd->callback([o, cmd] { serve(*o, *cmd); });
 }
 
 }  // namespace tierlm::cli

@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "calibrate/calibration.h"
 #include "tests/server/test_client.h"
 
 namespace tierlm::server::testing {
@@ -463,6 +464,46 @@ TEST(HttpServer, BearerApiKey) {
   EXPECT_EQ(request(s.port(), "GET", "/").status, 200);
   expect_error(request(s.port(), "GET", "/v1/telemetry?limit=1"), 401);
   EXPECT_EQ(request(s.port(), "GET", "/v1/telemetry?limit=1&api_key=sekret-123").status, 200);
+}
+
+// The chat template (tests/server/fixtures/chatml.jinja via runtime/template) decides the prompt tokens.
+TEST(HttpServer, ChatPromptIsTheRenderedTemplate) {
+  auto& s = shared_server();
+  auto r = post(s.port(), "/v1/chat/completions", R"({"messages":[{"role":"system","content":"Be brief."},
+      {"role":"user","content":"Hi"},{"role":"assistant","content":"Hello."},{"role":"user","content":"Sum?"}],
+      "max_tokens":1})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string expected = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                               "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nSum?<|im_end|>\n"
+                               "<|im_start|>assistant\n";
+  EXPECT_EQ(r.json().at("usage").at("prompt_tokens").as_int64(), int64_t(s.tokenizer().encode(expected, false).size()));
+}
+
+TEST(HttpServer, ChatWithoutAnyTemplateIsAClear400) {
+  ServerOptions o;
+  o.chat_template = false;
+  TestServer s(o);
+  expect_error(post(s.port(), "/v1/chat/completions", chat_body("hi", 2)), 400, "no_chat_template", "messages");
+  EXPECT_EQ(post(s.port(), "/v1/completions", R"({"prompt":"hi","max_tokens":2})").status, 200);
+}
+
+// Last: makes a plan active for the rest of the process.
+TEST(HttpServer, WisdomPublishesTheActivePlan) {
+  auto& s = shared_server();
+  calibrate::WisdomEntry entry;
+  entry.plan.device_fingerprint = "test-device";
+  entry.plan.model_fingerprint = "test-model";
+  entry.plan.threads = 3;
+  entry.plan.kv_codec = "q8";
+  calibrate::set_active_plan(entry);
+  auto r = request(s.port(), "GET", "/wisdom");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json(), calibrate::active_plan_json());
+  auto h = request(s.port(), "GET", "/health").json();
+  EXPECT_EQ(h.at("plan").at("status").as_string(), "active");
+  EXPECT_EQ(h.at("plan").at("device_fingerprint").as_string(), "test-device");
+  EXPECT_EQ(h.at("plan").at("threads").as_int64(), 3);
+  EXPECT_EQ(h.at("plan").at("kv_codec").as_string(), "q8");
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 namespace tierlm::server::testing {
 
 inline std::string tiny_model_dir() { return std::string(TIERLM_SOURCE_DIR) + "/profiles/models/tierlm-tiny"; }
+inline std::string chatml_template() { return std::string(TIERLM_SOURCE_DIR) + "/tests/server/fixtures/chatml.jinja"; }
 
 struct HttpResponse {
   int status = 0;
@@ -119,6 +120,7 @@ inline HttpResponse post(uint16_t port, const std::string& target, const std::st
 struct ServerOptions {
   engine::SchedulerOptions scheduler;
   HttpServerOptions http;
+  bool chat_template = true;
   ServerOptions() {
     scheduler.threads = 1;
     scheduler.pin_threads = false;
@@ -143,7 +145,10 @@ class TestServer {
     info.model_path = tiny_model_dir();
     info.architecture = weights_->config.model_type;
     info.weight_bytes = weights_->bytes();
-    auto prompt = ChatPrompt::load(tiny_model_dir(), std::nullopt, *tokenizer_);
+    // tierlm-tiny has ChatML special tokens but no chat_template: the tests supply one.
+    auto prompt = ChatPrompt::load(tiny_model_dir(),
+                                   o.chat_template ? std::optional<std::string>(chatml_template()) : std::nullopt,
+                                   *tokenizer_);
     info.chat_template = prompt.description();
     telemetry_ = std::make_unique<Telemetry>(info, ledger_, *scheduler_);
     service_ = std::make_unique<Service>("tierlm-tiny", *tokenizer_, std::move(prompt), *scheduler_, *telemetry_);

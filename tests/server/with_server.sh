@@ -8,8 +8,11 @@ flags=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do flags+=("$1"); shift; done
 shift || true
 log="$(mktemp -t tierlm-serve.XXXXXX)"
-"$binary" serve --model "$(dirname "$0")/../../profiles/models/tierlm-tiny" --host 127.0.0.1 --port 0 \
-  "${flags[@]}" >"$log" 2>&1 &
+# tierlm-tiny has no chat template of its own (tests/server/fixtures/chatml.jinja matches its special tokens), and
+# the tests run on explicit flags, without calibrating (--no-wisdom).
+here="$(cd "$(dirname "$0")" && pwd)"
+"$binary" serve --model "$here/../../profiles/models/tierlm-tiny" --chat-template "$here/fixtures/chatml.jinja" \
+  --no-wisdom --host 127.0.0.1 --port 0 "${flags[@]}" >"$log" 2>&1 &
 pid=$!
 cleanup() { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -f "$log"; }
 trap cleanup EXIT

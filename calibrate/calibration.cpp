@@ -26,7 +26,7 @@ WisdomEntry calibrate_model(const CalibrateOptions& o) {
   ModelProfileOptions mp;
   mp.prompts_dir = o.prompts_dir;
   mp.weight_format = o.weight_format;
-  mp.max_seconds = o.quick ? std::min(o.trace_seconds, 8.0) : o.trace_seconds;
+  mp.max_seconds = o.quick ? std::min(o.trace_seconds, 5.0) : o.trace_seconds;
   if (o.quick) mp.max_tokens_per_prompt = 24;
   mp.progress = o.progress;
   RouterTrace trace;

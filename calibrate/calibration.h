@@ -26,7 +26,7 @@ struct CalibrateOptions {
   int64_t batch = 1;
   std::string weight_format;  // "" : as stored
   std::string prompts_dir = std::string(TIERLM_SOURCE_DIR) + "/profiles/prompts";
-  double trace_seconds = 60;  // quick: 8
+  double trace_seconds = 60;  // quick: at most 5
   Progress progress;
 };
 

@@ -121,6 +121,8 @@ struct ServerOptions {
   engine::SchedulerOptions scheduler;
   HttpServerOptions http;
   bool chat_template = true;
+  std::string weight_format;  // "" : as stored
+  std::string model_dir = tiny_model_dir();
   ServerOptions() {
     scheduler.threads = 1;
     scheduler.pin_threads = false;
@@ -135,18 +137,19 @@ struct ServerOptions {
 class TestServer {
  public:
   explicit TestServer(const ServerOptions& o = {}) : ledger_() {
-    tokenizer_ = std::make_unique<tok::Tokenizer>(tok::Tokenizer::load(tiny_model_dir()));
+    tokenizer_ = std::make_unique<tok::Tokenizer>(tok::Tokenizer::load(o.model_dir));
     model::LoadOptions load;
     load.ledger = &ledger_;
-    weights_ = std::make_unique<model::ModelWeights>(model::load_model(tiny_model_dir(), load));
+    if (!o.weight_format.empty()) load.weight_format = kernels::parse_format(o.weight_format);
+    weights_ = std::make_unique<model::ModelWeights>(model::load_model(o.model_dir, load));
     scheduler_ = std::make_unique<engine::Scheduler>(*weights_, ledger_, o.scheduler);
     ServerInfo info;
     info.model_id = "tierlm-tiny";
-    info.model_path = tiny_model_dir();
+    info.model_path = o.model_dir;
     info.architecture = weights_->config.model_type;
     info.weight_bytes = weights_->bytes();
     // tierlm-tiny has ChatML special tokens but no chat_template: the tests supply one.
-    auto prompt = ChatPrompt::load(tiny_model_dir(),
+    auto prompt = ChatPrompt::load(o.model_dir,
                                    o.chat_template ? std::optional<std::string>(chatml_template()) : std::nullopt,
                                    *tokenizer_);
     info.chat_template = prompt.description();

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "runtime/gpu/gpu_layers.h"
+
 namespace tierlm::engine {
 
 using kernels::WeightView;
@@ -77,6 +79,13 @@ void Forward::attention(int64_t layer, int64_t n) {
   });
 }
 
+void Forward::use_gpu(std::shared_ptr<gpu::GpuLayers> gpu) {
+  gpu_ = std::move(gpu);
+  gpu_keys_.reserve(size_t(max_chunk_));
+  gpu_head_rows_.reserve(size_t(max_chunk_));
+  gpu_head_out_.reserve(size_t(max_chunk_));
+}
+
 void Forward::run(std::span<const int32_t> tokens, int64_t pos, KVCache& cache, float* logits, bool all_logits) {
   BatchItem item{tokens, pos, &cache, logits, all_logits};
   run_batch(std::span(&item, 1));
@@ -118,6 +127,28 @@ void Forward::run_batch(std::span<const BatchItem> items) {
         kernels::dequantize_row(w_.embed.view, item.tokens[i], hidden + r * H);
       }
   }
+  int64_t first_layer = 0;
+  if (gpu_) {
+    // Layers [0, gpu layers) on the GPU: the embedded rows go up once; the hidden state comes back once, or the
+    // logits do when the GPU also holds the output head.
+    gpu_keys_.assign(row_cache_.begin(), row_cache_.begin() + n);
+    gpu_head_rows_.clear();
+    gpu_head_out_.clear();
+    if (gpu_->runs_head()) {
+      int64_t r = 0;
+      for (const BatchItem& item : items) {
+        const int64_t len = int64_t(item.tokens.size());
+        for (int64_t i = item.all_logits ? 0 : len - 1; i < len; ++i) {
+          gpu_head_rows_.push_back(int32_t(r + i));
+          gpu_head_out_.push_back(item.logits + (item.all_logits ? i * V : 0));
+        }
+        r += len;
+      }
+    }
+    gpu_->run(hidden, n, gpu_keys_, std::span(row_pos_.data(), size_t(n)), gpu_head_rows_, gpu_head_out_);
+    if (gpu_->runs_head()) return;
+    first_layer = gpu_->layers();
+  }
   // Per-row elementwise work: split across the pool only when there is enough of it.
   auto per_row = [&](auto&& fn) {
     if (n == 1)
@@ -128,7 +159,7 @@ void Forward::run_batch(std::span<const BatchItem> items) {
       });
   };
 
-  for (int64_t layer = 0; layer < c.num_layers; ++layer) {
+  for (int64_t layer = first_layer; layer < c.num_layers; ++layer) {
     const model::LayerWeights& L = w_.layers[size_t(layer)];
     per_row([&](int64_t i) { rms_norm(hidden + i * H, L.input_norm.data(), H, c.rms_norm_eps, normed + i * H); });
     multiply(L.qkv.view, normed, n, qkv, pool_);

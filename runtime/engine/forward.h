@@ -16,6 +16,10 @@
 #include "runtime/model/model.h"
 #include "tiering/ledger.h"
 
+namespace tierlm::gpu {
+class GpuLayers;
+}
+
 namespace tierlm::engine {
 
 // One sequence's part of a batched step: its tokens at positions [pos, pos + tokens.size()) in its own cache.
@@ -42,6 +46,9 @@ class Forward {
   int64_t max_chunk() const { return max_chunk_; }
   const model::ModelWeights& weights() const { return w_; }
   MoeBlock* moe() { return moe_.get(); }  // null for dense models
+  // Runs layers [0, gpu->layers()) (and the head, when gpu->runs_head()) on the GPU from now on; null: CPU only.
+  void use_gpu(std::shared_ptr<gpu::GpuLayers> gpu);
+  gpu::GpuLayers* gpu() { return gpu_.get(); }
 
  private:
   void attention(int64_t layer, int64_t n);
@@ -57,6 +64,10 @@ class Forward {
   // Per row of the current batch: its cache and absolute position.
   std::vector<KVCache*> row_cache_;
   std::vector<int64_t> row_pos_;
+  std::shared_ptr<gpu::GpuLayers> gpu_;
+  std::vector<const void*> gpu_keys_;  // the device KV of a row's sequence is keyed by its KVCache
+  std::vector<int32_t> gpu_head_rows_;
+  std::vector<float*> gpu_head_out_;
 };
 
 }  // namespace tierlm::engine

@@ -1,0 +1,168 @@
+// gpu_bench — the CUDA backend on the device machine: decode and prefill tok/s of the synthetic 1B-class llama
+// (bf16 and q8_0) and of a synthetic Qwen3-MoE (q4 experts through the VRAM expert tier), all layers on the GPU and
+// split with the CPU, next to the memory roofline measured in the same run (a device-to-device copy, bytes read +
+// written). Decode fraction of roofline = bytes of weights read per token / time per token / d2d bandwidth.
+// A plain main (no Google Benchmark fixtures): one table, for the closing notes. Prints the reason and exits 0
+// without a GPU. Usage: gpu_bench [--quick] [--moe-dir DIR]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <numeric>
+#include <string>
+
+#include "runtime/engine/forward.h"
+#include "runtime/gpu/gpu_layers.h"
+#include "runtime/gpu/gpu_probe.h"
+#include "runtime/model/model.h"
+#include "runtime/model/synthetic.h"
+#include "runtime/model/synthetic_moe.h"
+
+using namespace tierlm;
+
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Speed {
+  double prefill_tps = 0, decode_tps = 0;
+};
+
+// Prefill `prompt` tokens in one chunk, then `decode` greedy steps (after 4 warm-up steps).
+Speed measure(const model::ModelWeights& w, std::shared_ptr<gpu::GpuLayers> g, int64_t prompt, int decode,
+              int threads) {
+  tiering::Ledger ledger;
+  kernels::ThreadPool pool(threads);
+  const int64_t context = prompt + decode + 8;
+  engine::Forward forward(w, pool, ledger, prompt, context);
+  if (g) forward.use_gpu(g);
+  engine::KVCache cache(w.config, context, ledger);
+  std::vector<int32_t> tokens(static_cast<size_t>(prompt));
+  for (int64_t i = 0; i < prompt; ++i) tokens[size_t(i)] = int32_t((i * 7919 + 13) % w.config.vocab_size);
+  std::vector<float> logits(static_cast<size_t>(w.config.vocab_size));
+  Speed s;
+  {  // warm-up prefill (module load, cuBLAS heuristics), then the timed one over the same positions
+    forward.run(tokens, 0, cache, logits.data());
+    const double t0 = now();
+    forward.run(tokens, 0, cache, logits.data());
+    s.prefill_tps = double(prompt) / (now() - t0);
+  }
+  int64_t pos = prompt;
+  int32_t next = 1;
+  auto step = [&] {
+    forward.run(std::span(&next, 1), pos++, cache, logits.data());
+    next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  };
+  for (int i = 0; i < 4; ++i) step();
+  const double t0 = now();
+  for (int i = 0; i < decode; ++i) step();
+  s.decode_tps = decode / (now() - t0);
+  return s;
+}
+
+void row(const char* model, const char* placement, const Speed& s, double bytes_per_token, double roofline) {
+  const double achieved = bytes_per_token * s.decode_tps;
+  std::printf("%-22s %-26s %10.1f %10.1f %12.1f %9.1f%%\n", model, placement, s.prefill_tps, s.decode_tps,
+              achieved / 1e9, roofline > 0 ? 100.0 * achieved / roofline : 0.0);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  std::string moe_dir = "/tmp/tierlm_gpu_bench_moe";
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--quick")) quick = true;
+    if (!std::strcmp(argv[i], "--moe-dir") && i + 1 < argc) moe_dir = argv[++i];
+  }
+  if (!gpu::gpu_available()) {
+    std::printf("gpu_bench: skipped, %s\n", gpu::gpu_unavailable_reason().c_str());
+    return 0;
+  }
+  const auto probe = gpu::probe_gpu(quick);
+  const double roofline = probe->d2d_bytes_per_second;
+  std::printf("device: %s (cc %d, %d SMs), %.1f GiB, d2d copy %.0f GB/s (roofline), pinned h2d %.1f GB/s, "
+              "f16 GEMM %.0f TFLOP/s\n",
+              probe->name.c_str(), probe->compute_capability, probe->multiprocessors,
+              double(probe->total_bytes) / (1 << 30), roofline / 1e9, probe->h2d_pinned_bytes_per_second / 1e9,
+              probe->gemm_f16_flops / 1e12);
+  std::printf("%-22s %-26s %10s %10s %12s %10s\n", "model", "placement", "prefill/s", "decode/s", "weights GB/s",
+              "roofline");
+  const int threads = 16;
+  const int decode = quick ? 16 : 128;
+  const int64_t prompt = quick ? 64 : 512;
+
+  for (kernels::WeightFormat format : {kernels::WeightFormat::bf16, kernels::WeightFormat::q8_0}) {
+    tiering::Ledger ledger;
+    const model::ModelWeights w = model::synthetic_model(model::llama_1b_config(), format, ledger);
+    const std::string name = std::string("llama-1B ") + kernels::format_name(format);
+    {
+      gpu::GpuOptions o;
+      o.layers = w.config.num_layers;
+      auto g = std::make_shared<gpu::GpuLayers>(w, o, prompt, prompt + decode + 8);
+      row(name.c_str(), "all GPU (16/16 + head)", measure(w, g, prompt, decode, threads), double(g->weight_bytes()),
+          roofline);
+    }
+    {
+      gpu::GpuOptions o;
+      o.layers = w.config.num_layers / 2;
+      auto g = std::make_shared<gpu::GpuLayers>(w, o, prompt, prompt + decode + 8);
+      row(name.c_str(), "split (8 GPU / 8 CPU+head)", measure(w, g, prompt / 4, decode / 4, threads),
+          double(g->weight_bytes()), 0);
+    }
+  }
+
+  // Synthetic MoE (the tiering issue's shape, fewer layers so it writes fast): q4 experts in a packed file.
+  model::SyntheticMoeSpec spec;
+  spec.layers = quick ? 4 : 8;
+  spec.experts = 32;
+  spec.top_k = 8;
+  std::filesystem::create_directories(moe_dir);
+  if (!std::filesystem::exists(std::filesystem::path(moe_dir) / "experts.tierlm") ||
+      std::filesystem::file_size(std::filesystem::path(moe_dir) / "experts.tierlm") !=
+          model::synthetic_moe_expert_bytes(spec))
+    model::write_synthetic_moe(moe_dir, spec);
+  tiering::Ledger ledger;
+  model::LoadOptions lo;
+  lo.ledger = &ledger;
+  lo.weight_format = kernels::WeightFormat::q4;
+  lo.experts.cache.slots = 32;
+  lo.experts.cache.prefetch_limit = 0;
+  const model::ModelWeights w = model::load_model(moe_dir, lo);
+  const std::string name = "qwen3-moe-synth q4 " + std::to_string(spec.layers) + "L";
+  struct Case {
+    const char* placement;
+    int64_t layers;
+    bool all_resident;
+    int64_t slots;
+  };
+  for (const Case& c : {Case{"all GPU, experts in VRAM", spec.layers, true, 0},
+                        Case{"all GPU, 16 VRAM slots", spec.layers, false, 16},
+                        Case{"split (half GPU, VRAM)", spec.layers / 2, true, 0}}) {
+    gpu::GpuOptions o;
+    o.layers = c.layers;
+    o.expert_slots = c.slots;
+    if (c.all_resident)
+      for (int64_t l = 0; l < c.layers; ++l)
+        for (int64_t e = 0; e < spec.experts; ++e) o.resident_experts.push_back({l, e});
+    auto g = std::make_shared<gpu::GpuLayers>(w, o, prompt, prompt + decode + 8);
+    // Bytes per decode token: dense weights + top_k experts per GPU layer.
+    const uint64_t expert_bytes = w.experts->store().layout().payload_bytes();
+    const uint64_t resident = g->vram_ledger().used("resident_experts");
+    const double dense = double(g->weight_bytes());
+    const double per_token = dense + double(c.layers * spec.top_k) * double(expert_bytes);
+    const Speed s = measure(w, g, c.layers == spec.layers ? prompt : prompt / 4, c.layers == spec.layers ? decode : decode / 4, threads);
+    row(name.c_str(), c.placement, s, c.layers == spec.layers ? per_token : 0,
+        c.layers == spec.layers ? roofline : 0);
+    const gpu::GpuExpertStats st = g->expert_stats();
+    std::printf("    vram tier: resident %.0f MB, hits resident %llu slot %llu, misses %llu, copied %.1f MB\n",
+                double(resident) / 1e6, (unsigned long long)st.resident_hits, (unsigned long long)st.slot_hits,
+                (unsigned long long)st.misses, double(st.bytes_copied) / 1e6);
+  }
+  return 0;
+}

@@ -1,0 +1,77 @@
+// runtime/gpu/device_kernels.cuh — internal: launchers of the CUDA kernels (device_kernels.cu), in plain types so
+// the orchestration (gpu_layers.cpp) compiles with the host compiler. Every launcher enqueues on `stream` and
+// returns; none allocates or synchronizes. Never: included outside runtime/gpu.
+//
+// Weights keep the host layouts (runtime/kernels/weights.cpp) byte for byte, so an expert block copies from the
+// host cache to VRAM unchanged: dense formats row-major; q8_0 / q4 / mlx_q4 / mlx_q8 in the 16-row panel layout of
+// kernel_isa.h (a warp reads 512 contiguous bytes of a panel per step: 16 bytes a lane, fully coalesced).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace tierlm::gpu::device {
+
+// A weight as the kernels see it (mirrors kernels::WeightView; format codes as kernels::WeightFormat).
+struct MatrixRef {
+  int format = 0;          // 0 f32, 1 f16, 2 bf16, 3 q8_0, 4 q4, 5 mlx_q4, 6 mlx_q8
+  int64_t rows = 0, cols = 0;
+  const void* data = nullptr;
+  const void* scales = nullptr;
+  const void* biases = nullptr;  // null for q8_0 (symmetric)
+  int scale_type = 1;      // 0 f32, 1 f16, 2 bf16
+  int group_size = 0, bits = 0;
+};
+
+// y[i*ldy + r] (+= when accumulate) = W[r,:] · x[i*ldx + :] for i < n (n <= kMaxMatvecRows).
+inline constexpr int kMaxMatvecRows = 4;
+void matvec(const MatrixRef& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy, bool accumulate,
+            cudaStream_t stream);
+// out[r*cols + c] = W[r0 + r, c] as f16, for rows [r0, r0 + count) (the GEMM path of packed/f32 weights).
+void dequantize_f16(const MatrixRef& w, int64_t r0, int64_t count, void* out, cudaStream_t stream);
+// Dense f32 -> f16 (activations for the GEMM path).
+void to_f16(const float* x, int64_t count, void* out, cudaStream_t stream);
+
+// out[i] = x[i] * rsqrt(mean(x^2) + eps) * weight, per row of `width` (rows * (cols/width) groups).
+void rms_norm(const float* x, int64_t ldx, const float* weight, int64_t rows, int64_t cols, int64_t width, float eps,
+              float* out, int64_t ldout, cudaStream_t stream);
+// qkv rows: bias, optional q/k norm (norm width qn/kn), RoPE (rotate_half) at positions[i], then the K/V of row i
+// are written into its sequence's device cache at positions[i] (f16 or q8 per layer; see KvRef).
+struct KvRef {
+  void* keys = nullptr;    // [capacity][kv_heads][head_dim] in the codec
+  void* values = nullptr;
+  float* key_scales = nullptr;    // q8: [capacity][kv_heads]
+  float* value_scales = nullptr;
+  int codec = 0;           // 0 f16, 1 q8 (per head and position: int8 codes, f32 scale)
+};
+struct QkvParams {
+  int64_t heads, kv_heads, head_dim;
+  const float* bias;       // null or q_rows + 2 kv_rows
+  const float* q_norm;     // null or qn floats
+  const float* k_norm;
+  int64_t qn, kn;
+  float eps;
+  const float* inv_freq;   // head_dim/2 floats
+  float attention_scale_unused;
+};
+void qkv_rope_store(float* qkv, int64_t rows, const QkvParams& p, const int32_t* positions, const KvRef* caches,
+                    const int32_t* cache_of_row, cudaStream_t stream);
+// out[i] = softmax(q·K/sqrt(hd)) V over positions [0, positions[i]] of the row's cache (GQA groups share K/V).
+// scores: rows * heads * max_len floats of scratch.
+void attention(const float* qkv, int64_t rows, const QkvParams& p, const int32_t* positions, const KvRef* caches,
+               const int32_t* cache_of_row, int64_t max_len, float* scores, float* out, cudaStream_t stream);
+// out[i][j] = silu(gu[i][j]) * gu[i][I + j]
+void silu_gate(const float* gate_up, int64_t rows, int64_t intermediate, float* out, cudaStream_t stream);
+// y[i] += x[i]
+void add(float* y, const float* x, int64_t count, cudaStream_t stream);
+// dst[r] = src[index[r]] (rows of `width` floats)
+void gather_rows(const float* src, const int32_t* index, int64_t rows, int64_t width, float* dst, cudaStream_t stream);
+// dst[index[r]] += weight[r] * src[r]
+void scatter_add_rows(const float* src, const int32_t* index, const float* weight, int64_t rows, int64_t width,
+                      float* dst, cudaStream_t stream);
+// hidden[i] += sigmoid(gate · x[i]) * y[i]  (qwen2_moe's shared expert)
+void sigmoid_gate_add(const float* x, const float* gate, const float* y, int64_t rows, int64_t width, float* hidden,
+                      cudaStream_t stream);
+
+}  // namespace tierlm::gpu::device

@@ -1,0 +1,730 @@
+// runtime/gpu/gpu_layers.cpp — orchestration of the GPU layers (see gpu_layers.h). Kernels are in
+// device_kernels.cu; cuBLAS does the multi-row products (prefill): packed weights are dequantized to f16 in row
+// chunks into scratch and multiplied against f16 activations with f32 accumulation. Up to
+// device::kMaxMatvecRows rows use our matvec straight on the packed bytes, which is what decode reads.
+#include "runtime/gpu/gpu_layers.h"
+
+#include <stdexcept>
+
+#ifdef TIERLM_HAVE_CUDA
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <list>
+#include <numeric>
+#include <string>
+#include <unordered_map>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "runtime/engine/ops.h"
+#include "runtime/gpu/device_kernels.cuh"
+#include "runtime/gpu/gpu_probe.h"
+#include "runtime/kernels/weights.h"
+#include "tiering/expert_tier.h"
+
+namespace tierlm::gpu {
+
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string("gpu: ") + what + ": " + cudaGetErrorString(e));
+}
+void check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string("gpu: ") + what + ": cuBLAS status " +
+                                                           std::to_string(int(s)));
+}
+
+// Device memory charged to the VRAM ledger for its whole life.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(tiering::Ledger& ledger, std::string account, size_t bytes) : ledger_(&ledger), account_(account) {
+    bytes = std::max<size_t>(bytes, 256);
+    ledger.charge(account_, bytes);
+    if (cudaMalloc(&data_, bytes) != cudaSuccess) {
+      ledger.release(account_, bytes);
+      cudaGetLastError();
+      throw tiering::LedgerError("gpu: cudaMalloc of " + std::to_string(bytes) + " bytes for '" + account_ +
+                                 "' failed");
+    }
+    size_ = bytes;
+  }
+  ~DeviceBuffer() { reset(); }
+  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      std::swap(ledger_, o.ledger_);
+      std::swap(account_, o.account_);
+      std::swap(data_, o.data_);
+      std::swap(size_, o.size_);
+    }
+    return *this;
+  }
+  void reset() noexcept {
+    if (data_) {
+      cudaFree(data_);
+      ledger_->release(account_, size_);
+    }
+    data_ = nullptr;
+    size_ = 0;
+  }
+  template <class T = void> T* as() const { return static_cast<T*>(data_); }
+  size_t size() const { return size_; }
+
+ private:
+  tiering::Ledger* ledger_ = nullptr;
+  std::string account_;
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Pinned host memory (staging of transfers).
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(size_t bytes) {
+    check(cudaMallocHost(&data_, std::max<size_t>(bytes, 64)), "cudaMallocHost");
+    size_ = bytes;
+  }
+  ~PinnedBuffer() {
+    if (data_) cudaFreeHost(data_);
+  }
+  PinnedBuffer(PinnedBuffer&& o) noexcept { std::swap(data_, o.data_), std::swap(size_, o.size_); }
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(size_, o.size_);
+    return *this;
+  }
+  template <class T = void> T* as() const { return static_cast<T*>(data_); }
+  size_t size() const { return size_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+size_t scale_size(kernels::SourceType t) { return t == kernels::SourceType::f32 ? 4 : 2; }
+
+struct PartSizes {
+  uint64_t data = 0, scales = 0, biases = 0;
+};
+
+PartSizes part_sizes(const kernels::WeightView& w) {
+  using kernels::WeightFormat;
+  PartSizes s;
+  if (w.format == WeightFormat::f32 || w.format == WeightFormat::f16 || w.format == WeightFormat::bf16) {
+    s.data = uint64_t(w.rows) * uint64_t(w.cols) * (w.format == WeightFormat::f32 ? 4 : 2);
+    return s;
+  }
+  const uint64_t panels = uint64_t((w.rows + 15) / 16);
+  s.data = panels * 16 * uint64_t(w.cols) * uint64_t(w.bits) / 8;
+  s.scales = panels * uint64_t(w.cols / w.group_size) * 16 * scale_size(w.scale_type);
+  s.biases = w.format == WeightFormat::q8_0 ? 0 : s.scales;
+  return s;
+}
+
+int scale_code(kernels::SourceType t) {
+  return t == kernels::SourceType::f32 ? 0 : t == kernels::SourceType::f16 ? 1 : 2;
+}
+
+// A weight's view with its pointers replaced (the device copy, or an expert in a VRAM block).
+device::MatrixRef matrix_ref(const kernels::WeightView& w, const void* data, const void* scales, const void* biases) {
+  device::MatrixRef m;
+  m.format = int(w.format);
+  m.rows = w.rows;
+  m.cols = w.cols;
+  m.data = data;
+  m.scales = scales;
+  m.biases = w.format == kernels::WeightFormat::q8_0 ? nullptr : biases;
+  m.scale_type = scale_code(w.scale_type);
+  m.group_size = w.group_size;
+  m.bits = w.bits;
+  return m;
+}
+
+struct DeviceMatrix {
+  DeviceBuffer buffer;
+  device::MatrixRef ref;
+  bool present() const { return ref.rows > 0; }
+};
+
+DeviceMatrix upload(const kernels::WeightView& w, tiering::Ledger& ledger, const char* account) {
+  DeviceMatrix m;
+  if (w.rows == 0) return m;
+  const PartSizes s = part_sizes(w);
+  const uint64_t scales_at = (s.data + 255) / 256 * 256, biases_at = scales_at + (s.scales + 255) / 256 * 256;
+  m.buffer = DeviceBuffer(ledger, account, biases_at + s.biases);
+  char* base = m.buffer.as<char>();
+  check(cudaMemcpy(base, w.data, s.data, cudaMemcpyHostToDevice), "upload weight");
+  if (s.scales) check(cudaMemcpy(base + scales_at, w.scales, s.scales, cudaMemcpyHostToDevice), "upload scales");
+  if (s.biases) check(cudaMemcpy(base + biases_at, w.biases, s.biases, cudaMemcpyHostToDevice), "upload biases");
+  m.ref = matrix_ref(w, base, s.scales ? base + scales_at : nullptr, s.biases ? base + biases_at : nullptr);
+  return m;
+}
+
+DeviceBuffer upload_floats(const std::vector<float>& v, tiering::Ledger& ledger, const char* account) {
+  if (v.empty()) return {};
+  DeviceBuffer b(ledger, account, v.size() * sizeof(float));
+  check(cudaMemcpy(b.as(), v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice), "upload floats");
+  return b;
+}
+
+struct DeviceLayer {
+  DeviceMatrix qkv, o, gate_up, down, router, shared_gate_up, shared_down;
+  DeviceBuffer input_norm, post_norm, qkv_bias, q_norm, k_norm, shared_expert_gate;
+};
+
+struct SequenceKv {
+  std::vector<DeviceBuffer> buffers;  // per layer: keys, values (+ key scales, value scales for q8)
+  std::vector<device::KvRef> refs;    // per layer
+  int64_t capacity = 0;
+  uint64_t last_use = 0;
+};
+
+uint64_t default_budget() {
+  size_t free_bytes = 0, total = 0;
+  check(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo");
+  const uint64_t reserve = 1ull << 30;
+  return free_bytes > reserve ? free_bytes - reserve : free_bytes / 2;
+}
+
+}  // namespace
+
+struct GpuLayers::Impl {
+  const model::ModelWeights& w;
+  const model::ModelConfig& c;
+  GpuOptions options;
+  int64_t gpu_layers, max_chunk, max_context;
+  bool head;
+  tiering::Ledger vram;
+  cudaStream_t stream = nullptr, copy_stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  std::vector<DeviceLayer> layers;
+  DeviceMatrix output;
+  DeviceBuffer final_norm, inv_freq;
+  // Scratch (device).
+  DeviceBuffer hidden, normed, qkv, attn, gathered, ffn, act, out, scores, x16, w16, logits, meta_dev, moe_dev, router_dev;
+  int64_t w16_rows_cap = 0;  // elements of w16
+  // Pinned staging of transfers.
+  PinnedBuffer hidden_host, meta_host, logits_host, router_host, moe_host;
+  std::vector<PinnedBuffer> expert_staging;
+  std::vector<cudaEvent_t> staging_done;
+  // Device KV per sequence.
+  std::unordered_map<const void*, SequenceKv> sequences;
+  uint64_t clock = 0;
+  // VRAM expert tier.
+  tiering::ExpertLayout expert_layout;
+  std::unordered_map<int64_t, DeviceBuffer> resident;  // key -> block
+  std::vector<DeviceBuffer> slots;
+  std::vector<int64_t> slot_key;
+  std::vector<uint64_t> slot_use;
+  std::vector<cudaEvent_t> slot_free;  // recorded on the compute stream after the last use of a slot
+  std::vector<cudaEvent_t> slot_ready; // recorded on the copy stream after a fill
+  std::unordered_map<int64_t, int64_t> slot_of;
+  GpuExpertStats stats;
+  uint64_t weight_bytes = 0;
+
+  Impl(const model::ModelWeights& weights, const GpuOptions& o, int64_t chunk, int64_t context)
+      : w(weights), c(weights.config), options(o), gpu_layers(std::clamp<int64_t>(o.layers, 0, c.num_layers)),
+        max_chunk(chunk), max_context(context), head(o.head && gpu_layers == c.num_layers),
+        vram(o.vram_budget ? o.vram_budget : default_budget()) {
+    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+    check(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking), "copy stream");
+    check(cublasCreate(&blas), "cublasCreate");
+    check(cublasSetStream(blas, stream), "cublasSetStream");
+    upload_weights();
+    allocate_scratch();
+    if (c.arch.moe && gpu_layers > 0) setup_experts();
+  }
+
+  ~Impl() {
+    if (stream) cudaStreamSynchronize(stream);
+    if (copy_stream) cudaStreamSynchronize(copy_stream);
+    for (auto e : staging_done) cudaEventDestroy(e);
+    for (auto e : slot_free) cudaEventDestroy(e);
+    for (auto e : slot_ready) cudaEventDestroy(e);
+    if (blas) cublasDestroy(blas);
+    if (stream) cudaStreamDestroy(stream);
+    if (copy_stream) cudaStreamDestroy(copy_stream);
+  }
+
+  void upload_weights() {
+    layers.resize(size_t(gpu_layers));
+    for (int64_t l = 0; l < gpu_layers; ++l) {
+      const model::LayerWeights& L = w.layers[size_t(l)];
+      DeviceLayer& d = layers[size_t(l)];
+      d.qkv = upload(L.qkv.view, vram, "weights");
+      d.o = upload(L.o.view, vram, "weights");
+      d.gate_up = upload(L.gate_up.view, vram, "weights");
+      d.down = upload(L.down.view, vram, "weights");
+      d.router = upload(L.router.view, vram, "weights");
+      d.shared_gate_up = upload(L.shared_gate_up.view, vram, "weights");
+      d.shared_down = upload(L.shared_down.view, vram, "weights");
+      d.input_norm = upload_floats(L.input_norm, vram, "weights");
+      d.post_norm = upload_floats(L.post_attention_norm, vram, "weights");
+      d.qkv_bias = upload_floats(L.qkv_bias, vram, "weights");
+      d.q_norm = upload_floats(L.q_norm, vram, "weights");
+      d.k_norm = upload_floats(L.k_norm, vram, "weights");
+      d.shared_expert_gate = upload_floats(L.shared_expert_gate, vram, "weights");
+    }
+    if (head) {
+      output = upload(w.output(), vram, "weights");
+      final_norm = upload_floats(w.final_norm, vram, "weights");
+    }
+    engine::Rope rope(c.rope, c.head_dim);
+    inv_freq = upload_floats(rope.inverse_frequencies(), vram, "weights");
+    weight_bytes = vram.used("weights");
+  }
+
+  int64_t widest_cols() const {
+    int64_t m = std::max(c.hidden_size, c.num_heads * c.head_dim);
+    m = std::max({m, c.intermediate_size, c.moe_intermediate_size, c.shared_expert_intermediate_size});
+    return m;
+  }
+
+  void allocate_scratch() {
+    const int64_t H = c.hidden_size, q_rows = c.num_heads * c.head_dim, kv_rows = c.num_kv_heads * c.head_dim;
+    const int64_t F = std::max({c.intermediate_size, c.moe_intermediate_size, c.shared_expert_intermediate_size});
+    const int64_t n = max_chunk;
+    auto floats = [&](int64_t count) { return DeviceBuffer(vram, "scratch", size_t(std::max<int64_t>(count, 1)) * 4); };
+    hidden = floats(n * H);
+    normed = floats(n * H);
+    qkv = floats(n * (q_rows + 2 * kv_rows));
+    attn = floats(n * q_rows);
+    gathered = floats(n * H);
+    ffn = floats(n * 2 * F);
+    act = floats(n * F);
+    out = floats(n * H);
+    scores = floats(n * c.num_heads * max_context);
+    x16 = DeviceBuffer(vram, "scratch", size_t(n * std::max(widest_cols(), int64_t(1))) * 2);
+    // f16 copy of a weight's row chunk for cuBLAS: the largest matrix up to 32M elements (64 MB).
+    int64_t largest = 0;
+    for (int64_t l = 0; l < gpu_layers; ++l) {
+      const DeviceLayer& d = layers[size_t(l)];
+      for (const DeviceMatrix* m : {&d.qkv, &d.o, &d.gate_up, &d.down, &d.router, &d.shared_gate_up, &d.shared_down})
+        largest = std::max(largest, m->ref.rows * m->ref.cols);
+    }
+    if (head) largest = std::max(largest, output.ref.rows * output.ref.cols);
+    if (c.arch.moe) largest = std::max(largest, 2 * c.moe_intermediate_size * H);
+    w16_rows_cap = std::min<int64_t>(largest, int64_t(32) << 20);
+    w16 = DeviceBuffer(vram, "scratch", size_t(w16_rows_cap) * 2);
+    meta_host = PinnedBuffer(meta_bytes());
+    meta_dev = DeviceBuffer(vram, "scratch", meta_bytes());
+    hidden_host = PinnedBuffer(size_t(n * H) * 4);
+    if (head) {
+      logits = floats(n * c.vocab_size);
+      logits_host = PinnedBuffer(size_t(n * c.vocab_size) * 4);
+    }
+  }
+
+  // positions, cache_of_row, head rows (int32 each, max_chunk), then the KvRef table [layer][batch sequence].
+  size_t meta_ints() const { return size_t(3 * max_chunk + 4); }
+  size_t meta_bytes() const {
+    return meta_ints() * 4 + size_t(std::max<int64_t>(gpu_layers, 1) * max_chunk) * sizeof(device::KvRef) + 64;
+  }
+  device::KvRef* kv_table(void* base) const {
+    const size_t at = (meta_ints() * 4 + 63) / 64 * 64;
+    return reinterpret_cast<device::KvRef*>(static_cast<char*>(base) + at);
+  }
+
+  void setup_experts() {
+    if (!w.experts) throw std::invalid_argument("gpu: MoE model without an expert tier");
+    expert_layout = w.experts->store().layout();
+    const int64_t E = c.num_experts;
+    for (const auto& [layer, expert] : options.resident_experts) {
+      if (layer < 0 || layer >= gpu_layers || expert < 0 || expert >= E) continue;
+      const int64_t key = layer * E + expert;
+      if (resident.count(key)) continue;
+      DeviceBuffer block(vram, "resident_experts", expert_layout.bytes);
+      fill_block_sync(layer, expert, block.as());
+      resident.emplace(key, std::move(block));
+    }
+    const int64_t want = options.expert_slots > 0 ? options.expert_slots : 4 * c.num_experts_per_tok;
+    const int64_t count = std::max<int64_t>(want, c.num_experts_per_tok);
+    for (int64_t s = 0; s < count; ++s) {
+      slots.emplace_back(vram, "expert_cache", expert_layout.bytes);
+      slot_key.push_back(-1);
+      slot_use.push_back(0);
+      cudaEvent_t a, b;
+      check(cudaEventCreateWithFlags(&a, cudaEventDisableTiming), "event");
+      check(cudaEventCreateWithFlags(&b, cudaEventDisableTiming), "event");
+      slot_free.push_back(a);
+      slot_ready.push_back(b);
+    }
+    for (int s = 0; s < 4; ++s) {
+      expert_staging.emplace_back(expert_layout.bytes);
+      cudaEvent_t e;
+      check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
+      staging_done.push_back(e);
+    }
+    router_dev = DeviceBuffer(vram, "scratch", size_t(max_chunk * E) * 4);
+    router_host = PinnedBuffer(size_t(max_chunk * E) * 4);
+    // Per layer: row index and weight of every (row, choice), grouped by expert.
+    const size_t route = size_t(max_chunk * c.num_experts_per_tok) * 8;
+    moe_dev = DeviceBuffer(vram, "scratch", route);
+    moe_host = PinnedBuffer(route);
+  }
+
+  // Host block of an expert (from the host expert cache: resident, cached, or read from NVMe now).
+  const void* host_block(const tiering::ExpertViews& v) const {
+    return static_cast<const char*>(v.gate_up.data) - expert_layout.parts[0].offset;
+  }
+
+  void fill_block_sync(int64_t layer, int64_t expert, void* device_block) {
+    tiering::ExpertCache& cache = w.experts->cache();
+    const int32_t e = int32_t(expert);
+    cache.request(layer, std::span(&e, 1));
+    const tiering::ExpertViews v = cache.acquire(layer, e);
+    check(cudaMemcpy(device_block, host_block(v), expert_layout.bytes, cudaMemcpyHostToDevice), "expert upload");
+    cache.release(layer, e);
+    stats.bytes_copied += expert_layout.bytes;
+  }
+
+  // ---- matrix products -----------------------------------------------------------------------------------
+  void multiply(const device::MatrixRef& m, const float* x, int64_t n, float* y, int64_t ldy, bool accumulate) {
+    if (n <= device::kMaxMatvecRows) {
+      device::matvec(m, x, m.cols, n, y, ldy, accumulate, stream);
+      return;
+    }
+    device::to_f16(x, n * m.cols, x16.as(), stream);
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    const int64_t chunk = m.format == 1 ? m.rows : std::max<int64_t>(1, w16_rows_cap / m.cols);
+    for (int64_t r0 = 0; r0 < m.rows; r0 += chunk) {
+      const int64_t count = std::min(chunk, m.rows - r0);
+      const void* a;
+      if (m.format == 1) {
+        a = static_cast<const uint16_t*>(m.data) + r0 * m.cols;
+      } else {
+        device::dequantize_f16(m, r0, count, w16.as(), stream);
+        a = w16.as();
+      }
+      check(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(count), int(n), int(m.cols), &alpha, a, CUDA_R_16F,
+                         int(m.cols), x16.as(), CUDA_R_16F, int(m.cols), &beta, y + r0, CUDA_R_32F, int(ldy),
+                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            "cublasGemmEx");
+    }
+  }
+
+  // ---- device KV ------------------------------------------------------------------------------------------
+  SequenceKv& sequence_kv(const void* key) {
+    auto it = sequences.find(key);
+    if (it != sequences.end()) {
+      it->second.last_use = ++clock;
+      return it->second;
+    }
+    if (int64_t(sequences.size()) >= options.max_sequences) {
+      auto victim = std::min_element(sequences.begin(), sequences.end(),
+                                     [](const auto& a, const auto& b) { return a.second.last_use < b.second.last_use; });
+      check(cudaStreamSynchronize(stream), "sync before dropping a sequence");
+      sequences.erase(victim);
+    }
+    SequenceKv s;
+    s.capacity = max_context;
+    const int64_t per_layer = max_context * c.num_kv_heads * c.head_dim;
+    const bool q8 = options.kv_codec == GpuKvCodec::q8;
+    for (int64_t l = 0; l < gpu_layers; ++l) {
+      device::KvRef r;
+      r.codec = q8 ? 1 : 0;
+      s.buffers.emplace_back(vram, "kv", size_t(per_layer) * (q8 ? 1 : 2));
+      r.keys = s.buffers.back().as();
+      s.buffers.emplace_back(vram, "kv", size_t(per_layer) * (q8 ? 1 : 2));
+      r.values = s.buffers.back().as();
+      if (q8) {
+        s.buffers.emplace_back(vram, "kv", size_t(max_context * c.num_kv_heads) * 4);
+        r.key_scales = s.buffers.back().as<float>();
+        s.buffers.emplace_back(vram, "kv", size_t(max_context * c.num_kv_heads) * 4);
+        r.value_scales = s.buffers.back().as<float>();
+      }
+      s.refs.push_back(r);
+    }
+    s.last_use = ++clock;
+    return sequences.emplace(key, std::move(s)).first->second;
+  }
+
+  // ---- one step -------------------------------------------------------------------------------------------
+  void run(float* host_hidden, int64_t n, std::span<const void* const> sequence, std::span<const int64_t> positions,
+           std::span<const int32_t> head_rows, std::span<float* const> head_out) {
+    if (n <= 0 || n > max_chunk) throw std::invalid_argument("gpu: batch rows outside [1, max_chunk]");
+    if (int64_t(sequence.size()) < n || int64_t(positions.size()) < n)
+      throw std::invalid_argument("gpu: sequence/position spans shorter than the batch");
+    const int64_t H = c.hidden_size;
+    // Metadata: one pinned block, one copy.
+    check(cudaStreamSynchronize(stream), "sync before staging");  // the pinned staging is free again
+    int32_t* ints = meta_host.as<int32_t>();
+    int32_t* pos = ints;
+    int32_t* cache_of_row = ints + max_chunk;
+    int32_t* heads = ints + 2 * max_chunk;
+    device::KvRef* table = kv_table(meta_host.as());
+    std::vector<const void*> batch;
+    for (int64_t i = 0; i < n; ++i) {
+      if (positions[size_t(i)] < 0 || positions[size_t(i)] >= max_context)
+        throw std::out_of_range("gpu: position beyond the device KV capacity");
+      pos[i] = int32_t(positions[size_t(i)]);
+      auto at = std::find(batch.begin(), batch.end(), sequence[size_t(i)]);
+      if (at == batch.end()) {
+        batch.push_back(sequence[size_t(i)]);
+        at = batch.end() - 1;
+      }
+      cache_of_row[i] = int32_t(at - batch.begin());
+    }
+    if (int64_t(batch.size()) > options.max_sequences)
+      throw std::invalid_argument("gpu: more sequences in one batch than max_sequences");
+    for (size_t b = 0; b < batch.size(); ++b) {
+      SequenceKv& s = sequence_kv(batch[b]);
+      for (int64_t l = 0; l < gpu_layers; ++l) table[l * max_chunk + int64_t(b)] = s.refs[size_t(l)];
+    }
+    const int64_t head_count = head ? int64_t(head_rows.size()) : 0;
+    for (int64_t i = 0; i < head_count; ++i) heads[i] = head_rows[size_t(i)];
+    std::memcpy(hidden_host.as(), host_hidden, size_t(n * H) * 4);
+    check(cudaMemcpyAsync(meta_dev.as(), meta_host.as(), meta_bytes(), cudaMemcpyHostToDevice, stream), "meta up");
+    check(cudaMemcpyAsync(hidden.as(), hidden_host.as(), size_t(n * H) * 4, cudaMemcpyHostToDevice, stream),
+          "hidden up");
+    const int32_t* pos_dev = meta_dev.as<int32_t>();
+    const int32_t* row_cache_dev = pos_dev + max_chunk;
+    const int32_t* heads_dev = pos_dev + 2 * max_chunk;
+    const device::KvRef* table_dev = kv_table(meta_dev.as());
+
+    for (int64_t l = 0; l < gpu_layers; ++l) layer(l, n, pos_dev, row_cache_dev, table_dev + l * max_chunk);
+
+    if (head) {
+      if (head_count > 0) {
+        device::gather_rows(hidden.as<float>(), heads_dev, head_count, H, normed.as<float>(), stream);
+        device::rms_norm(normed.as<float>(), H, final_norm.as<float>(), head_count, H, H, float(c.rms_norm_eps),
+                         normed.as<float>(), H, stream);
+        multiply(output.ref, normed.as<float>(), head_count, logits.as<float>(), c.vocab_size, false);
+        const size_t bytes = size_t(head_count * c.vocab_size) * 4;
+        check(cudaMemcpyAsync(logits_host.as(), logits.as(), bytes, cudaMemcpyDeviceToHost, stream), "logits down");
+        check(cudaStreamSynchronize(stream), "step");
+        check(cudaGetLastError(), "kernels");
+        for (int64_t i = 0; i < head_count; ++i)
+          std::memcpy(head_out[size_t(i)], logits_host.as<float>() + i * c.vocab_size, size_t(c.vocab_size) * 4);
+      } else {
+        check(cudaStreamSynchronize(stream), "step");
+      }
+      return;
+    }
+    check(cudaMemcpyAsync(hidden_host.as(), hidden.as(), size_t(n * H) * 4, cudaMemcpyDeviceToHost, stream),
+          "hidden down");
+    check(cudaStreamSynchronize(stream), "step");
+    check(cudaGetLastError(), "kernels");
+    std::memcpy(host_hidden, hidden_host.as(), size_t(n * H) * 4);
+  }
+
+  void layer(int64_t l, int64_t n, const int32_t* pos_dev, const int32_t* row_cache_dev, const device::KvRef* kv) {
+    const DeviceLayer& d = layers[size_t(l)];
+    const model::LayerWeights& L = w.layers[size_t(l)];
+    const int64_t H = c.hidden_size, hd = c.head_dim, q_rows = c.num_heads * hd;
+    const int64_t stride = q_rows + 2 * c.num_kv_heads * hd;
+    const float eps = float(c.rms_norm_eps);
+    float* h = hidden.as<float>();
+    float* x = normed.as<float>();
+    device::rms_norm(h, H, d.input_norm.as<float>(), n, H, H, eps, x, H, stream);
+    multiply(d.qkv.ref, x, n, qkv.as<float>(), stride, false);
+    device::QkvParams p{};
+    p.heads = c.num_heads;
+    p.kv_heads = c.num_kv_heads;
+    p.head_dim = hd;
+    p.bias = L.qkv_bias.empty() ? nullptr : d.qkv_bias.as<float>();
+    p.q_norm = L.q_norm.empty() ? nullptr : d.q_norm.as<float>();
+    p.k_norm = L.k_norm.empty() ? nullptr : d.k_norm.as<float>();
+    p.qn = int64_t(L.q_norm.size());
+    p.kn = int64_t(L.k_norm.size());
+    p.eps = eps;
+    p.inv_freq = inv_freq.as<float>();
+    device::qkv_rope_store(qkv.as<float>(), n, p, pos_dev, kv, row_cache_dev, stream);
+    device::attention(qkv.as<float>(), n, p, pos_dev, kv, row_cache_dev, max_context, scores.as<float>(),
+                      attn.as<float>(), stream);
+    multiply(d.o.ref, attn.as<float>(), n, h, H, true);
+    device::rms_norm(h, H, d.post_norm.as<float>(), n, H, H, eps, x, H, stream);
+    if (c.arch.moe) {
+      moe(l, n);
+      return;
+    }
+    const int64_t I = c.intermediate_size;
+    multiply(d.gate_up.ref, x, n, ffn.as<float>(), 2 * I, false);
+    device::silu_gate(ffn.as<float>(), n, I, act.as<float>(), stream);
+    multiply(d.down.ref, act.as<float>(), n, h, H, true);
+  }
+
+  // ---- MoE ------------------------------------------------------------------------------------------------
+  void top_k(float* probs, int32_t* ids, float* weights) const {
+    const int64_t E = c.num_experts, k = c.num_experts_per_tok;
+    engine::softmax(probs, E);
+    std::vector<int32_t> order(static_cast<size_t>(E));
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+      return probs[a] > probs[b] || (probs[a] == probs[b] && a < b);
+    });
+    float sum = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      ids[j] = order[size_t(j)];
+      weights[j] = probs[order[size_t(j)]];
+      sum += weights[j];
+    }
+    if ((c.arch.moe_renormalize || c.norm_topk_prob) && sum > 0)
+      for (int64_t j = 0; j < k; ++j) weights[j] /= sum;
+  }
+
+  // Least recently used slot. A slot used earlier in this same step may be taken again: its compute is already
+  // enqueued, and the copy stream waits for that (slot_free) before overwriting it.
+  int64_t victim_slot() {
+    int64_t best = 0;
+    for (int64_t s = 1; s < int64_t(slots.size()); ++s)
+      if (slot_use[size_t(s)] < slot_use[size_t(best)]) best = s;
+    return best;
+  }
+
+  void moe(int64_t l, int64_t n) {
+    const DeviceLayer& d = layers[size_t(l)];
+    const int64_t H = c.hidden_size, E = c.num_experts, k = c.num_experts_per_tok;
+    float* h = hidden.as<float>();
+    const float* x = normed.as<float>();
+    // Routing needs the router's output on the host: one small download per MoE layer.
+    multiply(d.router.ref, x, n, router_dev.as<float>(), E, false);
+    check(cudaMemcpyAsync(router_host.as(), router_dev.as(), size_t(n * E) * 4, cudaMemcpyDeviceToHost, stream),
+          "router down");
+    check(cudaStreamSynchronize(stream), "router");
+    std::vector<int32_t> ids(static_cast<size_t>(n * k));
+    std::vector<float> weights(static_cast<size_t>(n * k));
+    for (int64_t i = 0; i < n; ++i) top_k(router_host.as<float>() + i * E, ids.data() + i * k, weights.data() + i * k);
+    std::vector<std::vector<int32_t>> rows_of(static_cast<size_t>(E));
+    std::vector<std::vector<float>> weight_of(static_cast<size_t>(E));
+    std::vector<int32_t> used;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t e = ids[size_t(i * k + j)];
+        if (rows_of[size_t(e)].empty()) used.push_back(e);
+        rows_of[size_t(e)].push_back(int32_t(i));
+        weight_of[size_t(e)].push_back(weights[size_t(i * k + j)]);
+      }
+    // Experts already in VRAM first, so their compute overlaps the copies of the others.
+    std::stable_partition(used.begin(), used.end(), [&](int32_t e) {
+      const int64_t key = l * E + e;
+      return resident.count(key) || slot_of.count(key);
+    });
+    // Route table (row index, weight) per expert, uploaded once.
+    int32_t* route_rows = moe_host.as<int32_t>();
+    float* route_weights = reinterpret_cast<float*>(route_rows + max_chunk * k);
+    std::vector<int64_t> offset(static_cast<size_t>(E));
+    int64_t at = 0;
+    for (int32_t e : used) {
+      offset[size_t(e)] = at;
+      for (size_t r = 0; r < rows_of[size_t(e)].size(); ++r, ++at) {
+        route_rows[at] = rows_of[size_t(e)][r];
+        route_weights[at] = weight_of[size_t(e)][r];
+      }
+    }
+    check(cudaMemcpyAsync(moe_dev.as(), moe_host.as(), size_t(max_chunk * k) * 8, cudaMemcpyHostToDevice, stream),
+          "route up");
+    const int32_t* rows_dev = moe_dev.as<int32_t>();
+    const float* weights_dev = reinterpret_cast<const float*>(rows_dev + max_chunk * k);
+
+    size_t staging = 0;
+    tiering::ExpertCache& host_cache = w.experts->cache();
+    for (int32_t e : used) {
+      const int64_t key = l * E + e;
+      const void* block = nullptr;
+      int64_t slot = -1;
+      if (auto r = resident.find(key); r != resident.end()) {
+        block = r->second.as();
+        ++stats.resident_hits;
+      } else if (auto s = slot_of.find(key); s != slot_of.end()) {
+        slot = s->second;
+        ++stats.slot_hits;
+      } else {
+        // Miss: the host expert cache supplies the block (RAM, or NVMe into its slots); it goes through pinned
+        // staging to a VRAM slot on the copy stream, which waits until the slot's previous user has finished.
+        slot = victim_slot();
+        if (slot_key[size_t(slot)] >= 0) slot_of.erase(slot_key[size_t(slot)]);
+        host_cache.request(l, std::span(&e, 1));
+        const tiering::ExpertViews v = host_cache.acquire(l, e);
+        check(cudaEventSynchronize(staging_done[staging]), "staging reuse");
+        std::memcpy(expert_staging[staging].as(), host_block(v), expert_layout.bytes);
+        host_cache.release(l, e);
+        check(cudaStreamWaitEvent(copy_stream, slot_free[size_t(slot)]), "slot wait");
+        check(cudaMemcpyAsync(slots[size_t(slot)].as(), expert_staging[staging].as(), expert_layout.bytes,
+                              cudaMemcpyHostToDevice, copy_stream),
+              "expert copy");
+        check(cudaEventRecord(staging_done[staging], copy_stream), "staging record");
+        check(cudaEventRecord(slot_ready[size_t(slot)], copy_stream), "slot record");
+        check(cudaStreamWaitEvent(stream, slot_ready[size_t(slot)]), "slot ready");
+        staging = (staging + 1) % expert_staging.size();
+        slot_key[size_t(slot)] = key;
+        slot_of[key] = slot;
+        ++stats.misses;
+        stats.bytes_copied += expert_layout.bytes;
+      }
+      if (slot >= 0) {
+        block = slots[size_t(slot)].as();
+        slot_use[size_t(slot)] = ++clock;
+      }
+      const tiering::ExpertViews v = expert_layout.views(block);
+      const device::MatrixRef gu = matrix_ref(v.gate_up, v.gate_up.data, v.gate_up.scales, v.gate_up.biases);
+      const device::MatrixRef down = matrix_ref(v.down, v.down.data, v.down.scales, v.down.biases);
+      const int64_t m = int64_t(rows_of[size_t(e)].size()), I = v.down.cols;
+      const int32_t* idx = rows_dev + offset[size_t(e)];
+      device::gather_rows(x, idx, m, H, gathered.as<float>(), stream);
+      multiply(gu, gathered.as<float>(), m, ffn.as<float>(), 2 * I, false);
+      device::silu_gate(ffn.as<float>(), m, I, act.as<float>(), stream);
+      multiply(down, act.as<float>(), m, out.as<float>(), H, false);
+      device::scatter_add_rows(out.as<float>(), idx, weights_dev + offset[size_t(e)], m, H, h, stream);
+      if (slot >= 0) check(cudaEventRecord(slot_free[size_t(slot)], stream), "slot free");
+    }
+    if (c.arch.shared_expert) {
+      const int64_t S = c.shared_expert_intermediate_size;
+      multiply(d.shared_gate_up.ref, x, n, ffn.as<float>(), 2 * S, false);
+      device::silu_gate(ffn.as<float>(), n, S, act.as<float>(), stream);
+      multiply(d.shared_down.ref, act.as<float>(), n, out.as<float>(), H, false);
+      device::sigmoid_gate_add(x, d.shared_expert_gate.as<float>(), out.as<float>(), n, H, h, stream);
+    }
+  }
+};
+
+GpuLayers::GpuLayers(const model::ModelWeights& weights, const GpuOptions& options, int64_t max_chunk,
+                     int64_t max_context) {
+  if (!gpu_available()) throw std::runtime_error("gpu layers requested but " + gpu_unavailable_reason());
+  impl_ = std::make_unique<Impl>(weights, options, max_chunk, max_context);
+}
+GpuLayers::~GpuLayers() = default;
+int64_t GpuLayers::layers() const { return impl_->gpu_layers; }
+bool GpuLayers::runs_head() const { return impl_->head; }
+void GpuLayers::run(float* hidden, int64_t n, std::span<const void* const> sequence, std::span<const int64_t> positions,
+                    std::span<const int32_t> head_rows, std::span<float* const> head_out) {
+  impl_->run(hidden, n, sequence, positions, head_rows, head_out);
+}
+void GpuLayers::forget(const void* sequence) {
+  cudaStreamSynchronize(impl_->stream);
+  impl_->sequences.erase(sequence);
+}
+tiering::Ledger& GpuLayers::vram_ledger() { return impl_->vram; }
+GpuExpertStats GpuLayers::expert_stats() const { return impl_->stats; }
+uint64_t GpuLayers::weight_bytes() const { return impl_->weight_bytes; }
+
+}  // namespace tierlm::gpu
+
+#else  // no CUDA toolkit at build time: the interface exists, the constructor says why it cannot run.
+
+namespace tierlm::gpu {
+
+struct GpuLayers::Impl {};
+
+GpuLayers::GpuLayers(const model::ModelWeights&, const GpuOptions&, int64_t, int64_t) {
+  throw std::runtime_error("gpu layers requested but this build has no CUDA backend (no CUDA toolkit was found)");
+}
+GpuLayers::~GpuLayers() = default;
+int64_t GpuLayers::layers() const { return 0; }
+bool GpuLayers::runs_head() const { return false; }
+void GpuLayers::run(float*, int64_t, std::span<const void* const>, std::span<const int64_t>, std::span<const int32_t>,
+                    std::span<float* const>) {}
+void GpuLayers::forget(const void*) {}
+tiering::Ledger& GpuLayers::vram_ledger() { throw std::runtime_error("no CUDA backend"); }
+GpuExpertStats GpuLayers::expert_stats() const { return {}; }
+uint64_t GpuLayers::weight_bytes() const { return 0; }
+
+}  // namespace tierlm::gpu
+
+#endif

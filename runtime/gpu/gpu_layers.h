@@ -1,0 +1,69 @@
+// runtime/gpu/gpu_layers.h — the CUDA backend's one interface to the engine: layers [0, layers) of a model run on
+// the GPU (attention with a device KV cache, dense FFN or MoE with a VRAM expert tier), optionally the final norm and
+// output head too when every layer is there. Forward calls run() once per step with the embedded rows; the hidden
+// state crosses PCIe once (up), and once back (down) or as logits.
+// Owns: the device copies of the weights (kept in the host layouts, byte for byte), the device KV of each sequence
+// (keyed by its host KVCache, least recently used dropped past max_sequences), scratch, the VRAM expert tier
+// (resident hot experts + LRU slots filled from the host expert cache through pinned staging on a copy stream),
+// and a VRAM ledger that every device allocation is charged to. Never: used without a GPU (the constructor throws
+// with the reason), or touched by more than one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "runtime/model/model.h"
+#include "tiering/ledger.h"
+
+namespace tierlm::gpu {
+
+enum class GpuKvCodec : uint8_t { f16, q8 };
+
+struct GpuOptions {
+  int64_t layers = 0;                 // [0, layers) on the GPU; clamped to the model's layer count
+  bool head = true;                   // final norm + output head on the GPU when every layer is there
+  GpuKvCodec kv_codec = GpuKvCodec::f16;
+  int64_t max_sequences = 16;         // device KV sets kept at once
+  uint64_t vram_budget = 0;           // 0: free device memory minus 1 GiB
+  // MoE: hot experts kept in VRAM for the whole run, and evictable VRAM slots for the others (0: 4 x top_k).
+  std::vector<std::pair<int64_t, int64_t>> resident_experts;  // (layer, expert), layers < `layers`
+  int64_t expert_slots = 0;
+};
+
+// VRAM expert tier counters.
+struct GpuExpertStats {
+  uint64_t resident_hits = 0, slot_hits = 0, misses = 0;
+  uint64_t bytes_copied = 0;          // host -> VRAM expert bytes
+};
+
+class GpuLayers {
+ public:
+  GpuLayers(const model::ModelWeights& weights, const GpuOptions& options, int64_t max_chunk, int64_t max_context);
+  ~GpuLayers();
+  GpuLayers(const GpuLayers&) = delete;
+  GpuLayers& operator=(const GpuLayers&) = delete;
+
+  int64_t layers() const;
+  bool runs_head() const;  // layers() == model layers and options.head
+
+  // hidden: n x hidden_size (host), rows of sequences keyed by `sequence[i]` at `positions[i]`. Runs the GPU layers
+  // in place. When runs_head(), also writes logits: head_rows lists the rows whose logits are wanted, head_out
+  // their destinations (vocab floats each), and hidden is left as it was uploaded.
+  void run(float* hidden, int64_t n, std::span<const void* const> sequence, std::span<const int64_t> positions,
+           std::span<const int32_t> head_rows = {}, std::span<float* const> head_out = {});
+  // Drops a sequence's device KV (optional: sets past max_sequences are dropped least recently used first).
+  void forget(const void* sequence);
+
+  tiering::Ledger& vram_ledger();
+  GpuExpertStats expert_stats() const;
+  uint64_t weight_bytes() const;  // device bytes of the uploaded weights (what one decode step reads)
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tierlm::gpu

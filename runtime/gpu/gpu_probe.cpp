@@ -1,0 +1,135 @@
+// runtime/gpu/gpu_probe.cpp — GPU probes for calibration (see gpu_probe.h). Each probe warms up once, then times
+// several repetitions with CUDA events and keeps the best (the steady-state rate a plan can count on).
+#include "runtime/gpu/gpu_probe.h"
+
+#ifdef TIERLM_HAVE_CUDA
+
+#include <algorithm>
+#include <stdexcept>
+#include <vector>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+
+namespace tierlm::gpu {
+
+namespace {
+
+// Best time in seconds of `reps` runs of fn (enqueued on the default stream) after one warm-up.
+template <class Fn>
+double best_seconds(Fn&& fn, int reps) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  fn();
+  cudaDeviceSynchronize();
+  float best = 1e30f;
+  for (int r = 0; r < reps; ++r) {
+    cudaEventRecord(a);
+    fn();
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    best = std::min(best, ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return double(best) / 1e3;
+}
+
+}  // namespace
+
+std::string gpu_unavailable_reason() {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return std::string("no CUDA device: ") + cudaGetErrorString(e);
+  }
+  if (count == 0) return "no CUDA device: none visible";
+  return "";
+}
+
+bool gpu_available() { return gpu_unavailable_reason().empty(); }
+
+std::optional<GpuProbe> probe_gpu(bool quick) {
+  if (!gpu_available()) return std::nullopt;
+  GpuProbe p;
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return std::nullopt;
+  p.name = prop.name;
+  p.compute_capability = prop.major * 10 + prop.minor;
+  p.multiprocessors = prop.multiProcessorCount;
+  size_t free_bytes = 0, total = 0;
+  cudaMemGetInfo(&free_bytes, &total);
+  p.free_bytes = free_bytes;
+  p.total_bytes = total;
+
+  const size_t copy_bytes = quick ? (64ull << 20) : (1ull << 30);
+  void *a = nullptr, *b = nullptr, *host = nullptr;
+  if (cudaMalloc(&a, copy_bytes) != cudaSuccess || cudaMalloc(&b, copy_bytes) != cudaSuccess) {
+    cudaFree(a);
+    cudaGetLastError();
+    return p;  // memory known, rates not measured
+  }
+  cudaMemset(a, 1, copy_bytes);
+  const size_t h2d_bytes = quick ? (32ull << 20) : (256ull << 20);
+  if (cudaMallocHost(&host, h2d_bytes) == cudaSuccess) {
+    std::fill_n(static_cast<char*>(host), h2d_bytes, char(3));
+    const double s = best_seconds([&] { cudaMemcpyAsync(a, host, h2d_bytes, cudaMemcpyHostToDevice); }, 5);
+    p.h2d_pinned_bytes_per_second = double(h2d_bytes) / s;
+    cudaFreeHost(host);
+  }
+  // Device copy: bytes read plus bytes written, the traffic a decode step's weight reads are compared with.
+  const double s = best_seconds([&] { cudaMemcpyAsync(b, a, copy_bytes, cudaMemcpyDeviceToDevice); }, 10);
+  p.d2d_bytes_per_second = 2.0 * double(copy_bytes) / s;
+  cudaFree(b);
+
+  // f16 GEMM through cuBLAS (f32 accumulation), on non-zero data.
+  const int dim = quick ? 1024 : 4096;
+  const size_t elems = size_t(dim) * dim;
+  if (3 * elems * 2 + elems * 4 <= copy_bytes) {
+    char* base = static_cast<char*>(a);
+    std::vector<uint16_t> values(2 * elems);  // f16 in +-[0.5, 1): random signs and mantissas
+    uint32_t state = 12345;
+    for (uint16_t& v : values) {
+      state = state * 1664525u + 1013904223u;
+      v = uint16_t(0x3800u | ((state >> 8) & 0x3ffu) | ((state >> 31) << 15));
+    }
+    cudaMemcpy(base, values.data(), values.size() * 2, cudaMemcpyHostToDevice);
+    cublasHandle_t blas;
+    if (cublasCreate(&blas) == CUBLAS_STATUS_SUCCESS) {
+      const float alpha = 1.0f, beta = 0.0f;
+      void* A = base;
+      void* B = base + elems * 2;
+      void* C = base + elems * 4;
+      const double g = best_seconds(
+          [&] {
+            cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, dim, dim, dim, &alpha, A, CUDA_R_16F, dim, B, CUDA_R_16F,
+                         dim, &beta, C, CUDA_R_32F, dim, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+          },
+          5);
+      p.gemm_f16_flops = 2.0 * double(dim) * dim * dim / g;
+      cublasDestroy(blas);
+    }
+  }
+  cudaFree(a);
+  cudaGetLastError();
+  return p;
+}
+
+}  // namespace tierlm::gpu
+
+#else
+
+namespace tierlm::gpu {
+
+bool gpu_available() { return false; }
+std::string gpu_unavailable_reason() { return "built without CUDA (no CUDA toolkit was found at configure time)"; }
+std::optional<GpuProbe> probe_gpu(bool) { return std::nullopt; }
+
+}  // namespace tierlm::gpu
+
+#endif

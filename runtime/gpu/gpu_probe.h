@@ -1,0 +1,31 @@
+// runtime/gpu/gpu_probe.h — what calibration needs to know about the GPU: its memory, the pinned host-to-device
+// bandwidth, the device memory bandwidth (a device-to-device copy: the decode roofline) and the f16 GEMM rate.
+// Owns: short timed probes on device 0 (a few hundred ms in all). Never: called on the decode path.
+// Without a CUDA build or without a visible GPU, probe_gpu() returns nullopt and gpu_unavailable_reason() says why.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace tierlm::gpu {
+
+struct GpuProbe {
+  std::string name;                    // e.g. "NVIDIA H100 80GB HBM3"
+  int compute_capability = 0;          // 90 for Hopper
+  int multiprocessors = 0;
+  uint64_t total_bytes = 0;            // device memory
+  uint64_t free_bytes = 0;             // free when probed
+  double h2d_pinned_bytes_per_second = 0;  // pinned host -> device copy
+  double d2d_bytes_per_second = 0;     // device copy, bytes read + written (the memory-bandwidth roofline)
+  double gemm_f16_flops = 0;           // cuBLAS f16 x f16 -> f32 GEMM, 4096^3
+};
+
+// True when this binary has the CUDA backend and a GPU is visible.
+bool gpu_available();
+// Why gpu_available() is false ("" when it is true): "built without CUDA", "no CUDA device: ...".
+std::string gpu_unavailable_reason();
+// Measures device 0. `quick` shrinks the transfers (for tests). nullopt when !gpu_available().
+std::optional<GpuProbe> probe_gpu(bool quick = false);
+
+}  // namespace tierlm::gpu

@@ -1,0 +1,82 @@
+// The expert tier's counters reach /health and /metrics: an MoE fixture model served by the scheduler, with
+// ExpertTierCounters refreshed on the engine thread (SchedulerOptions::after_step) and read by Telemetry.
+#include "server/expert_tier_counters.h"
+
+#include <gtest/gtest.h>
+
+#include <future>
+
+#include <boost/json.hpp>
+#include <fmt/format.h>
+
+#include "runtime/engine/scheduler.h"
+#include "runtime/model/model.h"
+#include "server/telemetry.h"
+
+namespace tierlm::server {
+namespace {
+
+struct Done : engine::SequenceObserver {
+  std::promise<engine::SequenceResult> result;
+  bool on_token(const engine::TokenOutput&) override { return true; }
+  void on_finish(const engine::SequenceResult& r) override { result.set_value(r); }
+};
+
+TEST(ExpertTierCounters, MoeTierCountersReachHealthAndMetrics) {
+  tiering::Ledger ledger;
+  model::LoadOptions load;
+  load.ledger = &ledger;
+  load.experts.cache.slots = 2;  // fewer slots than experts: some uses must read from disk
+  load.experts.cache.prefetch_limit = 0;
+  auto weights = model::load_model(std::string(TIERLM_SOURCE_DIR) + "/tests/fixtures/models/qwen3_moe", load);
+  ASSERT_TRUE(weights.experts);
+  auto counters = std::make_shared<ExpertTierCounters>(weights.experts);
+  engine::SchedulerOptions o;
+  o.context = 64;
+  o.max_batch = 2;
+  o.threads = 1;
+  o.pin_threads = false;
+  o.after_step = [counters] { counters->refresh(); };
+  engine::Scheduler scheduler(weights, ledger, o);
+  Telemetry telemetry(ServerInfo{}, ledger, scheduler);
+  telemetry.set_tiering(counters);
+
+  auto before = telemetry.health();
+  EXPECT_TRUE(before.at("tiering").at("available").as_bool());
+  EXPECT_GT(before.at("memory").at("tiers").at("disk").to_number<double>(), 0.0);  // the experts' bytes on disk
+
+  engine::SequenceParams p;
+  p.prompt = {1, 5, 9, 13, 17, 21, 25, 29};
+  p.max_tokens = 8;
+  auto done = std::make_shared<Done>();
+  auto f = done->result.get_future();
+  scheduler.submit(p, done);
+  EXPECT_EQ(f.get().finish_reason, "length");
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));  // refresh copies at most every 50 ms
+  engine::SequenceParams one = p;
+  one.max_tokens = 1;
+  auto d2 = std::make_shared<Done>();
+  auto f2 = d2->result.get_future();
+  scheduler.submit(one, d2);
+  f2.get();
+
+  const auto t = counters->counters();
+  EXPECT_GT(t.cache_hits + t.cache_misses, 0u);
+  EXPECT_GT(t.cache_misses, 0u);
+  EXPECT_GT(t.disk_bytes_read, 0u);
+  auto h = telemetry.health();
+  EXPECT_EQ(h.at("tiering").at("disk_bytes_read").to_number<double>(), double(t.disk_bytes_read));
+  EXPECT_NEAR(h.at("tiering").at("cache_hit_rate").as_double(), t.hit_rate(), 1e-12);
+  const std::string metrics = telemetry.metrics();
+  EXPECT_NE(metrics.find("tierlm_tiering_available 1"), std::string::npos);
+  EXPECT_NE(metrics.find("tierlm_disk_read_bytes_total " + fmt::format("{}", double(t.disk_bytes_read))),
+            std::string::npos);
+  EXPECT_NE(metrics.find("tierlm_memory_tier_bytes{tier=\"disk\"}"), std::string::npos);
+  TelemetryCursor cursor;
+  auto snap = telemetry.snapshot(cursor);
+  EXPECT_TRUE(snap.at("tiering_available").as_bool());
+  EXPECT_GT(snap.at("tiers").at("disk").to_number<double>(), 0.0);
+}
+
+}  // namespace
+}  // namespace tierlm::server

@@ -63,7 +63,12 @@ CompletionPiece CompletionStream::take() {
   notified_.store(false);
   CompletionPiece out = std::move(pending_);
   pending_ = CompletionPiece{};
-  if (out.finished) pending_.finished = true, pending_.finish_reason = out.finish_reason, pending_.usage = out.usage;
+  if (out.finished) {  // the end stays visible to later takes
+    pending_.finished = true;
+    pending_.finish_reason = out.finish_reason;
+    pending_.error = out.error;
+    pending_.usage = out.usage;
+  }
   return out;
 }
 

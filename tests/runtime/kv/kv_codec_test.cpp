@@ -15,6 +15,7 @@
 #include "runtime/engine/kv_cache.h"
 #include "runtime/kv/attention.h"
 #include "runtime/kv/block_codec.h"
+#include "runtime/kv/page_pool.h"
 #include "runtime/kv/turbo_quant.h"
 
 using namespace tierlm;
@@ -100,6 +101,31 @@ TEST(KVCodec, BitsPerDimensionAndCompression) {
   EXPECT_THROW(kv::layout_for(Codec::turbo3, 48), std::invalid_argument);  // not a power of two
   EXPECT_THROW(kv::parse_codec("turbo2"), std::invalid_argument);
   EXPECT_EQ(kv::parse_codec("turbo3"), Codec::turbo3);
+}
+
+// Telemetry: KV bytes by codec follow cache lifetimes, and the ledger's "kv" account holds exactly the pages.
+TEST(KVCodec, BytesByCodecTelemetry) {
+  const auto before = kv::kv_bytes_by_codec();
+  tiering::Ledger ledger;
+  const auto c = config_for(64, 8, 32, 2);
+  {
+    engine::KVCache a(c, 100, ledger, {Codec::turbo3, {}, {}});
+    engine::KVCache b(c, 100, ledger, {Codec::f16, {}, {}});
+    const auto now = kv::kv_bytes_by_codec();
+    const auto t3 = size_t(Codec::turbo3), f16 = size_t(Codec::f16);
+    EXPECT_EQ(now[t3].reserved_bytes - before[t3].reserved_bytes, a.bytes());
+    EXPECT_EQ(now[f16].reserved_bytes - before[f16].reserved_bytes, b.bytes());
+    EXPECT_EQ(now[t3].used_bytes - before[t3].used_bytes, a.bytes());
+    EXPECT_EQ(ledger.used(tiering::accounts::kv), a.bytes() + b.bytes());
+    EXPECT_EQ(a.bytes(), engine::KVCache::bytes_for(c, 100, {Codec::turbo3, {}, {}}));
+    EXPECT_GE(double(b.bytes()) / double(a.bytes()), 3.5);
+  }
+  const auto after = kv::kv_bytes_by_codec();
+  for (int i = 0; i < kv::kCodecCount; ++i) {
+    EXPECT_EQ(after[size_t(i)].reserved_bytes, before[size_t(i)].reserved_bytes);
+    EXPECT_EQ(after[size_t(i)].used_bytes, before[size_t(i)].used_bytes);
+  }
+  EXPECT_EQ(ledger.used(tiering::accounts::kv), 0u);
 }
 
 TEST(KVCodec, LloydMaxCentroidsOfTheNormal) {

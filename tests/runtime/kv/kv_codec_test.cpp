@@ -171,7 +171,7 @@ TEST(KVCodec, AttentionOnPagesMatchesAttentionOnDecodedVectors) {
       for (int64_t len : {1, 17, 70}) {
         tiering::Ledger ledger;
         const auto c = config_for(d, kv_heads, kv_heads * group);
-        engine::KVCache cache(c, 96, ledger, {codec, {}});
+        engine::KVCache cache(c, 96, ledger, {codec, {}, {}});
         std::mt19937 rng(uint32_t(len * 7 + group));
         for (int64_t t = 0; t < len; ++t) {
           auto k = gaussian(static_cast<size_t>(kv_heads * d), rng), v = gaussian(static_cast<size_t>(kv_heads * d), rng);

@@ -52,7 +52,6 @@ Forward::Forward(const model::ModelWeights& w, kernels::ThreadPool& pool, tierin
     ffn_ = scratch(ledger, max_chunk * 2 * c.intermediate_size);
     ffn_act_ = scratch(ledger, max_chunk * c.intermediate_size);
   }
-  scores_ = scratch(ledger, int64_t(pool.size()) * max_context);
 }
 
 static void multiply(const WeightView& w, const float* x, int64_t n, float* y, kernels::ThreadPool& pool) {

@@ -59,7 +59,7 @@ class Forward {
   int64_t max_context_;
   Rope rope_;
   tiering::Ledger& ledger_;
-  tiering::LedgerBuffer hidden_, normed_, qkv_, attn_, ffn_, ffn_act_, scores_, logits_;
+  tiering::LedgerBuffer hidden_, normed_, qkv_, attn_, ffn_, ffn_act_, logits_;
   std::unique_ptr<MoeBlock> moe_;  // the sparse MLP of MoE architectures
   // Per row of the current batch: its cache and absolute position.
   std::vector<KVCache*> row_cache_;

@@ -12,9 +12,6 @@ ExpertTierCounters::ExpertTierCounters(std::shared_ptr<tiering::ExpertTier> tier
 }
 
 void ExpertTierCounters::refresh() {
-  const auto now = std::chrono::steady_clock::now();
-  if (now - last_ < std::chrono::milliseconds(50)) return;
-  last_ = now;
   const tiering::ExpertTierTelemetry t = tier_->telemetry();
   TieringCounters c;
   c.available = true;

@@ -3,7 +3,6 @@
 // (wired to SchedulerOptions::after_step) and counters() hands the copy to any thread.
 #pragma once
 
-#include <chrono>
 #include <memory>
 #include <mutex>
 
@@ -15,13 +14,12 @@ namespace tierlm::server {
 class ExpertTierCounters : public TieringCountersProvider {
  public:
   explicit ExpertTierCounters(std::shared_ptr<tiering::ExpertTier> tier);
-  void refresh();  // engine thread only; copies at most every 50 ms
+  void refresh();  // engine thread only (a copy of a few counters per layer: microseconds against a step's ms)
   TieringCounters counters() const override;
 
  private:
   std::shared_ptr<tiering::ExpertTier> tier_;
   uint64_t disk_bytes_ = 0;  // every routed expert's bytes on disk
-  std::chrono::steady_clock::time_point last_{};
   mutable std::mutex mutex_;
   TieringCounters copy_;
 };

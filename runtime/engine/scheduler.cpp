@@ -232,6 +232,7 @@ bool Scheduler::step() {
     if (seq->handle->cancelled()) finish(*seq, "cancelled");
   std::erase_if(active_, [](const auto& s) { return s->done; });
   if (active_.empty()) {
+    if (options_.after_step) options_.after_step();
     std::lock_guard lock(mutex_);
     stats_.active = 0;
     return false;
@@ -280,6 +281,7 @@ bool Scheduler::step() {
     return true;
   }
 
+  if (options_.after_step) options_.after_step();  // before the tokens go out: counters already include this step
   uint64_t prefilled = 0;
   for (size_t i = 0; i < owners.size(); ++i) {
     Sequence& seq = *owners[i];
@@ -296,7 +298,6 @@ bool Scheduler::step() {
   }
   std::erase_if(active_, [](const auto& s) { return s->done; });
 
-  if (options_.after_step) options_.after_step();
   const double busy = seconds_between(t0, Clock::now());
   std::lock_guard lock(mutex_);
   stats_.steps_total += 1;

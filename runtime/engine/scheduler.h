@@ -34,8 +34,8 @@ struct SchedulerOptions {
   int64_t queue_limit = 64;   // sequences waiting for a slot before submit() refuses
   int threads = 0;            // compute threads (0: one per physical core)
   bool pin_threads = true;
-  // Called on the engine thread once at start and after every step: the place to copy counters of state the engine
-  // thread owns (the expert tier's telemetry) for other threads to read.
+  // Called on the engine thread once at start, after every step and before going idle: the place to copy counters
+  // of state the engine thread owns (the expert tier's telemetry) for other threads to read.
   std::function<void()> after_step;
 };
 

@@ -52,14 +52,10 @@ TEST(ExpertTierCounters, MoeTierCountersReachHealthAndMetrics) {
   auto f = done->result.get_future();
   scheduler.submit(p, done);
   EXPECT_EQ(f.get().finish_reason, "length");
-  std::this_thread::sleep_for(std::chrono::milliseconds(60));  // refresh copies at most every 50 ms
-  engine::SequenceParams one = p;
-  one.max_tokens = 1;
-  auto d2 = std::make_shared<Done>();
-  auto f2 = d2->result.get_future();
-  scheduler.submit(one, d2);
-  f2.get();
-
+  // The copy is made on the engine thread right after the step that finished the sequence.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (counters->counters().cache_misses == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   const auto t = counters->counters();
   EXPECT_GT(t.cache_hits + t.cache_misses, 0u);
   EXPECT_GT(t.cache_misses, 0u);

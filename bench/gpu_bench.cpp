@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -34,7 +35,7 @@ struct Speed {
 
 // Prefill `prompt` tokens in one chunk, then `decode` greedy steps (after 4 warm-up steps).
 Speed measure(const model::ModelWeights& w, std::shared_ptr<gpu::GpuLayers> g, int64_t prompt, int decode,
-              int threads) {
+              int threads, const std::function<void()>& before_decode = {}) {
   tiering::Ledger ledger;
   kernels::ThreadPool pool(threads);
   const int64_t context = prompt + decode + 8;
@@ -58,6 +59,7 @@ Speed measure(const model::ModelWeights& w, std::shared_ptr<gpu::GpuLayers> g, i
     next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
   };
   for (int i = 0; i < 4; ++i) step();
+  if (before_decode) before_decode();
   const double t0 = now();
   for (int i = 0; i < decode; ++i) step();
   s.decode_tps = decode / (now() - t0);
@@ -115,6 +117,16 @@ int main(int argc, char** argv) {
       row(name.c_str(), "split (8 GPU / 8 CPU+head)", measure(w, g, prompt / 4, decode / 4, threads),
           double(g->weight_bytes()), 0);
     }
+    if (format == kernels::WeightFormat::bf16) {
+      // Where a decode step's device time goes (events around each operation; slows the step a little).
+      gpu::GpuOptions o;
+      o.layers = w.config.num_layers;
+      o.profile = true;
+      auto g = std::make_shared<gpu::GpuLayers>(w, o, prompt, prompt + decode + 8);
+      const Speed s = measure(w, g, prompt, decode, threads, [&] { g->reset_profile(); });
+      std::printf("    decode profile, all GPU (%.1f tok/s while profiling = %.1f us/token wall):\n%s",
+                  s.decode_tps, 1e6 / s.decode_tps, g->profile_report().c_str());
+    }
   }
 
   // Synthetic MoE (the tiering issue's shape, fewer layers so it writes fast): q4 experts in a packed file.
@@ -131,7 +143,8 @@ int main(int argc, char** argv) {
   model::LoadOptions lo;
   lo.ledger = &ledger;
   lo.weight_format = kernels::WeightFormat::q4;
-  lo.experts.cache.slots = 32;
+  // The host cache holds every expert, so VRAM misses measure the pinned RAM -> VRAM path, not the disk.
+  lo.experts.cache.slots = spec.layers * spec.experts;
   lo.experts.cache.prefetch_limit = 0;
   const model::ModelWeights w = model::load_model(moe_dir, lo);
   const std::string name = "qwen3-moe-synth q4 " + std::to_string(spec.layers) + "L";

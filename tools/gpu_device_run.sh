@@ -2,7 +2,7 @@
 # Runs the CUDA backend's checks and benchmarks on the device machine (see /work/shared/device/README.md).
 # Here: build with CUDA (build-cuda), then pack the stripped binaries and the non-system shared libraries:
 #   tools/gpu_device_run.sh pack      -> .devpack/devlibs.tar.xz (carry .devpack)
-# There: tools/gpu_device_run.sh run  -> logs under $OUT (test.log, bench.log, cli.log)
+# There: tools/gpu_device_run.sh run  -> logs under $OUT (test1/2.log, san_*.log, cli.log, bench.log)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = pack ]; then
@@ -19,9 +19,22 @@ OUT=${OUT:-/tmp/gpu_out}
 mkdir -p "$OUT" /tmp/devlibs && tar -C /tmp/devlibs -xJf .devpack/devlibs.tar.xz
 cublas=$(find /usr/local/cuda* /opt -name 'libcublas.so.13*' 2>/dev/null | head -1)
 export LD_LIBRARY_PATH=/tmp/devlibs:/usr/local/cuda/lib64:${cublas:+$(dirname "$cublas"):}${LD_LIBRARY_PATH:-}
-ldd /tmp/devlibs/gpu_bench | grep -E 'not found|cublas' | tee "$OUT/ldd.log"
+ldd /tmp/devlibs/gpu_bench | grep -E "not found|cublas"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$OUT/device.log"
-timeout 150 /tmp/devlibs/gpu_forward_test 2>&1 | grep -vE '^\[ +(RUN|OK) ' | tee "$OUT/test.log" | tail -60
+san=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+# Correctness twice (a moving error is a race), then the sanitizers on a few small cases, then the benchmarks.
+for i in 1 2; do
+  timeout 100 /tmp/devlibs/gpu_forward_test 2>&1 | grep -vE '^\[ +(RUN|OK) ' > "$OUT/test$i.log"
+  grep -E 'GPU-EXACT|PROBE|FAILED|PASSED' "$OUT/test$i.log" | cut -c1-140 | tail -12
+done
+cases='*StoredPrecisionMatchesExactMath/8:*Q8KvMatchesExactMath/0:*Q8MatchesExactMath/6:*StoredPrecisionMatchesExactMath/9'
+for tool in memcheck initcheck racecheck; do
+  [ -n "$san" ] || { echo "no compute-sanitizer" > "$OUT/san_$tool.log"; continue; }
+  timeout 90 "$san" --tool $tool --print-limit 20 /tmp/devlibs/gpu_forward_test --gtest_filter="$cases" \
+    > "$OUT/san_$tool.log" 2>&1
+  echo "$tool: rc $? $(grep -cE '^========= (Invalid|Uninitialized|Race|Error|.*hazard)' "$OUT/san_$tool.log") reports;" \
+    "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san_$tool.log" | tail -1)"
+done
 timeout 30 /tmp/devlibs/tierlm run --model profiles/models/tierlm-tiny --prompt "Return the number of" -n 24 \
-  --threads 1 --gpu-layers 99 2>&1 | tee "$OUT/cli.log"
-timeout 240 /tmp/devlibs/gpu_bench "$@" 2>&1 | tee "$OUT/bench.log"
+  --threads 1 --gpu-layers 99 > "$OUT/cli.log" 2>&1; tail -2 "$OUT/cli.log"
+timeout 200 /tmp/devlibs/gpu_bench "$@" 2>&1 | tee "$OUT/bench.log"

@@ -308,27 +308,68 @@ __global__ void rope_store_kernel(float* qkv, QkvParams p, const int32_t* positi
     __half* dst = static_cast<__half*>(is_key ? kv.keys : kv.values) + at * hd;
     for (int64_t j = threadIdx.x; j < hd; j += blockDim.x) dst[j] = __float2half(v[j]);
   } else {
-    float amax = 0;
-    for (int64_t j = threadIdx.x; j < hd; j += blockDim.x) amax = fmaxf(amax, fabsf(v[j]));
-    amax = block_max(amax, shared);
-    const float scale = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
+    // One thread per block of dims finds its scale; then every dim is coded with its block's scale.
+    const int block = q8_block(hd), nb = int(hd / block);
+    float* scales = (is_key ? kv.key_scales : kv.value_scales) + at * nb;
+    for (int b = threadIdx.x; b < nb; b += blockDim.x) {
+      float amax = 0;
+      for (int j = 0; j < block; ++j) amax = fmaxf(amax, fabsf(v[b * block + j]));
+      shared[b] = __half2float(__float2half_rn(amax / 127.0f));
+    }
+    __syncthreads();
     int8_t* dst = static_cast<int8_t*>(is_key ? kv.keys : kv.values) + at * hd;
-    for (int64_t j = threadIdx.x; j < hd; j += blockDim.x) dst[j] = int8_t(__float2int_rn(v[j] * inv));
-    if (threadIdx.x == 0) (is_key ? kv.key_scales : kv.value_scales)[at] = scale;
+    for (int64_t j = threadIdx.x; j < hd; j += blockDim.x) {
+      const float scale = shared[j / block], inv = scale > 0 ? 1.0f / scale : 0.0f;
+      dst[j] = int8_t(fminf(fmaxf(roundf(v[j] * inv), -127.0f), 127.0f));
+    }
+    for (int b = threadIdx.x; b < nb; b += blockDim.x) scales[b] = shared[b];
   }
+}
+
+// Eight K/V elements of position `at` starting at dim j (j a multiple of 8), as floats.
+__device__ __forceinline__ void kv_load8(const KvRef& kv, bool key, int64_t at, int64_t hd, int64_t j, float* out) {
+  if (kv.codec == 0) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const __half*>(key ? kv.keys : kv.values) + at * hd + j);
+    const __half2* h = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 f = __half22float2(h[k]);
+      out[2 * k] = f.x;
+      out[2 * k + 1] = f.y;
+    }
+    return;
+  }
+  const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const int8_t*>(key ? kv.keys : kv.values) + at * hd + j);
+  const int8_t* c = reinterpret_cast<const int8_t*>(&raw);
+  const int block = q8_block(hd);
+  const float scale = (key ? kv.key_scales : kv.value_scales)[at * (hd / block) + j / block];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) out[k] = float(c[k]) * scale;
 }
 
 __device__ __forceinline__ float kv_load(const KvRef& kv, bool key, int64_t at, int64_t hd, int64_t j) {
   if (kv.codec == 0) return __half2float(static_cast<const __half*>(key ? kv.keys : kv.values)[at * hd + j]);
   const int8_t q = static_cast<const int8_t*>(key ? kv.keys : kv.values)[at * hd + j];
-  return float(q) * (key ? kv.key_scales : kv.value_scales)[at];
+  const int block = q8_block(hd);
+  return float(q) * (key ? kv.key_scales : kv.value_scales)[at * (hd / block) + j / block];
 }
 
-// Block per (row, q head), 4 warps: scores by warp per position, softmax, then the weighted sum of values.
-__global__ void attention_kernel(const float* qkv, QkvParams p, const int32_t* positions, const KvRef* caches,
-                                 const int32_t* cache_of_row, int64_t max_len, float* scores, float* out) {
+constexpr int kAttentionThreads = 256;
+constexpr int kAttentionWarps = kAttentionThreads / 32;
+constexpr int kMaxHeadDim = 256;
+
+// Block per (row, q head), 8 warps. Scores: one thread per position, reading that position's key row whole (16
+// bytes at a time) against q in shared memory; softmax over the block; values: warp w takes positions w, w+8, ...,
+// lane l dims l, l+32, ... (a warp reads one value row coalesced per position), then the warps' partial sums are
+// added in shared memory. Each position's loads are independent, so many are in flight at once.
+__global__ void __launch_bounds__(kAttentionThreads) attention_kernel(const float* qkv, QkvParams p,
+                                                                     const int32_t* positions, const KvRef* caches,
+                                                                     const int32_t* cache_of_row, int64_t max_len,
+                                                                     float* scores, float* out) {
   __shared__ float shared[32];
-  extern __shared__ float q[];
+  extern __shared__ float dynamic[];  // q[hd], then partial[warps][hd]
+  float* q = dynamic;
+  float* partial = dynamic + p.head_dim;
   const int64_t row = blockIdx.x / p.heads, h = blockIdx.x % p.heads;
   const int64_t hd = p.head_dim, group = p.heads / p.kv_heads, kvh = h / group;
   const int64_t stride = (p.heads + 2 * p.kv_heads) * hd;
@@ -338,14 +379,17 @@ __global__ void attention_kernel(const float* qkv, QkvParams p, const int32_t* p
   for (int64_t j = threadIdx.x; j < hd; j += blockDim.x) q[j] = qkv[row * stride + h * hd + j] * scale;
   __syncthreads();
   float* sc = scores + (row * p.heads + h) * max_len;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   float local_max = -INFINITY;
-  for (int64_t t = warp; t < len; t += warps) {
+  for (int64_t t = threadIdx.x; t < len; t += blockDim.x) {
     const int64_t at = t * p.kv_heads + kvh;
     float s = 0;
-    for (int64_t j = lane; j < hd; j += 32) s += q[j] * kv_load(kv, true, at, hd, j);
-    s = warp_sum(s);
-    if (lane == 0) sc[t] = s;
+    for (int64_t j = 0; j < hd; j += 8) {
+      float k[8];
+      kv_load8(kv, true, at, hd, j, k);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) s += q[j + e] * k[e];
+    }
+    sc[t] = s;
     local_max = fmaxf(local_max, s);
   }
   const float mx = block_max(local_max, shared);
@@ -357,11 +401,30 @@ __global__ void attention_kernel(const float* qkv, QkvParams p, const int32_t* p
   }
   sum = block_sum(sum, shared);
   __syncthreads();  // every sc[t] written before any thread reads another's
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  constexpr int kDims = kMaxHeadDim / 32;
+  float acc[kDims] = {};
+#pragma unroll 4
+  for (int64_t t = warp; t < len; t += kAttentionWarps) {
+    const float w = sc[t];
+    const int64_t at = t * p.kv_heads + kvh;
+#pragma unroll
+    for (int d = 0; d < kDims; ++d) {
+      const int64_t j = lane + 32 * d;
+      if (j < hd) acc[d] += w * kv_load(kv, false, at, hd, j);
+    }
+  }
+#pragma unroll
+  for (int d = 0; d < kDims; ++d) {
+    const int64_t j = lane + 32 * d;
+    if (j < hd) partial[warp * hd + j] = acc[d];
+  }
+  __syncthreads();
   const float inv = 1.0f / sum;
   for (int64_t j = threadIdx.x; j < hd; j += blockDim.x) {
-    float acc = 0;
-    for (int64_t t = 0; t < len; ++t) acc += sc[t] * kv_load(kv, false, t * p.kv_heads + kvh, hd, j);
-    out[row * p.heads * hd + h * hd + j] = acc * inv;
+    float total = 0;
+    for (int k = 0; k < kAttentionWarps; ++k) total += partial[k * hd + j];
+    out[row * p.heads * hd + h * hd + j] = total * inv;
   }
 }
 
@@ -448,7 +511,8 @@ void qkv_rope_store(float* qkv, int64_t rows, const QkvParams& p, const int32_t*
 
 void attention(const float* qkv, int64_t rows, const QkvParams& p, const int32_t* positions, const KvRef* caches,
                const int32_t* cache_of_row, int64_t max_len, float* scores, float* out, cudaStream_t stream) {
-  attention_kernel<<<unsigned(rows * p.heads), 128, size_t(p.head_dim) * sizeof(float), stream>>>(
+  attention_kernel<<<unsigned(rows * p.heads), kAttentionThreads,
+                     size_t(p.head_dim) * (1 + kAttentionWarps) * sizeof(float), stream>>>(
       qkv, p, positions, caches, cache_of_row, max_len, scores, out);
 }
 

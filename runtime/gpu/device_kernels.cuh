@@ -38,12 +38,16 @@ void rms_norm(const float* x, int64_t ldx, const float* weight, int64_t rows, in
               float* out, int64_t ldout, cudaStream_t stream);
 // qkv rows: bias, optional q/k norm (norm width qn/kn), RoPE (rotate_half) at positions[i], then the K/V of row i
 // are written into its sequence's device cache at positions[i] (f16 or q8 per layer; see KvRef).
+// q8 is the CPU KV codec's arithmetic (runtime/kv/block_codec.cpp): per block of q8_block dims (32, or 16 when
+// head_dim is not a multiple of 32), scale = max|x| / 127 rounded to f16, codes round(x / scale) in [-127, 127];
+// the scale is kept as the f32 value of that f16, so the CPU with a q8 cache is an exact-math oracle.
+inline __host__ __device__ int q8_block(int64_t head_dim) { return head_dim % 32 == 0 ? 32 : 16; }
 struct KvRef {
   void* keys = nullptr;    // [capacity][kv_heads][head_dim] in the codec
   void* values = nullptr;
-  float* key_scales = nullptr;    // q8: [capacity][kv_heads]
+  float* key_scales = nullptr;    // q8: [capacity][kv_heads][head_dim / q8_block]
   float* value_scales = nullptr;
-  int codec = 0;           // 0 f16, 1 q8 (per head and position: int8 codes, f32 scale)
+  int codec = 0;           // 0 f16, 1 q8
 };
 struct QkvParams {
   int64_t heads, kv_heads, head_dim;
@@ -58,7 +62,7 @@ struct QkvParams {
 void qkv_rope_store(float* qkv, int64_t rows, const QkvParams& p, const int32_t* positions, const KvRef* caches,
                     const int32_t* cache_of_row, cudaStream_t stream);
 // out[i] = softmax(q·K/sqrt(hd)) V over positions [0, positions[i]] of the row's cache (GQA groups share K/V).
-// scores: rows * heads * max_len floats of scratch.
+// scores: rows * heads * max_len floats of scratch. head_dim: a multiple of 8, at most 256.
 void attention(const float* qkv, int64_t rows, const QkvParams& p, const int32_t* positions, const KvRef* caches,
                const int32_t* cache_of_row, int64_t max_len, float* scores, float* out, cudaStream_t stream);
 // out[i][j] = silu(gu[i][j]) * gu[i][I + j]

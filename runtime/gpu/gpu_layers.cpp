@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <list>
 #include <numeric>
@@ -227,11 +228,22 @@ struct GpuLayers::Impl {
   std::unordered_map<int64_t, int64_t> slot_of;
   GpuExpertStats stats;
   uint64_t weight_bytes = 0;
+  // Profiling (options.profile): an event before each operation; after the step's sync, the time to the next event
+  // is added to the operation's total.
+  std::vector<cudaEvent_t> marks;
+  std::vector<const char*> mark_labels;
+  size_t marks_used = 0;
+  std::vector<std::pair<std::string, std::pair<double, uint64_t>>> profile_totals;  // label -> (ms, count)
+  std::vector<std::pair<std::pair<int64_t, int64_t>, cudaGraphExec_t>> graphs;  // (rows, head rows) -> decode step
+  uint64_t profiled_steps = 0;
 
   Impl(const model::ModelWeights& weights, const GpuOptions& o, int64_t chunk, int64_t context)
       : w(weights), c(weights.config), options(o), gpu_layers(std::clamp<int64_t>(o.layers, 0, c.num_layers)),
         max_chunk(chunk), max_context(context), head(o.head && gpu_layers == c.num_layers),
         vram(o.vram_budget ? o.vram_budget : default_budget()) {
+    if (c.head_dim % 16 != 0 || c.head_dim > 256)
+      throw std::invalid_argument("gpu: head_dim " + std::to_string(c.head_dim) +
+                                  " is not supported (a multiple of 16, at most 256)");
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
     check(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking), "copy stream");
     check(cublasCreate(&blas), "cublasCreate");
@@ -245,11 +257,41 @@ struct GpuLayers::Impl {
     if (stream) cudaStreamSynchronize(stream);
     if (copy_stream) cudaStreamSynchronize(copy_stream);
     for (auto e : staging_done) cudaEventDestroy(e);
+    for (auto e : marks) cudaEventDestroy(e);
+    for (auto& g : graphs) cudaGraphExecDestroy(g.second);
     for (auto e : slot_free) cudaEventDestroy(e);
     for (auto e : slot_ready) cudaEventDestroy(e);
     if (blas) cublasDestroy(blas);
     if (stream) cudaStreamDestroy(stream);
     if (copy_stream) cudaStreamDestroy(copy_stream);
+  }
+
+  void mark(const char* label) {
+    if (!options.profile) return;
+    if (marks_used == marks.size()) {
+      cudaEvent_t e;
+      check(cudaEventCreate(&e), "profile event");
+      marks.push_back(e);
+      mark_labels.push_back(nullptr);
+    }
+    check(cudaEventRecord(marks[marks_used], stream), "profile mark");
+    mark_labels[marks_used++] = label;
+  }
+
+  // After the stream is synchronized: folds this step's marks into the totals.
+  void collect_profile() {
+    if (!options.profile || marks_used == 0) return;
+    for (size_t i = 0; i + 1 < marks_used; ++i) {
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, marks[i], marks[i + 1]), "profile elapsed");
+      auto it = std::find_if(profile_totals.begin(), profile_totals.end(),
+                             [&](const auto& t) { return t.first == mark_labels[i]; });
+      if (it == profile_totals.end()) it = profile_totals.insert(profile_totals.end(), {mark_labels[i], {0.0, 0}});
+      it->second.first += ms;
+      ++it->second.second;
+    }
+    marks_used = 0;
+    ++profiled_steps;
   }
 
   void upload_weights() {
@@ -434,9 +476,10 @@ struct GpuLayers::Impl {
       s.buffers.emplace_back(vram, "kv", size_t(per_layer) * (q8 ? 1 : 2));
       r.values = s.buffers.back().as();
       if (q8) {
-        s.buffers.emplace_back(vram, "kv", size_t(max_context * c.num_kv_heads) * 4);
+        const size_t scales = size_t(max_context * c.num_kv_heads * (c.head_dim / device::q8_block(c.head_dim))) * 4;
+        s.buffers.emplace_back(vram, "kv", scales);
         r.key_scales = s.buffers.back().as<float>();
-        s.buffers.emplace_back(vram, "kv", size_t(max_context * c.num_kv_heads) * 4);
+        s.buffers.emplace_back(vram, "kv", scales);
         r.value_scales = s.buffers.back().as<float>();
       }
       s.refs.push_back(r);
@@ -480,6 +523,7 @@ struct GpuLayers::Impl {
     const int64_t head_count = head ? int64_t(head_rows.size()) : 0;
     for (int64_t i = 0; i < head_count; ++i) heads[i] = head_rows[size_t(i)];
     std::memcpy(hidden_host.as(), host_hidden, size_t(n * H) * 4);
+    mark("upload meta + hidden");
     check(cudaMemcpyAsync(meta_dev.as(), meta_host.as(), meta_bytes(), cudaMemcpyHostToDevice, stream), "meta up");
     check(cudaMemcpyAsync(hidden.as(), hidden_host.as(), size_t(n * H) * 4, cudaMemcpyHostToDevice, stream),
           "hidden up");
@@ -488,29 +532,65 @@ struct GpuLayers::Impl {
     const int32_t* heads_dev = pos_dev + 2 * max_chunk;
     const device::KvRef* table_dev = kv_table(meta_dev.as());
 
-    for (int64_t l = 0; l < gpu_layers; ++l) layer(l, n, pos_dev, row_cache_dev, table_dev + l * max_chunk);
-
-    if (head) {
-      if (head_count > 0) {
+    auto kernels = [&] {
+      for (int64_t l = 0; l < gpu_layers; ++l) layer(l, n, pos_dev, row_cache_dev, table_dev + l * max_chunk);
+      if (head && head_count > 0) {
+        mark("head: gather + final norm");
         device::gather_rows(hidden.as<float>(), heads_dev, head_count, H, normed.as<float>(), stream);
         device::rms_norm(normed.as<float>(), H, final_norm.as<float>(), head_count, H, H, float(c.rms_norm_eps),
                          normed.as<float>(), H, stream);
+        mark("head: output matrix");
         multiply(output.ref, normed.as<float>(), head_count, logits.as<float>(), c.vocab_size, false);
+      }
+    };
+    // A dense decode step is the same launches every time (positions, KV tables and head rows are read from
+    // device memory), so it is captured once per (rows, head rows) into a CUDA graph and replayed: one launch
+    // instead of ~10 per layer. MoE layers route on the host mid-step, and the cuBLAS path (> kMaxMatvecRows rows)
+    // may allocate workspace, so those run eagerly, as do profiled runs (events per operation).
+    if (!c.arch.moe && n <= device::kMaxMatvecRows && !options.profile) {
+      cudaGraphExec_t exec = nullptr;
+      for (const auto& [key, e] : graphs)
+        if (key == std::pair(n, head_count)) exec = e;
+      if (!exec) {
+        check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+        kernels();
+        cudaGraph_t graph = nullptr;
+        check(cudaStreamEndCapture(stream, &graph), "end capture");
+        const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+        cudaGraphDestroy(graph);
+        check(made, "graph instantiate");
+        graphs.push_back({std::pair(n, head_count), exec});
+      }
+      check(cudaGraphLaunch(exec, stream), "graph launch");
+    } else {
+      kernels();
+    }
+
+    if (head) {
+      if (head_count > 0) {
+        mark("head: logits down");
         const size_t bytes = size_t(head_count * c.vocab_size) * 4;
         check(cudaMemcpyAsync(logits_host.as(), logits.as(), bytes, cudaMemcpyDeviceToHost, stream), "logits down");
+        mark("end");
         check(cudaStreamSynchronize(stream), "step");
         check(cudaGetLastError(), "kernels");
+        collect_profile();
         for (int64_t i = 0; i < head_count; ++i)
           std::memcpy(head_out[size_t(i)], logits_host.as<float>() + i * c.vocab_size, size_t(c.vocab_size) * 4);
       } else {
+        mark("end");
         check(cudaStreamSynchronize(stream), "step");
+        collect_profile();
       }
       return;
     }
+    mark("hidden down");
     check(cudaMemcpyAsync(hidden_host.as(), hidden.as(), size_t(n * H) * 4, cudaMemcpyDeviceToHost, stream),
           "hidden down");
+    mark("end");
     check(cudaStreamSynchronize(stream), "step");
     check(cudaGetLastError(), "kernels");
+    collect_profile();
     std::memcpy(host_hidden, hidden_host.as(), size_t(n * H) * 4);
   }
 
@@ -522,7 +602,9 @@ struct GpuLayers::Impl {
     const float eps = float(c.rms_norm_eps);
     float* h = hidden.as<float>();
     float* x = normed.as<float>();
+    mark("input norm");
     device::rms_norm(h, H, d.input_norm.as<float>(), n, H, H, eps, x, H, stream);
+    mark("qkv matrix");
     multiply(d.qkv.ref, x, n, qkv.as<float>(), stride, false);
     device::QkvParams p{};
     p.heads = c.num_heads;
@@ -535,18 +617,25 @@ struct GpuLayers::Impl {
     p.kn = int64_t(L.k_norm.size());
     p.eps = eps;
     p.inv_freq = inv_freq.as<float>();
+    mark("bias/qk norm/rope/kv store");
     device::qkv_rope_store(qkv.as<float>(), n, p, pos_dev, kv, row_cache_dev, stream);
+    mark("attention");
     device::attention(qkv.as<float>(), n, p, pos_dev, kv, row_cache_dev, max_context, scores.as<float>(),
                       attn.as<float>(), stream);
+    mark("o matrix");
     multiply(d.o.ref, attn.as<float>(), n, h, H, true);
+    mark("post-attention norm");
     device::rms_norm(h, H, d.post_norm.as<float>(), n, H, H, eps, x, H, stream);
     if (c.arch.moe) {
       moe(l, n);
       return;
     }
     const int64_t I = c.intermediate_size;
+    mark("gate_up matrix");
     multiply(d.gate_up.ref, x, n, ffn.as<float>(), 2 * I, false);
+    mark("silu gate");
     device::silu_gate(ffn.as<float>(), n, I, act.as<float>(), stream);
+    mark("down matrix");
     multiply(d.down.ref, act.as<float>(), n, h, H, true);
   }
 
@@ -584,6 +673,7 @@ struct GpuLayers::Impl {
     float* h = hidden.as<float>();
     const float* x = normed.as<float>();
     // Routing needs the router's output on the host: one small download per MoE layer.
+    mark("moe: router + host routing");
     multiply(d.router.ref, x, n, router_dev.as<float>(), E, false);
     check(cudaMemcpyAsync(router_host.as(), router_dev.as(), size_t(n * E) * 4, cudaMemcpyDeviceToHost, stream),
           "router down");
@@ -623,6 +713,7 @@ struct GpuLayers::Impl {
     const int32_t* rows_dev = moe_dev.as<int32_t>();
     const float* weights_dev = reinterpret_cast<const float*>(rows_dev + max_chunk * k);
 
+    mark("moe: experts");
     size_t staging = 0;
     tiering::ExpertCache& host_cache = w.experts->cache();
     for (int32_t e : used) {
@@ -675,6 +766,7 @@ struct GpuLayers::Impl {
       if (slot >= 0) check(cudaEventRecord(slot_free[size_t(slot)], stream), "slot free");
     }
     if (c.arch.shared_expert) {
+      mark("moe: shared expert");
       const int64_t S = c.shared_expert_intermediate_size;
       multiply(d.shared_gate_up.ref, x, n, ffn.as<float>(), 2 * S, false);
       device::silu_gate(ffn.as<float>(), n, S, act.as<float>(), stream);
@@ -703,6 +795,24 @@ void GpuLayers::forget(const void* sequence) {
 tiering::Ledger& GpuLayers::vram_ledger() { return impl_->vram; }
 GpuExpertStats GpuLayers::expert_stats() const { return impl_->stats; }
 uint64_t GpuLayers::weight_bytes() const { return impl_->weight_bytes; }
+std::string GpuLayers::profile_report() const {
+  std::string out;
+  double total = 0;
+  for (const auto& t : impl_->profile_totals) total += t.second.first;
+  const double steps = double(std::max<uint64_t>(impl_->profiled_steps, 1));
+  for (const auto& t : impl_->profile_totals) {
+    char line[160];
+    std::snprintf(line, sizeof line, "    %-28s %9.1f us/step %5.1f%% (%llu calls)\n", t.first.c_str(),
+                  1e3 * t.second.first / steps, total > 0 ? 100.0 * t.second.first / total : 0.0,
+                  (unsigned long long)t.second.second);
+    out += line;
+  }
+  return out;
+}
+void GpuLayers::reset_profile() {
+  impl_->profile_totals.clear();
+  impl_->profiled_steps = 0;
+}
 
 }  // namespace tierlm::gpu
 
@@ -724,6 +834,8 @@ void GpuLayers::forget(const void*) {}
 tiering::Ledger& GpuLayers::vram_ledger() { throw std::runtime_error("no CUDA backend"); }
 GpuExpertStats GpuLayers::expert_stats() const { return {}; }
 uint64_t GpuLayers::weight_bytes() const { return 0; }
+std::string GpuLayers::profile_report() const { return {}; }
+void GpuLayers::reset_profile() {}
 
 }  // namespace tierlm::gpu
 

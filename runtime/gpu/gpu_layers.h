@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -31,6 +32,8 @@ struct GpuOptions {
   // MoE: hot experts kept in VRAM for the whole run, and evictable VRAM slots for the others (0: 4 x top_k).
   std::vector<std::pair<int64_t, int64_t>> resident_experts;  // (layer, expert), layers < `layers`
   int64_t expert_slots = 0;
+  // Diagnostics: device time per operation (CUDA events around each launch group), see profile_report().
+  bool profile = false;
 };
 
 // VRAM expert tier counters.
@@ -60,6 +63,9 @@ class GpuLayers {
   tiering::Ledger& vram_ledger();
   GpuExpertStats expert_stats() const;
   uint64_t weight_bytes() const;  // device bytes of the uploaded weights (what one decode step reads)
+  // With options.profile: device milliseconds per operation since the last reset, one line each ("" otherwise).
+  std::string profile_report() const;
+  void reset_profile();
 
  private:
   struct Impl;

@@ -17,6 +17,7 @@
 
 #include "runtime/engine/scheduler.h"
 #include "runtime/model/model.h"
+#include "runtime/model/synthetic.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "server/chat_prompt.h"
 #include "server/http_server.h"
@@ -122,7 +123,11 @@ struct ServerOptions {
   HttpServerOptions http;
   bool chat_template = true;
   std::string weight_format;  // "" : as stored
-  std::string model_dir = tiny_model_dir();
+  std::string model_dir = tiny_model_dir();  // tokenizer (and, unless synthetic_layers > 0, weights)
+  // > 0: serve a random-weight model of Llama-3.2-1B's shape with this many layers (weight_format, default q8_0)
+  // instead of the folder's weights, for benchmarks that need weights larger than the CPU caches. Its vocabulary is
+  // larger than the tokenizer's: ids the tokenizer lacks decode to nothing, so only token counts are meaningful.
+  int64_t synthetic_layers = 0;
   ServerOptions() {
     scheduler.threads = 1;
     scheduler.pin_threads = false;
@@ -141,7 +146,15 @@ class TestServer {
     model::LoadOptions load;
     load.ledger = &ledger_;
     if (!o.weight_format.empty()) load.weight_format = kernels::parse_format(o.weight_format);
-    weights_ = std::make_unique<model::ModelWeights>(model::load_model(o.model_dir, load));
+    if (o.synthetic_layers > 0) {
+      model::ModelConfig config = model::llama_1b_config();
+      config.num_layers = o.synthetic_layers;
+      config.max_position_embeddings = std::max<int64_t>(config.max_position_embeddings, o.scheduler.context);
+      weights_ = std::make_unique<model::ModelWeights>(model::synthetic_model(
+          config, kernels::parse_format(o.weight_format.empty() ? "q8_0" : o.weight_format), ledger_));
+    } else {
+      weights_ = std::make_unique<model::ModelWeights>(model::load_model(o.model_dir, load));
+    }
     scheduler_ = std::make_unique<engine::Scheduler>(*weights_, ledger_, o.scheduler);
     ServerInfo info;
     info.model_id = "tierlm-tiny";

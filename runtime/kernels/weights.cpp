@@ -430,6 +430,14 @@ struct PackedMatmulJob {
   float* y;
 };
 
+struct DenseSmallBatchJob {
+  const KernelTable* kernels;
+  const WeightView* w;
+  const float* x;
+  int64_t n;
+  float* y;
+};
+
 struct DenseTileJob {
   const KernelTable* kernels;
   const WeightView* w;
@@ -461,6 +469,9 @@ void matvec(const WeightView& w, const float* x, float* y, ThreadPool& pool) {
   }, &job);
 }
 
+// Up to this many activation rows, dense f16/bf16 matmul runs the matvec kernel per row on cache-resident blocks.
+constexpr int64_t kSmallDenseBatch = 16;
+
 void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool& pool) {
   if (n <= 0) return;
   const KernelTable& k = active_kernels();
@@ -471,6 +482,22 @@ void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool
                   static_cast<blasint>(w.cols), 1.0f, x, static_cast<blasint>(w.cols),
                   static_cast<const float*>(w.data), static_cast<blasint>(w.cols), 0.0f, y,
                   static_cast<blasint>(w.rows));
+      return;
+    }
+    if (n <= kSmallDenseBatch) {
+      // A few rows (batched decode): widening the whole matrix to f32 for sgemm would cost more than it saves.
+      // Instead each 16-row block is multiplied against every activation row while it is still in L1/L2, so the
+      // weights are read from memory once for the whole batch.
+      DenseSmallBatchJob job{&k, &w, x, n, y};
+      pool.parallel_for((w.rows + kPanelRows - 1) / kPanelRows, [](void* ctx, int64_t b, int64_t e, int) {
+        auto* j = static_cast<DenseSmallBatchJob*>(ctx);
+        for (int64_t block = b; block < e; ++block) {
+          const int64_t r0 = block * kPanelRows, r1 = std::min(r0 + kPanelRows, j->w->rows);
+          for (int64_t t = 0; t < j->n; ++t)
+            j->kernels->dense_matvec(j->w->format, j->w->data, j->w->cols, j->x + t * j->w->cols,
+                                     j->y + t * j->w->rows, r0, r1);
+        }
+      }, &job);
       return;
     }
     // f16/bf16: widen a tile of rows (about 4 MiB of f32) at a time, then one sgemm per tile.

@@ -58,7 +58,7 @@ void apply_wisdom(ServeOptions& o, const CLI::App& cmd, model::LoadOptions& load
   const calibrate::Plan& plan = resolved.entry.plan;
   if (!cmd.count("--threads")) o.scheduler.threads = plan.threads;
   if (!cmd.count("--prefill-size")) o.scheduler.prefill_size = plan.prefill_chunk;
-  if (!cmd.count("--mem-budget-gib")) o.mem_budget_gib = double(plan.budget_bytes) / double(1ull << 30);
+  if (!cmd.count("--mem-budget")) o.mem_budget_gib = double(plan.budget_bytes) / double(1ull << 30);
   if (!cmd.count("--kv-codec")) o.kv_codec = plan.kv_codec;
   if (resolved.entry.model.moe()) load.experts = calibrate::expert_tier_options(plan);
   calibrate::set_active_plan(resolved.entry);
@@ -153,7 +153,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--chat-template", o->chat_template, "Jinja chat template file overriding the model's");
   cmd->add_option("--served-model-name", o->served_model_name, "Model id clients use (default: the folder name)");
   cmd->add_option("--weight-format", o->weight_format, "Convert dense weights at load (f16, q8_0, q4, ...)");
-  cmd->add_option("--mem-budget-gib", o->mem_budget_gib, "Ledger budget in GiB (0: unlimited)");
+  cmd->add_option("--mem-budget,--mem-budget-gib", o->mem_budget_gib, "Ledger budget in GiB (0: unlimited)");
   cmd->add_option("--kv-codec", o->kv_codec, "KV cache codec: f32, f16, q8, turbo3, turbo4");
   cmd->add_option("--wisdom", o->wisdom, "Wisdom file with the calibrated plan (default: $XDG_CACHE_HOME/tierlm/wisdom.json)");
   cmd->add_option("--on-missing-wisdom", o->on_missing_wisdom,

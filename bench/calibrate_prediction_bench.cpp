@@ -123,6 +123,8 @@ int main(int argc, char** argv) {
   mo.weight_format = "q4";
   mo.max_tokens_per_prompt = int64_t(per_prompt);
   mo.max_seconds = 120;
+  for (auto& c : device.compute) mo.timing_threads.push_back(c.threads);
+  mo.timing_seconds = 0.5;
   calibrate::RouterTrace trace;
   mo.trace = &trace;
   const calibrate::ModelProfile profile = calibrate::measure_model_profile(dir, mo);
@@ -130,6 +132,10 @@ int main(int argc, char** argv) {
               (long long)(profile.moe_layers * profile.experts), double(profile.expert_bytes) / MiB,
               double(profile.total_expert_bytes()) / MiB, profile.frequency_source.c_str());
 
+  for (auto& t : profile.timings)
+    std::printf("timing @%d threads: step %.3f ms (fixed routing, experts in memory), expert %.1f us, router %.1f us, "
+                "miss %.0f us alone / %.0f us batched\n", t.threads, t.step_seconds * 1e3, t.expert_seconds * 1e6,
+                t.router_seconds * 1e6, t.miss_seconds * 1e6, t.miss_batch_seconds * 1e6);
   const auto prompts = prompt_tokens(std::string(TIERLM_SOURCE_DIR) + "/profiles/prompts", spec.vocab, per_prompt);
   std::printf("\n%-8s %10s %10s %9s %9s %9s %9s %7s\n", "budget", "resident", "slots", "pred t/s", "meas t/s",
               "ratio", "pred hit", "meas hit");
@@ -145,8 +151,13 @@ int main(int argc, char** argv) {
     std::printf("%6.0fMiB %10lld %10lld %9.2f %9.2f %9.2f %8.1f%% %6.1f%%\n", double(plan.budget_bytes) / MiB,
                 (long long)plan.resident_count(), (long long)plan.cache_slots, pred, m.tokens_per_second,
                 m.tokens_per_second / pred, 100 * plan.prediction.expert_hit_rate, 100 * m.hit_rate);
-    for (auto& [account, bytes] : plan.prediction.memory) {
+    std::string terms;
+    for (auto& [term, seconds] : plan.prediction.step_seconds) terms += fmt::format(" {} {:.3f} ms", term, seconds * 1e3);
+    memory_lines.push_back(fmt::format("  budget {:6.0f} MiB  {} threads, predicted step:{}", double(plan.budget_bytes) / MiB,
+                                       plan.threads, terms));
+    for (auto [account, bytes] : plan.prediction.memory) {
       const uint64_t peak = m.peak.count(account) ? m.peak.at(account) : 0;
+      if (account == "scratch") bytes = plan.prediction.scratch_peak_bytes;  // the ledger's peak includes loading
       memory_lines.push_back(fmt::format("  budget {:6.0f} MiB  {:<17} predicted {:8.1f} MiB  measured peak {:8.1f} MiB",
                                          double(plan.budget_bytes) / MiB, account, double(bytes) / MiB,
                                          double(peak) / MiB));

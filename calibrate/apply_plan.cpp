@@ -19,4 +19,15 @@ tiering::ExpertTierOptions expert_tier_options(const Plan& plan) {
   return o;
 }
 
+gpu::GpuOptions gpu_options(const Plan& plan) {
+  gpu::GpuOptions o;
+  o.layers = plan.gpu_layers;
+  o.kv_codec = plan.gpu_kv_codec == "q8" ? gpu::GpuKvCodec::q8 : gpu::GpuKvCodec::f16;
+  o.vram_budget = plan.gpu_budget_bytes;
+  o.expert_slots = plan.gpu_expert_slots;
+  for (int64_t l = 0; l < int64_t(plan.gpu_resident_experts.size()) && l < plan.gpu_layers; ++l)
+    for (int32_t e : plan.gpu_resident_experts[size_t(l)]) o.resident_experts.emplace_back(l, e);
+  return o;
+}
+
 }  // namespace tierlm::calibrate

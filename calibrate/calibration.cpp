@@ -29,6 +29,8 @@ WisdomEntry calibrate_model(const CalibrateOptions& o) {
   mp.max_seconds = o.quick ? std::min(o.trace_seconds, 5.0) : o.trace_seconds;
   if (o.quick) mp.max_tokens_per_prompt = 24;
   mp.progress = o.progress;
+  for (auto& c : entry.device.compute) mp.timing_threads.push_back(c.threads);  // every count the planner may pick
+  mp.timing_seconds = o.quick ? 0.15 : 0.4;
   RouterTrace trace;
   mp.trace = &trace;
   entry.model = measure_model_profile(o.model_dir, mp);

@@ -124,7 +124,7 @@ bj::value to_json(const DeviceProfile& p) {
     compute.push_back(bj::object{{"threads", c.threads}, {"sgemm_gflops", c.sgemm_gflops}, {"matvec_q8_gbs", c.matvec_q8_gbs}, {"matvec_q4_gbs", c.matvec_q4_gbs}});
   o["compute"] = compute;
   o["gpu"] = bj::object{{"present", p.gpu.present}, {"reason", p.gpu.reason},       {"name", p.gpu.name},
-                        {"memory", p.gpu.memory},   {"h2d_gbs", p.gpu.h2d_gbs},     {"memory_gbs", p.gpu.memory_gbs}};
+                        {"memory", p.gpu.memory}, {"free_memory", p.gpu.free_memory},   {"h2d_gbs", p.gpu.h2d_gbs},     {"memory_gbs", p.gpu.memory_gbs}};
   return o;
 }
 
@@ -207,6 +207,7 @@ DeviceProfile device_profile_from_json(const bj::value& v) {
     p.gpu.reason = string_or(go, "reason", "");
     p.gpu.name = string_or(go, "name", "");
     if (go.contains("memory")) p.gpu.memory = unsigned_integer(go, "memory", gw);
+    if (go.contains("free_memory")) p.gpu.free_memory = unsigned_integer(go, "free_memory", gw);
     if (go.contains("h2d_gbs")) p.gpu.h2d_gbs = number(go, "h2d_gbs", gw);
     if (go.contains("memory_gbs")) p.gpu.memory_gbs = number(go, "memory_gbs", gw);
   }

@@ -82,6 +82,7 @@ struct GpuInfo {
   std::string reason;        // why none is used ("no GPU backend in this build")
   std::string name;
   uint64_t memory = 0;       // device memory
+  uint64_t free_memory = 0;  // free when probed (0: unknown, take `memory`)
   double h2d_gbs = 0;        // pinned host-to-device copy bandwidth
   double memory_gbs = 0;     // device memory bandwidth
 };

@@ -59,6 +59,22 @@ ModelProfile model_profile_from_config(const model::ModelConfig& c, kernels::Wei
   p.vocab = c.vocab_size;
   p.max_context = c.max_position_embeddings;
   const int64_t H = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
+  // Load-time staging (runtime/model/model.cpp): each dense matrix is gathered in f32 (MLX: its packed words,
+  // scales and biases) before conversion; the largest one is the peak.
+  auto staging = [&](int64_t rows, int64_t cols) -> uint64_t {
+    if (c.quantization && c.quantization->group_size > 0)
+      return uint64_t(rows) * (uint64_t(cols) * uint64_t(c.quantization->bits) / 8 +
+                               uint64_t(cols / c.quantization->group_size) * 2 * 4);
+    return uint64_t(rows) * uint64_t(cols) * 4;
+  };
+  p.load_scratch_bytes = std::max({staging(c.vocab_size, H), staging(q + 2 * kv, H), staging(H, q)});
+  if (c.arch.moe && c.num_experts > 0) {
+    p.load_scratch_bytes = std::max(p.load_scratch_bytes, staging(c.num_experts, H));
+    if (c.shared_expert_intermediate_size > 0)
+      p.load_scratch_bytes = std::max(p.load_scratch_bytes, staging(2 * c.shared_expert_intermediate_size, H));
+  } else {
+    p.load_scratch_bytes = std::max(p.load_scratch_bytes, staging(2 * c.intermediate_size, H));
+  }
   const uint64_t embed = matrix_bytes(wf, c.vocab_size, H);
   p.classes.push_back({"embedding", embed, c.tie_word_embeddings ? embed : matrix_bytes(wf, 1, H)});
   if (!c.tie_word_embeddings) p.classes.push_back({"output", embed, embed});
@@ -73,6 +89,7 @@ ModelProfile model_profile_from_config(const model::ModelConfig& c, kernels::Wei
     p.top_k = c.num_experts_per_tok;
     p.moe_layers = c.num_layers;
     p.moe_intermediate = c.moe_intermediate_size;
+    p.shared_intermediate = c.shared_expert_intermediate_size;
     const auto layout = tiering::ExpertLayout::make(ef, H, c.moe_intermediate_size);
     p.expert_bytes = layout.bytes;
     p.expert_payload_bytes = layout.payload_bytes();
@@ -152,7 +169,18 @@ bj::value to_json(const ModelProfile& p) {
                         {"expert_read_bytes", p.expert_read_bytes},
                         {"expert_staging_bytes", p.expert_staging_bytes},
                         {"expert_conversion_bytes", p.expert_conversion_bytes},
-                        {"packed_experts", p.packed_experts}};
+                        {"packed_experts", p.packed_experts},
+                        {"shared_intermediate", p.shared_intermediate}};
+  o["load_scratch_bytes"] = p.load_scratch_bytes;
+  bj::array timings;
+  for (auto& t : p.timings)
+    timings.push_back(bj::object{{"threads", t.threads},
+                                 {"step_seconds", t.step_seconds},
+                                 {"expert_seconds", t.expert_seconds},
+                                 {"router_seconds", t.router_seconds},
+                                 {"miss_seconds", t.miss_seconds},
+                                 {"miss_batch_seconds", t.miss_batch_seconds}});
+  o["timings"] = timings;
   bj::array classes;
   for (auto& c : p.classes) classes.push_back(bj::object{{"name", c.name}, {"bytes", c.bytes}, {"read_per_token", c.read_per_token}});
   o["weight_classes"] = classes;
@@ -202,6 +230,20 @@ ModelProfile model_profile_from_json(const bj::value& v) {
   p.expert_staging_bytes = unsigned_integer(m, "expert_staging_bytes", what);
   p.expert_conversion_bytes = unsigned_integer(m, "expert_conversion_bytes", what);
   p.packed_experts = boolean(m, "packed_experts", what);
+  if (m.contains("shared_intermediate")) p.shared_intermediate = integer(m, "shared_intermediate", what);
+  if (o.contains("load_scratch_bytes")) p.load_scratch_bytes = unsigned_integer(o, "load_scratch_bytes", what);
+  if (o.contains("timings"))
+    for (auto& t : array(o, "timings", what)) {
+      const auto& to = object(t, what + ".timings[]");
+      ModelTiming x;
+      x.threads = int(integer(to, "threads", what));
+      x.step_seconds = number(to, "step_seconds", what);
+      x.expert_seconds = number(to, "expert_seconds", what);
+      x.router_seconds = number(to, "router_seconds", what);
+      x.miss_seconds = number(to, "miss_seconds", what);
+      x.miss_batch_seconds = number(to, "miss_batch_seconds", what);
+      p.timings.push_back(x);
+    }
   for (auto& c : array(o, "weight_classes", what)) {
     const auto& co = object(c, what + ".weight_classes[]");
     p.classes.push_back({string(co, "name", what), unsigned_integer(co, "bytes", what),

@@ -30,6 +30,17 @@ struct RouterTrace {
   int64_t tokens() const { return layers > 0 && top_k > 0 ? int64_t(selections.size()) / (layers * top_k) : 0; }
 };
 
+// Decode costs measured on the loaded model itself at one thread count (calibration runs them for each thread count
+// the device probe covers). They replace fixed per-layer and per-expert constants in the cost model.
+struct ModelTiming {
+  int threads = 0;
+  double step_seconds = 0;    // one decode step, one token, every layer's top_k experts in memory (fixed routing)
+  double expert_seconds = 0;  // one expert on one row: cache acquire, gate_up matvec, SiLU, down matvec, release
+  double router_seconds = 0;  // one router matvec + softmax/top-k (the real router; the timed step used fixed routing)
+  double miss_seconds = 0;        // one expert missing alone: request, read (the profile's reader), conversion, acquire
+  double miss_batch_seconds = 0;  // per expert when top_k missing experts of one layer are requested together
+};
+
 struct ModelProfile {
   static constexpr int kSchemaVersion = 1;
   std::string path, name, model_type, fingerprint;
@@ -38,6 +49,10 @@ struct ModelProfile {
   int64_t max_context = 0;
   // MoE (experts == 0 for dense models).
   int64_t experts = 0, top_k = 0, moe_layers = 0, moe_intermediate = 0;
+  int64_t shared_intermediate = 0;    // qwen2_moe's shared expert (0: none); it shares the MoE block's scratch
+  // Peak scratch while loading: the largest dense matrix staged in f32 for conversion (or an MLX matrix's packed
+  // copy), or one expert's read staging while the resident set is read.
+  uint64_t load_scratch_bytes = 0;
   uint64_t expert_bytes = 0;          // one expert block in memory (a resident expert or a cache slot)
   uint64_t expert_payload_bytes = 0;  // what one expert's matvecs stream (without alignment padding)
   uint64_t expert_read_bytes = 0;     // bytes one miss reads from disk
@@ -49,6 +64,7 @@ struct ModelProfile {
   std::vector<std::vector<double>> expert_frequency;
   std::string frequency_source;  // "router traces: N prompts, T tokens" or "uniform (...)"
   int64_t traced_prompts = 0, traced_tokens = 0;
+  std::vector<ModelTiming> timings;  // empty: the planner falls back to its constants
 
   bool moe() const { return experts > 0; }
   // Everything held in memory whatever the plan (all classes but the routed experts).
@@ -74,6 +90,10 @@ struct ModelProfileOptions {
   std::string weight_format;           // "" : as stored
   std::function<void(const std::string&, size_t, size_t)> progress;
   RouterTrace* trace = nullptr;        // when given, receives the per-token selections
+  // Thread counts to time decode costs at (ModelTiming); empty: none. Each measurement is bounded by
+  // timing_seconds.
+  std::vector<int> timing_threads;
+  double timing_seconds = 0.3;
 };
 
 // Loads the model (dense part; experts stay on disk), measures the bytes of each class from the loaded weights and

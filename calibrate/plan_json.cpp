@@ -16,6 +16,16 @@ bj::value to_json(const Plan& p) {
   o["batch"] = p.batch;
   o["gpu_layers"] = p.gpu_layers;
   o["gpu_reason"] = p.gpu_reason;
+  bj::array gpu_resident;
+  for (auto& layer : p.gpu_resident_experts) {
+    bj::array ids;
+    for (int32_t e : layer) ids.push_back(e);
+    gpu_resident.push_back(ids);
+  }
+  o["gpu"] = bj::object{{"resident_experts", gpu_resident},
+                        {"expert_slots", p.gpu_expert_slots},
+                        {"kv_codec", p.gpu_kv_codec},
+                        {"budget_bytes", p.gpu_budget_bytes}};
   bj::array resident;
   for (auto& layer : p.resident_experts) {
     bj::array ids;
@@ -32,15 +42,19 @@ bj::value to_json(const Plan& p) {
   o["numa_placement"] = p.numa_placement;
   o["prefill_chunk"] = p.prefill_chunk;
   const auto& pr = p.prediction;
-  bj::object steps, memory;
+  bj::object steps, memory, vram;
   for (auto& [k, v] : pr.step_seconds) steps[k] = v;
   for (auto& [k, v] : pr.memory) memory[k] = v;
+  for (auto& [k, v] : pr.vram) vram[k] = v;
   o["prediction"] = bj::object{{"decode_tokens_per_second", pr.decode_tokens_per_second},
                                {"prefill_tokens_per_second", pr.prefill_tokens_per_second},
                                {"expert_hit_rate", pr.expert_hit_rate},
                                {"miss_bytes_per_token", pr.miss_bytes_per_token},
                                {"step_seconds", steps},
                                {"memory", memory},
+                               {"vram", vram},
+                               {"gpu_expert_hit_rate", pr.gpu_expert_hit_rate},
+                               {"scratch_peak_bytes", pr.scratch_peak_bytes},
                                {"total_memory", pr.total_memory()}};
   bj::array why;
   for (auto& r : p.rationale) {
@@ -66,6 +80,18 @@ Plan plan_from_json(const bj::value& v) {
   p.batch = integer(o, "batch", what);
   p.gpu_layers = int(integer(o, "gpu_layers", what));
   p.gpu_reason = string_or(o, "gpu_reason", "");
+  if (const bj::value* g = o.if_contains("gpu")) {
+    const auto& go = object(*g, what + ".gpu");
+    for (auto& layer : array(go, "resident_experts", what)) {
+      if (!layer.is_array()) throw std::runtime_error(what + ": gpu.resident_experts rows must be arrays");
+      std::vector<int32_t> ids;
+      for (auto& e : layer.get_array()) ids.push_back(int32_t(e.to_number<int64_t>()));
+      p.gpu_resident_experts.push_back(std::move(ids));
+    }
+    p.gpu_expert_slots = integer(go, "expert_slots", what);
+    p.gpu_kv_codec = string_or(go, "kv_codec", "f16");
+    p.gpu_budget_bytes = unsigned_integer(go, "budget_bytes", what);
+  }
   for (auto& layer : array(o, "resident_experts", what)) {
     if (!layer.is_array()) throw std::runtime_error(what + ": resident_experts rows must be arrays");
     std::vector<int32_t> ids;
@@ -95,6 +121,10 @@ Plan plan_from_json(const bj::value& v) {
     p.prediction.step_seconds[std::string(k)] = v2.is_double() ? v2.get_double() : v2.to_number<double>();
   for (auto& [k, v2] : object(field(pr, "memory", what), what))
     p.prediction.memory[std::string(k)] = v2.to_number<uint64_t>();
+  if (const bj::value* vram = pr.if_contains("vram"))
+    for (auto& [k, v2] : object(*vram, what + ".prediction.vram")) p.prediction.vram[std::string(k)] = v2.to_number<uint64_t>();
+  if (pr.contains("scratch_peak_bytes")) p.prediction.scratch_peak_bytes = unsigned_integer(pr, "scratch_peak_bytes", what);
+  if (pr.contains("gpu_expert_hit_rate")) p.prediction.gpu_expert_hit_rate = number(pr, "gpu_expert_hit_rate", what);
   for (auto& x : array(o, "rationale", what)) {
     const auto& xo = object(x, what + ".rationale[]");
     Rationale r2{string(xo, "decision", what), string(xo, "value", what), string(xo, "because", what), {}};

@@ -57,16 +57,24 @@ double distinct_experts(const std::vector<double>& freq, int64_t rows) {
 
 uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-uint64_t scratch_bytes(const ModelProfile& m, int64_t chunk, int64_t context, int threads, int64_t batch) {
+// Runtime scratch as Forward and MoeBlock allocate it (runtime/engine/forward.cpp, moe.cpp): activations for the
+// prefill chunk, the MoE block's routing and expert buffers, and the gathered logits of a decode batch (allocated
+// only when more than one sequence's last row is gathered).
+uint64_t runtime_scratch_bytes(const ModelProfile& m, int64_t chunk, int64_t batch) {
   const int64_t q = m.heads * m.head_dim, kv = m.kv_heads * m.head_dim;
-  int64_t floats = chunk * (2 * m.hidden + q + 2 * kv + q) + int64_t(threads) * context + batch * m.vocab;
+  int64_t floats = chunk * (2 * m.hidden + q + 2 * kv + q) + (batch > 1 ? batch * m.vocab : 0);
   if (m.moe()) {
-    const int64_t ffn = m.moe_intermediate;
-    floats += chunk * (m.experts + 2 * m.top_k + 2 * m.hidden + 3 * ffn) + m.experts;
+    const int64_t ffn = std::max(m.moe_intermediate, m.shared_intermediate);
+    floats += chunk * (m.experts + 2 * m.top_k + 2 * m.hidden + 3 * ffn) + m.experts;  // ids are int32: 4 bytes too
   } else {
     floats += chunk * 3 * m.intermediate;
   }
-  return uint64_t(floats) * 4 + (1u << 20);
+  return uint64_t(floats) * 4;
+}
+
+// The scratch account's peak: loading stages matrices there before the runtime buffers exist.
+uint64_t scratch_bytes(const ModelProfile& m, int64_t chunk, int64_t batch) {
+  return std::max(runtime_scratch_bytes(m, chunk, batch), m.load_scratch_bytes);
 }
 
 // Flops of one token: 2 per weight of every matrix the token multiplies (k experts per MoE layer).
@@ -118,6 +126,12 @@ uint64_t Prediction::total_memory() const {
   uint64_t t = 0;
   for (auto& [_, b] : memory) t += b;
   return t;
+}
+
+int64_t Plan::gpu_resident_count() const {
+  int64_t n = 0;
+  for (auto& l : gpu_resident_experts) n += int64_t(l.size());
+  return n;
 }
 
 int64_t Plan::resident_count() const {
@@ -201,6 +215,57 @@ double estimate_hit_rate(const ModelProfile& m, const std::vector<std::vector<in
 
 namespace {
 
+// Per-step costs of decode at a thread count: measured on the model (ModelTiming, scaled by the matvec rate when
+// the plan's thread count was not timed) or, without timings, the analytic fallback.
+struct DecodeCosts {
+  bool measured = false;
+  double base = 0;        // a step without its experts and without routing: dense weights, norms, attention, dispatch
+  double expert = 0;      // one expert on one row
+  double router = 0;      // one router + top-k
+  double miss = 0, miss_batch = 0;  // one expert read + converted alone / per expert, top_k together
+  int timed_threads = 0;
+};
+
+DecodeCosts decode_costs(const DeviceProfile& d, const ModelProfile& m, int threads) {
+  DecodeCosts c;
+  const ModelTiming* best = nullptr;
+  for (auto& t : m.timings)
+    if (t.step_seconds > 0 && (!best || std::abs(t.threads - threads) < std::abs(best->threads - threads))) best = &t;
+  if (!best) return c;
+  // Bandwidth-bound: another thread count scales by the matvec rate the device probe measured.
+  const std::string& fmt = m.moe() ? m.expert_format : m.weight_format;
+  const double scale = best->threads == threads ? 1.0 : matvec_gbs(d, best->threads, fmt) / matvec_gbs(d, threads, fmt);
+  c.measured = true;
+  c.timed_threads = best->threads;
+  c.expert = best->expert_seconds * scale;
+  c.router = best->router_seconds * scale;
+  c.base = std::max(0.0, best->step_seconds - double(m.moe_layers * m.top_k) * best->expert_seconds) * scale;
+  c.miss = best->miss_seconds;
+  c.miss_batch = best->miss_batch_seconds > 0 ? best->miss_batch_seconds : best->miss_seconds;
+  return c;
+}
+
+// Bytes one GPU layer holds besides experts (attention, norms, router, shared expert), and the output head.
+uint64_t gpu_layer_bytes(const ModelProfile& m) {
+  uint64_t b = 0;
+  for (auto& c : m.classes)
+    if (c.name != "experts" && c.name != "embedding" && c.name != "output") b += c.bytes;
+  return m.layers ? b / uint64_t(m.layers) : 0;
+}
+uint64_t gpu_head_bytes(const ModelProfile& m) {
+  for (auto& c : m.classes)
+    if (c.name == "output") return c.bytes;
+  for (auto& c : m.classes)
+    if (c.name == "embedding") return c.bytes;
+  return 0;
+}
+// Device KV bytes of one layer for `batch` sequences of `context` tokens: f16 K and V, or q8 (1 byte + an f32
+// scale per 32).
+uint64_t gpu_kv_layer_bytes(const ModelProfile& m, const std::string& codec, int64_t context, int64_t batch) {
+  const double per_value = codec == "q8" ? 1.0 + 4.0 / 32 : 2.0;
+  return uint64_t(double(batch) * double(context) * double(m.kv_heads * m.head_dim) * 2 * per_value);
+}
+
 // The cost model: seconds per decode step by term, tokens/s, memory by account.
 StepCost evaluate(const DeviceProfile& d, const ModelProfile& m, const Plan& p, const RouterTrace* trace) {
   StepCost c;
@@ -208,28 +273,80 @@ StepCost evaluate(const DeviceProfile& d, const ModelProfile& m, const Plan& p, 
   const double dense_bw = matvec_gbs(d, p.threads, m.weight_format) * 1e9;
   const double expert_bw = matvec_gbs(d, p.threads, m.expert_format) * 1e9;
   const double read_bw = std::max(d.read_gbs(), 0.1) * 1e9;
+  const DecodeCosts costs = decode_costs(d, m, p.threads);
   const int64_t B = p.batch;
+  const int64_t L = std::max<int64_t>(m.layers, 1);
+  const int64_t g = std::clamp<int64_t>(p.gpu_layers, 0, L);
+  const double cpu_share = double(L - g) / double(L);  // layers left on the CPU
+  const uint64_t head = gpu_head_bytes(m);
   auto& t = pr.step_seconds;
-  t["dense"] = double(m.dense_read_per_token()) / dense_bw;
-  t["kv"] = double(B) * double(p.context) / 2 * kv_bytes_per_token(m, p.kv_codec) / read_bw;
-  t["overhead"] = double(m.layers) * kLayerOverheadSeconds;
-  t["gpu"] = 0;  // gpu_layers * layer bytes / GPU memory bandwidth once a GPU backend exists
+  // Dense weights a step streams on the CPU: the layers left there, and the head unless the GPU runs it.
+  const double head_read = g == L ? 0.0 : double(head);
+  const double layer_read = std::max(0.0, double(m.dense_read_per_token()) - double(head));
+  const double dense_analytic = (layer_read * cpu_share + head_read) / dense_bw;
+  if (costs.measured) {
+    t["dense"] = std::min(dense_analytic, costs.base * cpu_share);
+    t["overhead"] = costs.base * cpu_share - t["dense"];
+  } else {
+    t["dense"] = dense_analytic;
+    t["overhead"] = double(L - g) * kLayerOverheadSeconds;
+  }
+  t["kv"] = double(B) * double(p.context) / 2 * kv_bytes_per_token(m, p.kv_codec) / read_bw * cpu_share;
+  t["gpu"] = 0;
   t["experts"] = 0;
   t["misses"] = 0;
+  pr.gpu_expert_hit_rate = 1;
   if (m.moe()) {
     pr.expert_hit_rate = estimate_hit_rate(m, p.resident_experts, p.cache_slots, trace);
-    double distinct = 0;
-    for (auto& f : m.expert_frequency) distinct += distinct_experts(f, B);
-    const double misses = distinct * (1.0 - pr.expert_hit_rate);
+    std::vector<double> distinct_per_layer;
+    double distinct = 0, distinct_cpu = 0, distinct_gpu = 0;
+    for (size_t l = 0; l < m.expert_frequency.size(); ++l) {
+      const double dl = distinct_experts(m.expert_frequency[l], B);
+      distinct += dl;
+      (int64_t(l) < g ? distinct_gpu : distinct_cpu) += dl;
+    }
+    // GPU layers: experts found in VRAM never touch the host tier.
+    if (g > 0) {
+      ModelProfile gm = m;
+      gm.moe_layers = std::min<int64_t>(g, m.moe_layers);
+      gm.expert_frequency.resize(size_t(gm.moe_layers));
+      pr.gpu_expert_hit_rate = estimate_hit_rate(gm, p.gpu_resident_experts, p.gpu_expert_slots, nullptr);
+    }
+    const double host_requests = distinct_cpu + distinct_gpu * (1.0 - pr.gpu_expert_hit_rate);
+    const double misses = host_requests * (1.0 - pr.expert_hit_rate);
     pr.miss_bytes_per_token = misses * double(m.expert_read_bytes) / double(B);
     const double chunks = std::ceil(double(m.expert_read_bytes) / double(p.reader_block_size));
     const double per_layer = std::max(1.0, misses / double(m.moe_layers));
     const unsigned depth = unsigned(std::clamp(chunks * per_layer, 1.0, double(p.reader_queue_depth)));
     const double storage_bw = storage_gbs(d, p.reader_block_size, depth) * 1e9;
-    t["experts"] = distinct * double(m.expert_payload_bytes) / expert_bw;
-    t["misses"] = misses * double(m.expert_read_bytes) / storage_bw;
-    if (!m.packed_experts) t["misses"] += misses * double(m.expert_bytes) / read_bw;  // conversion into the slot
-    t["overhead"] += distinct * kExpertOverheadSeconds;
+    if (costs.measured) {
+      t["experts"] = distinct_cpu * costs.expert;
+      // Routing: the router, and for single-sequence decode with prefetch the next layer's router once more.
+      const double routers = (B == 1 && p.prefetch_limit > 0) ? 2.0 : 1.0;
+      t["overhead"] += double(L - g) * costs.router * routers;
+      // A miss alone pays its whole read and conversion; misses of one layer requested together overlap their
+      // reads: interpolate between the two measurements by misses per layer.
+      const double together = std::clamp((per_layer - 1.0) / std::max<double>(double(m.top_k) - 1.0, 1.0), 0.0, 1.0);
+      const double per_miss = costs.miss + (costs.miss_batch - costs.miss) * together;
+      t["misses"] = misses * (per_miss > 0 ? per_miss : double(m.expert_read_bytes) / storage_bw);
+    } else {
+      t["experts"] = distinct_cpu * double(m.expert_payload_bytes) / expert_bw;
+      t["misses"] = misses * double(m.expert_read_bytes) / storage_bw;
+      if (!m.packed_experts) t["misses"] += misses * double(m.expert_bytes) / read_bw;  // conversion into the slot
+      t["overhead"] += distinct_cpu * kExpertOverheadSeconds;
+    }
+    if (g > 0 && d.gpu.memory_gbs > 0) {
+      const double h2d = std::max(d.gpu.h2d_gbs, 0.1) * 1e9;
+      t["gpu"] += distinct_gpu * (double(m.expert_payload_bytes) / (d.gpu.memory_gbs * 1e9) + kGpuExpertOverheadSeconds) +
+                  distinct_gpu * (1.0 - pr.gpu_expert_hit_rate) * double(m.expert_bytes) / h2d;
+    }
+  }
+  if (g > 0 && d.gpu.memory_gbs > 0) {
+    const double gpu_bw = d.gpu.memory_gbs * 1e9;
+    t["gpu"] += double(g) * (double(gpu_layer_bytes(m)) / gpu_bw + kGpuLayerOverheadSeconds) +
+                double(B) * double(p.context) / 2 * double(gpu_kv_layer_bytes(m, p.gpu_kv_codec, 1, 1)) * double(g) / gpu_bw +
+                (g == L ? double(head) / gpu_bw : 0.0) +
+                2.0 * double(B * m.hidden * 4) / (std::max(d.gpu.h2d_gbs, 0.1) * 1e9);  // hidden state up and down
   }
   for (auto& [_, s] : t) c.step += s;
   pr.decode_tokens_per_second = double(B) / c.step;
@@ -255,18 +372,136 @@ StepCost evaluate(const DeviceProfile& d, const ModelProfile& m, const Plan& p, 
   auto& mem = pr.memory;
   mem["weights"] = m.dense_bytes();
   mem["kv"] = uint64_t(double(B) * double(round_up(uint64_t(p.context), 32)) * kv_bytes_per_token(m, p.kv_codec));
-  mem["scratch"] = scratch_bytes(m, p.prefill_chunk, p.context, p.threads, B);
+  mem["scratch"] = runtime_scratch_bytes(m, p.prefill_chunk, B);
+  pr.scratch_peak_bytes = scratch_bytes(m, p.prefill_chunk, B);
   if (m.moe()) {
     mem["resident_experts"] = uint64_t(p.resident_count()) * m.expert_bytes;
     mem["expert_cache"] = uint64_t(p.cache_slots) * (m.expert_bytes + m.expert_staging_bytes);
     mem["expert_staging"] = m.expert_conversion_bytes;
   }
+  if (g > 0) {
+    auto& v = pr.vram;
+    v["weights"] = uint64_t(g) * gpu_layer_bytes(m) + (g == L ? head : 0);
+    v["kv"] = uint64_t(g) * gpu_kv_layer_bytes(m, p.gpu_kv_codec, int64_t(round_up(uint64_t(p.context), 32)), B);
+    v["scratch"] = kGpuScratchBytes;
+    if (m.moe()) {
+      v["resident_experts"] = uint64_t(p.gpu_resident_count()) * m.expert_bytes;
+      v["expert_slots"] = uint64_t(p.gpu_expert_slots) * m.expert_bytes;
+    }
+  }
   return c;
+}
+
+uint64_t vram_total(const Prediction& pr) {
+  uint64_t t = 0;
+  for (auto& [_, b] : pr.vram) t += b;
+  return t;
 }
 
 std::string mib(uint64_t b) { return fmt::format("{:.1f} MiB", double(b) / kMiB); }
 
 }  // namespace
+
+// GPU layers and the VRAM expert set, on top of the host plan (the host keeps every weight: GpuLayers copies them).
+// VRAM: free device memory minus kGpuReserveBytes. The first `g` layers need their dense weights, their device KV
+// (f16, or q8 where that lets more layers fit), scratch, for MoE at least 4 x top_k expert slots, and the output
+// head when g is every layer. For candidate g from 0 to the most that fit, the VRAM left goes to the hottest
+// experts of the GPU layers (resident) and the slots; the fastest predicted step wins (ties: more layers).
+static void plan_gpu(const DeviceProfile& d, const ModelProfile& m, Plan& p, const PlanRequest& request) {
+  p.gpu_layers = 0;
+  p.gpu_resident_experts.clear();
+  p.gpu_expert_slots = 0;
+  p.gpu_budget_bytes = 0;
+  if (request.gpu_layers && *request.gpu_layers == 0) {
+    p.gpu_reason = "given: no GPU layers";
+    p.rationale.push_back({"gpu_layers", "0", p.gpu_reason, {}});
+    return;
+  }
+  if (!d.gpu.present || d.gpu.memory == 0) {
+    p.gpu_reason = d.gpu.reason.empty() ? "no GPU" : d.gpu.reason;
+    p.rationale.push_back({"gpu_layers", "0", p.gpu_reason, {{"gpu_memory", double(d.gpu.memory)}}});
+    return;
+  }
+  const uint64_t free_bytes = d.gpu.free_memory ? d.gpu.free_memory : d.gpu.memory;
+  const uint64_t budget = free_bytes > kGpuReserveBytes ? free_bytes - kGpuReserveBytes : 0;
+  const int64_t L = m.layers;
+  const uint64_t layer = gpu_layer_bytes(m), head = gpu_head_bytes(m);
+  const int64_t min_slots = m.moe() ? 4 * m.top_k : 0;
+  const int64_t context = int64_t(round_up(uint64_t(p.context), 32));
+  auto fixed = [&](int64_t g, const std::string& codec) {
+    return uint64_t(g) * (layer + gpu_kv_layer_bytes(m, codec, context, p.batch)) + (g == L ? head : 0) +
+           kGpuScratchBytes + uint64_t(min_slots) * m.expert_bytes;
+  };
+  auto most_layers = [&](const std::string& codec) {
+    int64_t g = 0;
+    while (g < L && fixed(g + 1, codec) <= budget) ++g;
+    return g;
+  };
+  std::string codec = "f16";
+  int64_t g_max = most_layers("f16");
+  if (g_max < L && most_layers("q8") > g_max) {
+    codec = "q8";
+    g_max = most_layers("q8");
+  }
+  std::map<std::string, double> ms{{"gpu_memory", double(d.gpu.memory)},
+                                   {"gpu_free", double(free_bytes)},
+                                   {"gpu_budget", double(budget)},
+                                   {"gpu_memory_gbs", d.gpu.memory_gbs},
+                                   {"h2d_gbs", d.gpu.h2d_gbs},
+                                   {"layer_bytes", double(layer)},
+                                   {"kv_layer_bytes", double(gpu_kv_layer_bytes(m, codec, context, p.batch))}};
+  if (request.gpu_layers) g_max = std::min<int64_t>(g_max, *request.gpu_layers);
+  if (g_max == 0) {
+    p.gpu_reason = fmt::format("{} ({}) has {} for the plan; one layer needs {}", d.gpu.name, mib(d.gpu.memory),
+                               mib(budget), mib(fixed(1, codec)));
+    p.rationale.push_back({"gpu_layers", "0", p.gpu_reason, ms});
+    return;
+  }
+  p.gpu_budget_bytes = budget;
+  p.gpu_kv_codec = codec;
+  std::vector<ExpertKey> ranked;
+  if (m.moe()) ranked = ranked_experts(m);
+  Plan best = p;
+  double best_step = evaluate(d, m, p, request.trace).step;
+  const double cpu_step = best_step;
+  std::vector<int64_t> candidates;
+  for (int i = 1; i <= 8; ++i) candidates.push_back(std::max<int64_t>(1, g_max * i / 8));
+  for (int64_t g : candidates) {
+    Plan c = p;
+    c.gpu_layers = int(g);
+    if (m.moe()) {
+      const uint64_t left = budget - fixed(g, codec);
+      std::vector<ExpertKey> mine;
+      for (auto& k : ranked)
+        if (k.layer < g) mine.push_back(k);
+      const int64_t resident = std::min<int64_t>(int64_t(left / m.expert_bytes), int64_t(mine.size()));
+      c.gpu_resident_experts.assign(size_t(g), {});
+      for (int64_t i = 0; i < resident; ++i) c.gpu_resident_experts[size_t(mine[size_t(i)].layer)].push_back(mine[size_t(i)].expert);
+      for (auto& l : c.gpu_resident_experts) std::sort(l.begin(), l.end());
+      c.gpu_expert_slots = min_slots;
+    }
+    const double step = evaluate(d, m, c, request.trace).step;
+    if (step < best_step * 0.999 || (step <= best_step * 1.001 && g > best.gpu_layers)) {
+      best_step = std::min(best_step, step);
+      best = c;
+    }
+  }
+  p.gpu_layers = best.gpu_layers;
+  p.gpu_resident_experts = best.gpu_resident_experts;
+  p.gpu_expert_slots = best.gpu_expert_slots;
+  if (p.gpu_layers == 0) {
+    p.gpu_budget_bytes = 0;
+    p.gpu_reason = fmt::format("{}: no GPU split predicted faster than the CPU alone", d.gpu.name);
+  } else {
+    p.gpu_reason = fmt::format("{}: {} of {} layers fit {} of VRAM (KV {}){}", d.gpu.name, p.gpu_layers, L,
+                               mib(budget), codec, m.moe() ? fmt::format(", {} experts resident in VRAM",
+                                                                         p.gpu_resident_count()) : "");
+  }
+  ms["cpu_only_step_seconds"] = cpu_step;
+  ms["chosen_step_seconds"] = best_step;
+  ms["max_layers"] = double(g_max);
+  p.rationale.push_back({"gpu_layers", std::to_string(p.gpu_layers), p.gpu_reason, ms});
+}
 
 Plan make_plan(const DeviceProfile& d, const ModelProfile& m, const PlanRequest& request) {
   if (request.context < 1 || request.batch < 1) throw PlanError("plan: context and batch must be positive");
@@ -306,21 +541,28 @@ Plan make_plan(const DeviceProfile& d, const ModelProfile& m, const PlanRequest&
   p.numa_placement = d.topology.numa_nodes > 1 ? fmt::format("interleave over {} nodes", d.topology.numa_nodes)
                                                : "single node";
 
-  // GPU: none in this build; the term stays in the cost model.
-  p.gpu_layers = 0;
-  p.gpu_reason = d.gpu.present ? "GPU found but no GPU backend in this build" : d.gpu.reason;
-  p.rationale.push_back({"gpu_layers", "0", p.gpu_reason, {{"gpu_memory", double(d.gpu.memory)}}});
+  p.gpu_layers = 0;  // decided last, on top of the host plan (see plan_gpu)
 
   // Prefill chunk: the largest that keeps activation scratch within max(32 MiB, 3% of the budget); bigger chunks
   // make better GEMMs and read each weight (and expert) once for more tokens.
   const uint64_t scratch_cap = std::max<uint64_t>(32u << 20, p.budget_bytes / 33);
   p.prefill_chunk = 16;
   for (int64_t chunk : {512, 256, 128, 64, 32, 16})
-    if (scratch_bytes(m, chunk, p.context, p.threads, p.batch) <= scratch_cap) {
+    if (runtime_scratch_bytes(m, chunk, p.batch) <= scratch_cap) {
       p.prefill_chunk = chunk;
       break;
     }
-  const uint64_t scratch = scratch_bytes(m, p.prefill_chunk, p.context, p.threads, p.batch);
+  const uint64_t scratch = runtime_scratch_bytes(m, p.prefill_chunk, p.batch);
+  // Loading stages each dense matrix whole (f32) in scratch before the runtime buffers, KV or expert cache exist;
+  // with the head loaded last, the load peak is about the dense weights plus the largest staging. The ledger fails
+  // the load loudly if that is over the budget, so the plan says so up front (it cannot change the load path).
+  const uint64_t load_peak = m.dense_bytes() + m.load_scratch_bytes;
+  if (load_peak > p.budget_bytes)
+    p.rationale.push_back({"load_peak", mib(load_peak),
+                           fmt::format("WARNING: loading stages {} in f32 on top of {} of dense weights, over the "
+                                       "budget {}; raise --budget or load pre-quantized (MLX) weights",
+                                       mib(m.load_scratch_bytes), mib(m.dense_bytes()), mib(p.budget_bytes)),
+                           {{"load_scratch_bytes", double(m.load_scratch_bytes)}}});
   p.rationale.push_back({"prefill_chunk", std::to_string(p.prefill_chunk),
                          "largest chunk whose activations fit " + mib(scratch_cap),
                          {{"scratch_bytes", double(scratch)}}});
@@ -436,10 +678,14 @@ Plan make_plan(const DeviceProfile& d, const ModelProfile& m, const PlanRequest&
           {"hit_rate", chosen.prediction.expert_hit_rate}, {"total_experts", double(total)},
           {"traced_tokens", double(m.traced_tokens)}}});
   }
+  plan_gpu(d, m, p, request);
   p.prediction = evaluate(d, m, p, request.trace).prediction;
   if (p.prediction.total_memory() > p.budget_bytes)
     throw PlanError(fmt::format("plan: predicted memory {} exceeds the budget {}", mib(p.prediction.total_memory()),
                                 mib(p.budget_bytes)));
+  if (vram_total(p.prediction) > p.gpu_budget_bytes)
+    throw PlanError(fmt::format("plan: predicted VRAM {} exceeds the GPU budget {}", mib(vram_total(p.prediction)),
+                                mib(p.gpu_budget_bytes)));
   return p;
 }
 

@@ -30,13 +30,23 @@ struct PlanRequest {
   int64_t batch = 1;              // sequences decoded together
   std::optional<std::string> kv_codec;  // force a codec (f16, q8, turbo4, turbo3)
   std::optional<int> threads;
+  std::optional<int64_t> gpu_layers;    // at most this many GPU layers (0: CPU only)
   const RouterTrace* trace = nullptr;   // when given, cache hit rates are simulated on it instead of estimated
 };
 
 // Cost-model constants (see calibrate/README.md for where they come from).
 inline constexpr double kDefaultBudgetFraction = 0.85;  // of MemoryInfo::usable(): the rest is the process/OS
+// Fallbacks only, for model profiles without ModelProfile::timings (synthetic profiles, dense models): calibration
+// measures the per-step fixed cost and the per-expert cost on the model itself.
 inline constexpr double kLayerOverheadSeconds = 30e-6;  // fork/join, norms, RoPE, softmax per layer and step
 inline constexpr double kExpertOverheadSeconds = 8e-6;  // request/acquire/release and two matvec launches per expert
+// GPU: not measurable on the development machine (no GPU), so constants: launch + sync cost per GPU layer and per
+// VRAM expert (gpu_bench on an H100: 1B dense decode 2.2 ms/step vs 0.75 ms of weight streaming over 16 layers),
+// VRAM kept free besides the plan (the CUDA context, cuBLAS workspace), and device scratch.
+inline constexpr double kGpuLayerOverheadSeconds = 90e-6;
+inline constexpr double kGpuExpertOverheadSeconds = 10e-6;
+inline constexpr uint64_t kGpuReserveBytes = 1ull << 30;  // GpuOptions' default: free memory minus 1 GiB
+inline constexpr uint64_t kGpuScratchBytes = 256ull << 20;
 inline constexpr double kGemmEfficiency = 0.6;          // fraction of square-SGEMM GFLOP/s prefill reaches
 inline constexpr double kKvShareOfFreeMemory = 0.25;    // a codec is "comfortable" if KV fits in this share
 
@@ -53,7 +63,12 @@ struct Prediction {
   double miss_bytes_per_token = 0;       // expert bytes read from storage per decoded token (one sequence)
   // Seconds per decode step by term: dense, experts, misses, kv, overhead, gpu.
   std::map<std::string, double> step_seconds;
-  std::map<std::string, uint64_t> memory;  // bytes per ledger account
+  std::map<std::string, uint64_t> memory;  // bytes per ledger account held by the running engine
+  // The scratch account's peak over the process: loading stages whole matrices there before the engine's buffers
+  // exist, so it can exceed memory["scratch"] (ModelProfile::load_scratch_bytes).
+  uint64_t scratch_peak_bytes = 0;
+  std::map<std::string, uint64_t> vram;    // bytes per VRAM account (weights, kv, resident_experts, expert_slots, scratch)
+  double gpu_expert_hit_rate = 1;          // routed experts of GPU layers found in VRAM
   uint64_t total_memory() const;
 };
 
@@ -62,8 +77,13 @@ struct Plan {
   std::string device_fingerprint, model_fingerprint;
   uint64_t budget_bytes = 0;
   int64_t context = 0, batch = 1;
-  int gpu_layers = 0;
+  int gpu_layers = 0;             // layers [0, gpu_layers) on the GPU (gpu::GpuOptions::layers)
   std::string gpu_reason;
+  // MoE on the GPU: per GPU layer, the experts kept in VRAM for the whole run; evictable VRAM slots for the rest.
+  std::vector<std::vector<int32_t>> gpu_resident_experts;
+  int64_t gpu_expert_slots = 0;
+  std::string gpu_kv_codec = "f16";  // f16 | q8 (the device KV)
+  uint64_t gpu_budget_bytes = 0;     // VRAM the plan may use
   // Per MoE layer: the expert ids kept in memory for the whole run.
   std::vector<std::vector<int32_t>> resident_experts;
   int64_t cache_slots = 0;
@@ -80,6 +100,7 @@ struct Plan {
   std::vector<Rationale> rationale;
 
   int64_t resident_count() const;
+  int64_t gpu_resident_count() const;
 };
 
 Plan make_plan(const DeviceProfile& device, const ModelProfile& model, const PlanRequest& request);

@@ -46,7 +46,10 @@ std::string render_entry(const WisdomEntry& e) {
   line(fmt::format("  {:>8} {:>14} {:>14} {:>14}", "threads", "SGEMM GFLOP/s", "q8 matvec GB/s", "q4 matvec GB/s"));
   for (auto& c : d.compute)
     line(fmt::format("  {:>8} {:>14.1f} {:>14.2f} {:>14.2f}", c.threads, c.sgemm_gflops, c.matvec_q8_gbs, c.matvec_q4_gbs));
-  line(fmt::format("  GPU      {}", d.gpu.present ? d.gpu.name : d.gpu.reason));
+  line(d.gpu.present ? fmt::format("  GPU      {}: {} ({} free), device memory {:.0f} GB/s, host-to-device {:.1f} GB/s",
+                                   d.gpu.name, bytes(double(d.gpu.memory)), bytes(double(d.gpu.free_memory)),
+                                   d.gpu.memory_gbs, d.gpu.h2d_gbs)
+                     : fmt::format("  GPU      none: {}", d.gpu.reason));
   line("");
   line(fmt::format("model    {} ({}), {} layers, weights {}{}", m.path, m.model_type, m.layers, m.weight_format,
                    m.moe() ? fmt::format(", {} experts x {} layers, top-{}, expert {} ({})", m.experts, m.moe_layers,
@@ -54,6 +57,11 @@ std::string render_entry(const WisdomEntry& e) {
                            : ""));
   for (auto& c : m.classes) line(fmt::format("  {:<14} {:>12}", c.name, bytes(double(c.bytes))));
   if (m.moe()) line(fmt::format("  expert frequencies: {}", m.frequency_source));
+  for (auto& t : m.timings)
+    line(fmt::format("  decode timing @{} threads: step {:.3f} ms (fixed routing, all experts in memory), expert "
+                     "{:.1f} us, router {:.1f} us, miss {:.0f} us alone / {:.0f} us in a batch",
+                     t.threads, t.step_seconds * 1e3, t.expert_seconds * 1e6, t.router_seconds * 1e6,
+                     t.miss_seconds * 1e6, t.miss_batch_seconds * 1e6));
   line("");
   line(fmt::format("plan     budget {}, context {}, batch {}", bytes(double(p.budget_bytes)), p.context, p.batch));
   line(fmt::format("  {:<16} {}", "threads", p.threads));
@@ -61,6 +69,16 @@ std::string render_entry(const WisdomEntry& e) {
   line(fmt::format("  {:<16} {}", "prefill chunk", p.prefill_chunk));
   line(fmt::format("  {:<16} {}", "kv codec", p.kv_codec));
   line(fmt::format("  {:<16} {} ({})", "gpu layers", p.gpu_layers, p.gpu_reason));
+  if (p.gpu_layers > 0) {
+    line(fmt::format("  {:<16} device KV {}, VRAM budget {}", "gpu", p.gpu_kv_codec, bytes(double(p.gpu_budget_bytes))));
+    if (m.moe()) {
+      std::string per_layer;
+      for (auto& l : p.gpu_resident_experts) per_layer += fmt::format("{} ", l.size());
+      line(fmt::format("  {:<16} {} resident in VRAM + {} VRAM slots (hit rate {:.1f}%)", "gpu experts",
+                       p.gpu_resident_count(), p.gpu_expert_slots, 100 * p.prediction.gpu_expert_hit_rate));
+      line(fmt::format("  {:<16} {}", "vram/layer", per_layer));
+    }
+  }
   if (m.moe()) {
     line(fmt::format("  {:<16} {} of {} ({} policy, prefetch {})", "resident experts", p.resident_count(),
                      m.moe_layers * m.experts, p.cache_policy, p.prefetch_limit));
@@ -84,6 +102,15 @@ std::string render_entry(const WisdomEntry& e) {
   for (auto& [account, b] : p.prediction.memory)
     line(fmt::format("    {:<17} {} {:>11} {:5.1f}%", account, bar(double(b) / double(p.budget_bytes), 40),
                      bytes(double(b)), 100.0 * double(b) / double(p.budget_bytes)));
+  if (!p.prediction.vram.empty()) {
+    uint64_t total = 0;
+    for (auto& [_, b] : p.prediction.vram) total += b;
+    line(fmt::format("  VRAM by account ({} of {} budget)", bytes(double(total)), bytes(double(p.gpu_budget_bytes))));
+    for (auto& [account, b] : p.prediction.vram)
+      line(fmt::format("    {:<17} {} {:>11} {:5.1f}%", account,
+                       bar(double(b) / double(std::max<uint64_t>(p.gpu_budget_bytes, 1)), 40), bytes(double(b)),
+                       100.0 * double(b) / double(std::max<uint64_t>(p.gpu_budget_bytes, 1))));
+  }
   line("");
   line("why");
   for (auto& r : p.rationale) {

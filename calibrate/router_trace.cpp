@@ -1,19 +1,22 @@
 // calibrate/router_trace.cpp — measure_model_profile: load a model, size every weight class from what was loaded,
 // and for MoE models record which experts each layer's router picks for the calibration prompts.
 //
-// How routing is observed without a hook in the forward pass: the expert cache is configured with no resident
-// experts, exactly layers * top_k LRU slots and prefetch off. One decode step requests exactly top_k distinct
-// experts per layer, layers * top_k keys in all, each touched during that step; true LRU then holds exactly those
-// keys afterwards, so after every step the cache's contents (ExpertCache::cached) are that token's routing.
-// Every layer must show exactly top_k cached experts; a step where it does not is an error, not a guess.
+// Routing is read through MoeBlock's routing observer, token by token. Afterwards the decode costs the planner needs
+// are timed on this model (ModelTiming): a decode step with fixed routing whose experts are all in memory, one
+// expert's matvecs, the router, and a miss, at each thread count asked for. The step minus its experts is the
+// per-step fixed cost (dense weights, norms, attention, routing bookkeeping, thread-pool dispatch) of this model's
+// shapes on this machine; nothing is a constant guessed elsewhere.
 #include <algorithm>
 #include <chrono>
+#include <numeric>
+#include <optional>
 #include <fstream>
 #include <sstream>
 
 #include "calibrate/model_profile.h"
 #include "runtime/engine/forward.h"
 #include "runtime/engine/kv_cache.h"
+#include "runtime/engine/ops.h"
 #include "runtime/model/model.h"
 #include "runtime/tokenizer/tokenizer.h"
 
@@ -66,6 +69,111 @@ void measure_classes(const model::ModelWeights& m, ModelProfile& p) {
   if (shared) p.classes.push_back({"shared_expert", shared, shared});
 }
 
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Median seconds per call of fn over repeats until `budget` seconds pass (at least 3 after one warm-up call).
+template <class Fn>
+double median_seconds(double budget, Fn fn) {
+  fn();
+  std::vector<double> samples;
+  const auto start = Clock::now();
+  while (samples.size() < 3 || seconds_since(start) < budget) {
+    const auto t = Clock::now();
+    fn();
+    samples.push_back(seconds_since(t));
+    if (samples.size() >= 10000) break;
+  }
+  std::nth_element(samples.begin(), samples.begin() + long(samples.size() / 2), samples.end());
+  return samples[samples.size() / 2];
+}
+
+// Decode costs of this model at `threads` (see the file comment). The cache holds layers * top_k slots, so the
+// fixed routing (experts 0..top_k-1 of every layer) stays in memory after its first step.
+ModelTiming time_decode(const model::ModelWeights& m, tiering::Ledger& ledger, int threads, double budget) {
+  const auto& c = m.config;
+  const int64_t L = c.num_layers, k = c.num_experts_per_tok, E = c.num_experts, H = c.hidden_size;
+  kernels::ThreadPool pool(threads);
+  ModelTiming t;
+  t.threads = pool.size();
+  tiering::ExpertCache& cache = m.experts->cache();
+  const int64_t context = 64;
+  {
+    engine::Forward forward(m, pool, ledger, 1, context);
+    forward.moe()->set_prefetch(false);
+    forward.moe()->set_routing_override([k](int64_t, int64_t, std::span<int32_t> ids, std::span<float> weights) {
+      for (int64_t j = 0; j < k; ++j) {
+        ids[size_t(j)] = int32_t(j);
+        weights[size_t(j)] = 1.0f / float(k);
+      }
+    });
+    std::vector<float> logits(size_t(c.vocab_size));
+    std::optional<engine::KVCache> kv;
+    int64_t pos = context;
+    const int32_t token = 1 % int32_t(c.vocab_size);
+    t.step_seconds = median_seconds(budget, [&] {
+      if (pos + 1 >= context) {  // a fresh sequence every context - 1 steps: attention stays short, as traced
+        kv.reset();
+        kv.emplace(c, context, ledger);
+        pos = 0;
+      }
+      forward.run(std::span(&token, 1), pos++, *kv, logits.data());
+    });
+  }
+
+  // One expert on one row, cycling over every cached (layer, expert): the weights stream from RAM as in decode.
+  const int64_t I = c.moe_intermediate_size;
+  std::vector<float> x(static_cast<size_t>(H), 0.25f), ffn(static_cast<size_t>(2 * I));
+  std::vector<float> act(static_cast<size_t>(I)), out(static_cast<size_t>(H)), router(static_cast<size_t>(E));
+  int64_t layer = 0, j = 0;
+  t.expert_seconds = median_seconds(budget, [&] {
+    const int32_t e = int32_t(j);
+    cache.request(layer, std::span(&e, 1));
+    const tiering::ExpertViews v = cache.acquire(layer, e);
+    kernels::matvec(v.gate_up, x.data(), ffn.data(), pool);
+    engine::silu_gate(ffn.data(), I, act.data());
+    kernels::matvec(v.down, act.data(), out.data(), pool);
+    cache.release(layer, e);
+    if (++j == k) {
+      j = 0;
+      layer = (layer + 1) % L;
+    }
+  });
+  std::vector<int32_t> order(static_cast<size_t>(E));
+  layer = 0;
+  t.router_seconds = median_seconds(budget, [&] {
+    kernels::matvec(m.layers[size_t(layer)].router.view, x.data(), router.data(), pool);
+    engine::softmax(router.data(), E);
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int32_t a, int32_t b) { return router[size_t(a)] > router[size_t(b)]; });
+    layer = (layer + 1) % L;
+  });
+
+  // Misses: experts not in memory, one alone and top_k together (their reads overlap), from rotating layers.
+  if (E > 2 * k) {
+    auto not_cached = [&](int64_t l, int64_t count) {
+      std::vector<int32_t> ids;
+      for (int32_t e = 0; e < E && int64_t(ids.size()) < count; ++e)
+        if (!cache.cached(l, e)) ids.push_back(e);
+      return ids;
+    };
+    auto miss = [&](int64_t count) {
+      const std::vector<int32_t> ids = not_cached(layer, count);
+      cache.request(layer, ids);
+      for (int32_t e : ids) cache.acquire(layer, e);
+      for (int32_t e : ids) cache.release(layer, e);
+      layer = (layer + 1) % L;
+      return double(ids.size());
+    };
+    double n = 1;
+    t.miss_seconds = median_seconds(budget / 2, [&] { n = miss(1); }) / n;
+    t.miss_batch_seconds = median_seconds(budget / 2, [&] { n = miss(k); }) / n;
+  }
+  return t;
+}
+
 }  // namespace
 
 ModelProfile measure_model_profile(const fs::path& dir, const ModelProfileOptions& options) {
@@ -102,6 +210,7 @@ ModelProfile measure_model_profile(const fs::path& dir, const ModelProfileOption
   p.expert_staging_bytes = store.staging_bytes();
   p.expert_conversion_bytes = store.conversion_bytes();
   p.packed_experts = store.encoding() == tiering::ExpertEncoding::packed;
+  p.load_scratch_bytes = std::max<uint64_t>(p.load_scratch_bytes, store.staging_bytes());
   p.classes.push_back({"experts", p.total_expert_bytes(), uint64_t(p.moe_layers * p.top_k) * p.expert_payload_bytes});
 
   // Router traces.
@@ -110,42 +219,46 @@ ModelProfile measure_model_profile(const fs::path& dir, const ModelProfileOption
   if (fs::exists(dir / "tokenizer.json")) tokenizer = tok::Tokenizer::load(dir);
   const int64_t context = options.max_tokens_per_prompt + 1;
   kernels::ThreadPool pool(options.threads);
-  engine::Forward forward(m, pool, ledger, 1, context);
-  forward.moe()->set_prefetch(false);
-  std::vector<float> logits(size_t(config.vocab_size));
   RouterTrace local;
   RouterTrace& trace = options.trace ? *options.trace : local;
   trace = RouterTrace{config.num_layers, config.num_experts, config.num_experts_per_tok, {}};
   const auto start = std::chrono::steady_clock::now();
   int64_t traced_prompts = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > options.max_seconds) break;
-    std::vector<int32_t> tokens;
-    if (tokenizer) {
-      tokens = tokenizer->encode(prompts[i], /*add_special_tokens=*/true);
-    } else {  // no tokenizer (synthetic models): bytes as token ids
-      for (unsigned char ch : prompts[i]) tokens.push_back(int32_t(ch % uint32_t(config.vocab_size)));
-    }
-    if (int64_t(tokens.size()) > options.max_tokens_per_prompt) tokens.resize(size_t(options.max_tokens_per_prompt));
-    engine::KVCache cache(config, context, ledger);
-    for (size_t t = 0; t < tokens.size(); ++t) {
-      forward.run(std::span(&tokens[t], 1), int64_t(t), cache, logits.data());
-      for (int64_t l = 0; l < config.num_layers; ++l) {
-        int64_t found = 0;
-        for (int32_t e = 0; e < config.num_experts; ++e)
-          if (tier.cache().cached(l, e)) {
-            trace.selections.push_back(e);
-            ++found;
-          }
-        if (found != config.num_experts_per_tok)
-          throw std::logic_error("router trace: layer " + std::to_string(l) + " shows " + std::to_string(found) +
-                                 " cached experts after a step, expected top_k = " +
-                                 std::to_string(config.num_experts_per_tok) + " (expert cache is not plain LRU?)");
+  {
+    engine::Forward forward(m, pool, ledger, 1, context);
+    forward.moe()->set_prefetch(false);
+    // One token per step: each layer's routing arrives once per step, layers in order, top_k ids each.
+    std::vector<int32_t> step(size_t(config.num_layers * config.num_experts_per_tok));
+    forward.moe()->set_routing_observer([&](int64_t layer, int64_t n, std::span<const int32_t> ids) {
+      if (n != 1 || int64_t(ids.size()) != config.num_experts_per_tok)
+        throw std::logic_error("router trace: expected one row of top_k experts per layer and step");
+      std::copy(ids.begin(), ids.end(), step.begin() + layer * config.num_experts_per_tok);
+    });
+    std::vector<float> logits(size_t(config.vocab_size));
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > options.max_seconds) break;
+      std::vector<int32_t> tokens;
+      if (tokenizer) {
+        tokens = tokenizer->encode(prompts[i], /*add_special_tokens=*/true);
+      } else {  // no tokenizer (synthetic models): bytes as token ids
+        for (unsigned char ch : prompts[i]) tokens.push_back(int32_t(ch % uint32_t(config.vocab_size)));
       }
+      if (int64_t(tokens.size()) > options.max_tokens_per_prompt) tokens.resize(size_t(options.max_tokens_per_prompt));
+      engine::KVCache cache(config, context, ledger);
+      for (size_t t = 0; t < tokens.size(); ++t) {
+        forward.run(std::span(&tokens[t], 1), int64_t(t), cache, logits.data());
+        trace.selections.insert(trace.selections.end(), step.begin(), step.end());
+      }
+      ++traced_prompts;
+      if (options.progress) options.progress("router traces", i + 1, prompts.size());
     }
-    ++traced_prompts;
-    if (options.progress) options.progress("router traces", i + 1, prompts.size());
   }
+  for (size_t i = 0; i < options.timing_threads.size(); ++i) {
+    if (options.progress) options.progress("decode timings", i, options.timing_threads.size());
+    p.timings.push_back(time_decode(m, ledger, options.timing_threads[i], options.timing_seconds));
+  }
+  if (options.progress && !options.timing_threads.empty())
+    options.progress("decode timings", options.timing_threads.size(), options.timing_threads.size());
   p.expert_frequency = frequencies(trace);
   p.traced_prompts = traced_prompts;
   p.traced_tokens = trace.tokens();

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "calibrate/probes.h"
+#include "runtime/gpu/gpu_probe.h"
 
 namespace tierlm::calibrate {
 
@@ -149,10 +150,29 @@ MemoryInfo probe_memory(const SystemPaths& paths) {
   return m;
 }
 
-GpuInfo probe_gpu(const ProbeOptions&) {
+GpuInfo probe_gpu(const ProbeOptions& options) {
   GpuInfo g;
-  g.present = false;
-  g.reason = "no GPU backend in this build (tierlm was built without CUDA)";
+  if (!gpu::gpu_available()) {
+    g.reason = gpu::gpu_unavailable_reason();
+    if (g.reason.empty()) g.reason = "no usable GPU";
+    return g;
+  }
+  try {
+    const std::optional<gpu::GpuProbe> probe = gpu::probe_gpu(options.quick);
+    if (!probe) {
+      g.reason = "GPU probe returned nothing: " + gpu::gpu_unavailable_reason();
+      return g;
+    }
+    g.present = true;
+    g.name = probe->name;
+    g.memory = probe->total_bytes;
+    g.free_memory = probe->free_bytes;
+    g.h2d_gbs = probe->h2d_pinned_bytes_per_second / 1e9;
+    g.memory_gbs = probe->d2d_bytes_per_second / 1e9;
+  } catch (const std::exception& e) {  // a broken driver must not stop calibration: plan for the CPU, say why
+    g = GpuInfo{};
+    g.reason = std::string("GPU probe failed: ") + e.what();
+  }
   return g;
 }
 
@@ -163,7 +183,9 @@ DeviceProfile probe_device_identity(const std::string& storage_dir) {
   p.topology = probe_topology();
   p.memory = probe_memory();
   p.storage = probe_storage_identity(storage_dir);
-  p.gpu = probe_gpu({});
+  ProbeOptions quick;
+  quick.quick = true;
+  p.gpu = probe_gpu(quick);  // the name is part of the fingerprint
   return p;
 }
 

@@ -39,6 +39,7 @@ struct RunOptions {
   double mem_budget_gib = 0;  // 0: unlimited
   bool ignore_eos = false;
   int64_t gpu_layers = 0;  // layers [0, n) on the GPU (CUDA builds); more than the model has: all of them
+  gpu::GpuOptions gpu_plan;  // the plan's VRAM expert set and device KV codec, when the plan chose gpu_layers
   std::string kv_codec = "f32";
   std::string wisdom;                         // wisdom file ("" : the XDG default)
   std::string on_missing_wisdom = "calibrate";  // or "refuse"
@@ -60,13 +61,17 @@ RunOptions with_plan(RunOptions o, const CLI::App& cmd, model::LoadOptions& load
   if (!cmd.count("--prefill-chunk")) o.prefill_chunk = plan.prefill_chunk;
   if (!cmd.count("--mem-budget")) o.mem_budget_gib = double(plan.budget_bytes) / double(1ull << 30);
   if (!cmd.count("--kv-codec")) o.kv_codec = plan.kv_codec;
+  if (!cmd.count("--gpu-layers")) {
+    o.gpu_layers = plan.gpu_layers;
+    o.gpu_plan = calibrate::gpu_options(plan);
+  }
   if (resolved.entry.model.moe()) load.experts = calibrate::expert_tier_options(plan);
   calibrate::set_active_plan(resolved.entry);
   std::fprintf(stderr, "wisdom: plan %s/%s: %d threads, prefill chunk %lld, KV %s, budget %.2f GiB, %lld resident "
-               "experts, %lld cache slots (predicted %.1f tok/s)\n",
+               "experts, %lld cache slots, %lld GPU layers (predicted %.1f tok/s)\n",
                plan.device_fingerprint.c_str(), plan.model_fingerprint.c_str(), o.threads, (long long)o.prefill_chunk,
                o.kv_codec.c_str(), o.mem_budget_gib, (long long)plan.resident_count(), (long long)plan.cache_slots,
-               plan.prediction.decode_tokens_per_second);
+               (long long)o.gpu_layers, plan.prediction.decode_tokens_per_second);
   return o;
 }
 
@@ -89,7 +94,7 @@ void run(const RunOptions& given, const CLI::App& cmd) {
   kv::set_default_codec(kv::parse_codec(o.kv_codec));  // the generator's cache takes the process default
   std::shared_ptr<gpu::GpuLayers> gpu_layers;
   if (o.gpu_layers > 0) {
-    gpu::GpuOptions gpu_options;
+    gpu::GpuOptions gpu_options = o.gpu_plan;
     gpu_options.layers = o.gpu_layers;
     gpu_layers = std::make_shared<gpu::GpuLayers>(weights, gpu_options, o.prefill_chunk, context);
     forward.use_gpu(gpu_layers);

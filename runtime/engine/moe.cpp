@@ -86,6 +86,7 @@ void MoeBlock::route(int64_t layer, const float* x, int64_t n) {
     multiply(L.router.view, x, n, logits, pool_);
     for (int64_t i = 0; i < n; ++i) top_k(logits + i * experts_, ids + i * k_, weights + i * k_);
   }
+  if (observer_) observer_(layer, n, std::span<const int32_t>(ids, size_t(n * k_)));
   for (int32_t e : used_) {
     expert_rows_[size_t(e)].clear();
     expert_weights_[size_t(e)].clear();

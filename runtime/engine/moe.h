@@ -23,6 +23,9 @@ class MoeBlock {
   // Fills one row's top-k expert ids and weights in place of the router (synthetic routing for benchmarks).
   using RoutingOverride =
       std::function<void(int64_t layer, int64_t row, std::span<int32_t> experts, std::span<float> weights)>;
+  // Sees each step's routing after the router (or the override) ran: n rows x top_k expert ids, row-major. For
+  // calibration's router traces; it must not keep the span.
+  using RoutingObserver = std::function<void(int64_t layer, int64_t n, std::span<const int32_t> experts)>;
 
   MoeBlock(const model::ModelWeights& weights, kernels::ThreadPool& pool, tiering::Ledger& ledger, int64_t max_rows);
 
@@ -30,6 +33,7 @@ class MoeBlock {
   void accumulate(int64_t layer, const float* x, int64_t n, float* hidden);
 
   void set_routing_override(RoutingOverride fn) { override_ = std::move(fn); }
+  void set_routing_observer(RoutingObserver fn) { observer_ = std::move(fn); }
   void set_prefetch(bool on) { prefetch_ = on; }
   bool prefetch() const { return prefetch_; }
 
@@ -47,6 +51,7 @@ class MoeBlock {
   bool renormalize_;
   bool prefetch_ = true;
   RoutingOverride override_;
+  RoutingObserver observer_;
   tiering::LedgerBuffer logits_, ids_, weights_, gathered_, ffn_, act_, out_, lookahead_;
   // Per expert: the rows (and their weights) that chose it in this step.
   std::vector<std::vector<int32_t>> expert_rows_;

@@ -60,7 +60,13 @@ void expect_sane(const DeviceProfile& d, const ModelProfile& m, const Plan& p) {
   EXPECT_LE(p.prediction.total_memory(), p.budget_bytes);
   EXPECT_GE(p.threads, 1);
   EXPECT_LE(p.threads, d.topology.cores);
-  EXPECT_EQ(p.gpu_layers, 0);
+  if (!d.gpu.present) {
+    EXPECT_EQ(p.gpu_layers, 0);  // GPU plans: tests/calibrate/gpu_planner_test.cpp
+  }
+  EXPECT_LE(p.gpu_layers, m.layers);
+  uint64_t vram = 0;
+  for (auto& [_, b] : p.prediction.vram) vram += b;
+  EXPECT_LE(vram, p.gpu_budget_bytes);
   EXPECT_FALSE(p.gpu_reason.empty());
   EXPECT_TRUE(std::set<std::string>({"f32", "f16", "q8", "turbo4", "turbo3"}).count(p.kv_codec)) << p.kv_codec;
   EXPECT_GE(p.prefill_chunk, 16);

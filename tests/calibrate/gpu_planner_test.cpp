@@ -1,0 +1,156 @@
+// GPU planning on synthetic device profiles: an 80 GB GPU takes every layer (and, for the MoE, every expert) within
+// its VRAM budget; a 6 GB GPU takes what fits; no GPU or --gpu-layers 0 keeps everything on the CPU with a reason.
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+
+#include "calibrate/apply_plan.h"
+#include "calibrate/planner.h"
+
+namespace tierlm::calibrate {
+namespace {
+
+const std::string kDevices = std::string(TIERLM_SOURCE_DIR) + "/profiles/devices/";
+
+DeviceProfile device(const std::string& name) { return load_device_profile(kDevices + name + ".json"); }
+
+ModelProfile qwen3_moe_30b() {
+  model::ModelConfig c;
+  c.model_type = "qwen3_moe";
+  c.arch = *model::find_architecture("qwen3_moe");
+  c.vocab_size = 151936;
+  c.hidden_size = 2048;
+  c.intermediate_size = 6144;
+  c.num_layers = 48;
+  c.num_heads = 32;
+  c.num_kv_heads = 4;
+  c.head_dim = 128;
+  c.max_position_embeddings = 40960;
+  c.num_experts = 128;
+  c.num_experts_per_tok = 8;
+  c.moe_intermediate_size = 768;
+  ModelProfile p = model_profile_from_config(c, kernels::WeightFormat::q8_0, kernels::WeightFormat::q4);
+  p.fingerprint = "qwen3moe30b";
+  // Skewed frequencies (each layer sums to top_k) so the VRAM set has something to choose.
+  for (auto& layer : p.expert_frequency) {
+    double sum = 0;
+    for (size_t e = 0; e < layer.size(); ++e) sum += layer[e] = 1.0 / double(e + 1);
+    for (auto& f : layer) f *= double(p.top_k) / sum;
+  }
+  return p;
+}
+
+ModelProfile llama_8b() {
+  model::ModelConfig c;
+  c.model_type = "llama";
+  c.arch = *model::find_architecture("llama");
+  c.vocab_size = 128256;
+  c.hidden_size = 4096;
+  c.intermediate_size = 14336;
+  c.num_layers = 32;
+  c.num_heads = 32;
+  c.num_kv_heads = 8;
+  c.head_dim = 128;
+  c.max_position_embeddings = 131072;
+  ModelProfile p = model_profile_from_config(c, kernels::WeightFormat::q4, kernels::WeightFormat::q4);
+  p.fingerprint = "llama8b";
+  return p;
+}
+
+uint64_t vram(const Plan& p) {
+  uint64_t t = 0;
+  for (auto& [_, b] : p.prediction.vram) t += b;
+  return t;
+}
+
+void expect_vram_within_budget(const DeviceProfile& d, const Plan& p) {
+  EXPECT_LE(vram(p), p.gpu_budget_bytes);
+  EXPECT_LE(p.gpu_budget_bytes + kGpuReserveBytes, d.gpu.memory);
+  EXPECT_LE(p.prediction.total_memory(), p.budget_bytes);
+}
+
+TEST(GpuPlanner, EightyGigabyteGpuRunsEveryLayerOfADenseModel) {
+  const DeviceProfile d = device("gpu-server-80gb");
+  const ModelProfile m = llama_8b();
+  const Plan p = make_plan(d, m, {});
+  EXPECT_EQ(p.gpu_layers, m.layers);
+  EXPECT_EQ(p.gpu_kv_codec, "f16");
+  expect_vram_within_budget(d, p);
+  EXPECT_GT(p.prediction.vram.at("weights"), 0u);
+  EXPECT_NE(p.gpu_reason.find("32 of 32 layers"), std::string::npos) << p.gpu_reason;
+  // The same machine without the GPU is predicted slower.
+  PlanRequest cpu_only;
+  cpu_only.gpu_layers = 0;
+  const Plan c = make_plan(d, m, cpu_only);
+  EXPECT_EQ(c.gpu_layers, 0);
+  EXPECT_TRUE(c.prediction.vram.empty());
+  EXPECT_GT(p.prediction.decode_tokens_per_second, 2 * c.prediction.decode_tokens_per_second);
+}
+
+TEST(GpuPlanner, EightyGigabyteGpuHoldsEveryExpertOfTheMoe) {
+  const DeviceProfile d = device("gpu-server-80gb");
+  const ModelProfile m = qwen3_moe_30b();
+  const Plan p = make_plan(d, m, {});
+  EXPECT_EQ(p.gpu_layers, m.layers);
+  EXPECT_EQ(p.gpu_resident_count(), m.moe_layers * m.experts);  // 18 GiB of q4 experts fit in 80 GB
+  EXPECT_DOUBLE_EQ(p.prediction.gpu_expert_hit_rate, 1.0);
+  EXPECT_EQ(p.gpu_expert_slots, 4 * m.top_k);
+  expect_vram_within_budget(d, p);
+  // The runtime side gets the same set.
+  const gpu::GpuOptions o = gpu_options(p);
+  EXPECT_EQ(o.layers, m.layers);
+  EXPECT_EQ(int64_t(o.resident_experts.size()), p.gpu_resident_count());
+  EXPECT_EQ(o.expert_slots, p.gpu_expert_slots);
+  EXPECT_EQ(o.vram_budget, p.gpu_budget_bytes);
+}
+
+TEST(GpuPlanner, SmallGpuTakesWhatFitsAndTheHottestExperts) {
+  const DeviceProfile d = device("desktop-16gb-gpu-6gb");
+  {
+    const ModelProfile m = llama_8b();
+    PlanRequest r;
+    r.context = 8192;
+    const Plan p = make_plan(d, m, r);
+    EXPECT_GT(p.gpu_layers, 0);
+    EXPECT_LE(p.gpu_layers, m.layers);
+    expect_vram_within_budget(d, p);
+  }
+  const ModelProfile m = qwen3_moe_30b();
+  const Plan p = make_plan(d, m, {});
+  EXPECT_GT(p.gpu_layers, 0);
+  expect_vram_within_budget(d, p);
+  EXPECT_GT(p.gpu_resident_count(), 0);
+  EXPECT_LT(p.gpu_resident_count(), int64_t(p.gpu_layers) * m.experts);  // 5 GiB cannot hold them all
+  EXPECT_LT(p.prediction.gpu_expert_hit_rate, 1.0);
+  // Frequencies fall with the expert id in every layer: each GPU layer's VRAM set is a prefix 0..n-1.
+  ASSERT_EQ(int64_t(p.gpu_resident_experts.size()), p.gpu_layers);
+  for (auto& layer : p.gpu_resident_experts)
+    for (size_t i = 0; i < layer.size(); ++i) EXPECT_EQ(layer[i], int32_t(i));
+}
+
+TEST(GpuPlanner, NoGpuOrZeroLayersKeepsTheCpuPlanWithAReason) {
+  const Plan p = make_plan(device("laptop-8gb"), qwen3_moe_30b(), {});
+  EXPECT_EQ(p.gpu_layers, 0);
+  EXPECT_FALSE(p.gpu_reason.empty());
+  EXPECT_TRUE(p.prediction.vram.empty());
+  EXPECT_EQ(gpu_options(p).layers, 0);
+  PlanRequest none;
+  none.gpu_layers = 0;
+  const Plan z = make_plan(device("gpu-server-80gb"), qwen3_moe_30b(), none);
+  EXPECT_EQ(z.gpu_layers, 0);
+  EXPECT_TRUE(z.gpu_resident_experts.empty());
+}
+
+TEST(GpuPlanner, GpuDecisionsRoundTripThroughJson) {
+  const Plan p = make_plan(device("desktop-16gb-gpu-6gb"), qwen3_moe_30b(), {});
+  const Plan q = plan_from_json(boost::json::parse(boost::json::serialize(to_json(p))));
+  EXPECT_EQ(q.gpu_layers, p.gpu_layers);
+  EXPECT_EQ(q.gpu_resident_experts, p.gpu_resident_experts);
+  EXPECT_EQ(q.gpu_expert_slots, p.gpu_expert_slots);
+  EXPECT_EQ(q.gpu_kv_codec, p.gpu_kv_codec);
+  EXPECT_EQ(q.gpu_budget_bytes, p.gpu_budget_bytes);
+  EXPECT_EQ(q.prediction.vram, p.prediction.vram);
+}
+
+}  // namespace
+}  // namespace tierlm::calibrate

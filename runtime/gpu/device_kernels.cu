@@ -1,7 +1,10 @@
 // runtime/gpu/device_kernels.cu — the CUDA kernels of the GPU layers (see device_kernels.cuh for the contract).
-// Matvec is memory-bound: one block of 8 warps per output unit (a dense row, or a 16-row panel of a packed weight),
-// the warps splitting the columns, each lane reading 16 bytes per step with several steps' loads issued before use,
-// partial sums reduced in shared memory (deterministic: no atomics).
+// Matvec is memory-bound. Decode (one x row) of f16/bf16: a block of 8 warps per 4-8 rows, x in registers, every
+// lane streaming 16-byte words of several rows at once (dense_rows_matvec; RMSNorm or the SiLU gate fused into its
+// x load). Otherwise one block of 8 warps per output unit (8 dense rows, or a 16-row panel of a packed weight), the
+// warps splitting the columns, each lane reading 16 bytes per step with several steps' loads issued before use.
+// Partial sums are reduced in shared memory (deterministic: no atomics). Attention is split over positions
+// (flash-decoding) with a small combine.
 #include "runtime/gpu/device_kernels.cuh"
 
 #include <cuda_bf16.h>
@@ -109,10 +112,10 @@ __global__ void __launch_bounds__(kThreads) dense_matvec(MatrixRef w, const floa
 
 // One block per 16-row panel. A step of one lane: 16 bytes = 4 rows x 4 columns (8-bit) or 4 rows x 8 columns
 // (4-bit: quad c in the low nibbles, quad c+4 in the high ones). Lanes with the same (lane % 4) share rows.
-template <int NX, int BITS>
-__global__ void __launch_bounds__(kThreads) packed_matvec(MatrixRef w, const float* __restrict__ x, int64_t ldx,
+template <int NX, int BITS, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32) packed_matvec(MatrixRef w, const float* __restrict__ x, int64_t ldx,
                                                           float* __restrict__ y, int64_t ldy, bool accumulate) {
-  __shared__ float shared[kWarps * NX * 16];  // [warp][x row][16 panel rows]
+  __shared__ float shared[WARPS * NX * 16];  // [warp][x row][16 panel rows]
   const int64_t panel = blockIdx.x;
   const int64_t cols = w.cols, groups = cols / w.group_size;
   const uint8_t* data = static_cast<const uint8_t*>(w.data) + panel * cols * 16 * BITS / 8;
@@ -121,16 +124,16 @@ __global__ void __launch_bounds__(kThreads) packed_matvec(MatrixRef w, const flo
   // A "unit" is 16 bytes of one lane; units are numbered so consecutive threads read consecutive bytes.
   const int64_t units = cols * 16 * BITS / 8 / 16;
   float acc[NX][4] = {};
-  for (int64_t u0 = threadIdx.x; u0 < units; u0 += int64_t(kThreads) * kUnroll) {
+  for (int64_t u0 = threadIdx.x; u0 < units; u0 += int64_t((WARPS * 32)) * kUnroll) {
     uint4 raw[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t unit = u0 + int64_t(u) * kThreads;
+      const int64_t unit = u0 + int64_t(u) * (WARPS * 32);
       if (unit < units) raw[u] = *reinterpret_cast<const uint4*>(data + unit * 16);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t unit = u0 + int64_t(u) * kThreads;
+      const int64_t unit = u0 + int64_t(u) * (WARPS * 32);
       if (unit >= units) break;
       const uint32_t words[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};  // word t: row 4j+t
       int64_t c_lo, c_hi = 0;
@@ -185,7 +188,7 @@ __global__ void __launch_bounds__(kThreads) packed_matvec(MatrixRef w, const flo
   if (threadIdx.x < NX * 16) {
     const int i = threadIdx.x / 16, r = threadIdx.x % 16;
     float total = 0;
-    for (int k = 0; k < kWarps; ++k) total += shared[((k * NX + i) * 4 + r / 4) * 4 + r % 4];
+    for (int k = 0; k < WARPS; ++k) total += shared[((k * NX + i) * 4 + r / 4) * 4 + r % 4];
     const int64_t row = panel * 16 + r;
     if (row < w.rows) {
       float& out = y[i * ldy + row];
@@ -200,11 +203,19 @@ void launch_matvec(const MatrixRef& w, const float* x, int64_t ldx, float* y, in
   if (w.format <= 2) {
     dense_matvec<NX><<<unsigned((w.rows + kWarps - 1) / kWarps), kThreads, 0, stream>>>(w, x, ldx, y, ldy, accumulate);
   } else {
+    // Few panels (a short, wide matrix such as down): 32 warps a block, so the SMs still have loads enough in flight.
     const unsigned panels = unsigned((w.rows + 15) / 16);
+    if constexpr (NX == 1) {
+      if (panels < 2 * 132) {
+        if (w.bits == 8) packed_matvec<1, 8, 32><<<panels, 1024, 0, stream>>>(w, x, ldx, y, ldy, accumulate);
+        else packed_matvec<1, 4, 32><<<panels, 1024, 0, stream>>>(w, x, ldx, y, ldy, accumulate);
+        return;
+      }
+    }
     if (w.bits == 8)
-      packed_matvec<NX, 8><<<panels, kThreads, 0, stream>>>(w, x, ldx, y, ldy, accumulate);
+      packed_matvec<NX, 8, kWarps><<<panels, kThreads, 0, stream>>>(w, x, ldx, y, ldy, accumulate);
     else
-      packed_matvec<NX, 4><<<panels, kThreads, 0, stream>>>(w, x, ldx, y, ldy, accumulate);
+      packed_matvec<NX, 4, kWarps><<<panels, kThreads, 0, stream>>>(w, x, ldx, y, ldy, accumulate);
   }
 }
 
@@ -258,6 +269,131 @@ __device__ float block_max(float v, float* shared /* 32 */) {
   float t = -INFINITY;
   for (int k = 0; k < warps; ++k) t = fmaxf(t, shared[k]);
   return t;
+}
+
+// Eight f16/bf16 elements of a 16-byte word as floats.
+__device__ __forceinline__ void widen8(const uint4 raw, int format, float* out) {
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if (format == 1) {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&words[k]));
+      out[2 * k] = f.x;
+      out[2 * k + 1] = f.y;
+    } else {
+      out[2 * k] = __uint_as_float(words[k] << 16);
+      out[2 * k + 1] = __uint_as_float(words[k] & 0xffff0000u);
+    }
+  }
+}
+
+// One x row (decode) of an f16/bf16 weight with K <= 8 * 256 * CH columns: a block of 256 threads takes R rows;
+// thread t owns the 8-column chunks t, t + 256, ... of every row, so its slice of x is loaded (and transformed)
+// once into registers, and a row costs it CH 16-byte streaming loads; RU rows' loads are issued before any is
+// used. XMODE 0: x as is; 1: x rms-normed by norm_weight (the threads cover x exactly once, so the sum of squares
+// comes free); 2: x = silu(gate) * up of a [gate | up] row of width 2K (the silu_gate kernel's formula). Partial
+// sums: warp shuffles, then the 8 warps in shared memory (deterministic).
+template <int CH, int R, int XMODE>
+__global__ void __launch_bounds__(kThreads) dense_rows_matvec(MatrixRef w, const float* __restrict__ x,
+                                                              const float* __restrict__ norm_weight, float eps,
+                                                              float* __restrict__ y, bool accumulate) {
+  __shared__ float shared[kWarps * R];
+  __shared__ float reduce[32];
+  const int64_t cols = w.cols, chunks = cols / 8;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float xr[CH][8];
+  float squares = 0;
+#pragma unroll
+  for (int c = 0; c < CH; ++c) {
+    const int64_t chunk = threadIdx.x + int64_t(c) * kThreads;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) xr[c][e] = 0.0f;
+    if (chunk >= chunks) continue;
+    if (XMODE == 2) {
+      float g[8], u[8];
+      load8(x, 0, chunk * 8, g);
+      load8(x, 0, cols + chunk * 8, u);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) xr[c][e] = g[e] / (1.0f + expf(-g[e])) * u[e];
+    } else {
+      load8(x, 0, chunk * 8, xr[c]);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) squares += xr[c][e] * xr[c][e];
+    }
+  }
+  if (XMODE == 1) {
+    const float inv = rsqrtf(block_sum(squares, reduce) / float(cols) + eps);
+#pragma unroll
+    for (int c = 0; c < CH; ++c) {
+      const int64_t chunk = threadIdx.x + int64_t(c) * kThreads;
+      if (chunk >= chunks) continue;
+      float nw[8];
+      load8(norm_weight, 0, chunk * 8, nw);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) xr[c][e] = nw[e] * (xr[c][e] * inv);
+    }
+  }
+  constexpr int RU = (8 / CH) > R ? R : ((8 / CH) < 1 ? 1 : 8 / CH);
+  const int64_t row0 = int64_t(blockIdx.x) * R;
+  const uint4* base = static_cast<const uint4*>(w.data);  // a row is `chunks` words
+#pragma unroll
+  for (int r0 = 0; r0 < R; r0 += RU) {
+    uint4 raw[RU][CH];
+#pragma unroll
+    for (int r = 0; r < RU; ++r) {
+      const int64_t row = min(row0 + r0 + r, w.rows - 1);  // a clamped row is read but never written
+#pragma unroll
+      for (int c = 0; c < CH; ++c) {
+        const int64_t chunk = threadIdx.x + int64_t(c) * kThreads;
+        raw[r][c] = chunk < chunks ? __ldcs(base + row * chunks + chunk) : make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < RU; ++r) {
+      float acc = 0;
+#pragma unroll
+      for (int c = 0; c < CH; ++c) {
+        float wv[8];
+        widen8(raw[r][c], w.format, wv);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc += wv[e] * xr[c][e];
+      }
+      acc = warp_sum(acc);
+      if (lane == 0) shared[warp * R + r0 + r] = acc;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < R && row0 + threadIdx.x < w.rows) {
+    float total = 0;
+#pragma unroll
+    for (int k = 0; k < kWarps; ++k) total += shared[k * R + threadIdx.x];
+    float& out = y[row0 + threadIdx.x];
+    out = accumulate ? out + total : total;
+  }
+}
+
+template <int CH, int XMODE>
+void launch_dense_rows(const MatrixRef& w, const float* x, const float* norm_weight, float eps, float* y,
+                       bool accumulate, cudaStream_t stream) {
+  // 8 rows a block: x (f32) is re-read from L2 once per block, a quarter of the weight bytes; fewer rows only
+  // where 8 would leave some of the 132 SMs without a block.
+  if (w.rows >= 8 * 132) {
+    dense_rows_matvec<CH, 8, XMODE><<<unsigned((w.rows + 7) / 8), kThreads, 0, stream>>>(w, x, norm_weight, eps, y,
+                                                                                        accumulate);
+  } else {
+    dense_rows_matvec<CH, 4, XMODE><<<unsigned((w.rows + 3) / 4), kThreads, 0, stream>>>(w, x, norm_weight, eps, y,
+                                                                                        accumulate);
+  }
+}
+
+template <int XMODE>
+void launch_dense_rows_any(const MatrixRef& w, const float* x, const float* norm_weight, float eps, float* y,
+                           bool accumulate, cudaStream_t stream) {
+  const int64_t per_thread = (w.cols / 8 + kThreads - 1) / kThreads;
+  if (per_thread <= 1) launch_dense_rows<1, XMODE>(w, x, norm_weight, eps, y, accumulate, stream);
+  else if (per_thread <= 2) launch_dense_rows<2, XMODE>(w, x, norm_weight, eps, y, accumulate, stream);
+  else if (per_thread <= 4) launch_dense_rows<4, XMODE>(w, x, norm_weight, eps, y, accumulate, stream);
+  else launch_dense_rows<8, XMODE>(w, x, norm_weight, eps, y, accumulate, stream);
 }
 
 __global__ void rms_norm_kernel(const float* x, int64_t ldx, const float* weight, int64_t cols, int64_t width,
@@ -354,77 +490,115 @@ __device__ __forceinline__ float kv_load(const KvRef& kv, bool key, int64_t at, 
   return float(q) * (key ? kv.key_scales : kv.value_scales)[at * (hd / block) + j / block];
 }
 
-constexpr int kAttentionThreads = 256;
-constexpr int kAttentionWarps = kAttentionThreads / 32;
 constexpr int kMaxHeadDim = 256;
 
-// Block per (row, q head), 8 warps. Scores: one thread per position, reading that position's key row whole (16
-// bytes at a time) against q in shared memory; softmax over the block; values: warp w takes positions w, w+8, ...,
-// lane l dims l, l+32, ... (a warp reads one value row coalesced per position), then the warps' partial sums are
-// added in shared memory. Each position's loads are independent, so many are in flight at once.
-__global__ void __launch_bounds__(kAttentionThreads) attention_kernel(const float* qkv, QkvParams p,
-                                                                     const int32_t* positions, const KvRef* caches,
-                                                                     const int32_t* cache_of_row, int64_t max_len,
-                                                                     float* scores, float* out) {
+constexpr int kSplitThreads = 128;
+constexpr int kSplitWarps = kSplitThreads / 32;
+
+// Positions per block of the split attention: 64, more only where max_len would need over 256 blocks per head.
+int64_t attention_chunk(int64_t max_len) {
+  int64_t chunk = 64;
+  while ((max_len + chunk - 1) / chunk > 256) chunk *= 2;
+  return chunk;
+}
+
+// Flash-decoding: block per (row, q head, chunk of positions). Scores: one thread per position (its key row read
+// whole, 16 bytes at a time, against q in shared memory); the chunk's max and exp-sum; values: warp w takes
+// positions w, w+4, ..., lane l dims l, l+32, ...; the unnormalized sums, the max and the exp-sum go to `partial`
+// [row][head][chunk][hd + 2]. A grid sized from max_len keeps the launch the same across steps (CUDA graphs);
+// chunks past the row's length return at once.
+__global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(const float* qkv, QkvParams p,
+                                                                       const int32_t* positions, const KvRef* caches,
+                                                                       const int32_t* cache_of_row, int64_t chunk,
+                                                                       int64_t chunks, float* partial) {
   __shared__ float shared[32];
-  extern __shared__ float dynamic[];  // q[hd], then partial[warps][hd]
+  extern __shared__ float dynamic[];  // q[hd], scores[chunk], sums[warps][hd]
+  const int64_t hd = p.head_dim;
   float* q = dynamic;
-  float* partial = dynamic + p.head_dim;
-  const int64_t row = blockIdx.x / p.heads, h = blockIdx.x % p.heads;
-  const int64_t hd = p.head_dim, group = p.heads / p.kv_heads, kvh = h / group;
+  float* sc = dynamic + hd;
+  float* sums = sc + chunk;
+  const int64_t head_row = blockIdx.x / chunks, part = blockIdx.x % chunks;
+  const int64_t row = head_row / p.heads, h = head_row % p.heads;
+  const int64_t len = int64_t(positions[row]) + 1;
+  const int64_t t0 = part * chunk, t1 = min(len, t0 + chunk);
+  if (t0 >= len) return;
+  const int64_t group = p.heads / p.kv_heads, kvh = h / group;
   const int64_t stride = (p.heads + 2 * p.kv_heads) * hd;
   const KvRef kv = caches[cache_of_row[row]];
-  const int64_t len = int64_t(positions[row]) + 1;
   const float scale = rsqrtf(float(hd));
   for (int64_t j = threadIdx.x; j < hd; j += blockDim.x) q[j] = qkv[row * stride + h * hd + j] * scale;
   __syncthreads();
-  float* sc = scores + (row * p.heads + h) * max_len;
   float local_max = -INFINITY;
-  for (int64_t t = threadIdx.x; t < len; t += blockDim.x) {
+  for (int64_t t = t0 + threadIdx.x; t < t1; t += blockDim.x) {
     const int64_t at = t * p.kv_heads + kvh;
     float s = 0;
-    for (int64_t j = 0; j < hd; j += 8) {
+#pragma unroll 4
+    for (int64_t j = 0; j < hd; j += 8) {  // several 16-byte loads of the key row in flight
       float k[8];
       kv_load8(kv, true, at, hd, j, k);
 #pragma unroll
       for (int e = 0; e < 8; ++e) s += q[j + e] * k[e];
     }
-    sc[t] = s;
+    sc[t - t0] = s;
     local_max = fmaxf(local_max, s);
   }
   const float mx = block_max(local_max, shared);
   float sum = 0;
-  for (int64_t t = threadIdx.x; t < len; t += blockDim.x) {
-    const float e = __expf(sc[t] - mx);
-    sc[t] = e;
+  for (int64_t t = t0 + threadIdx.x; t < t1; t += blockDim.x) {
+    const float e = __expf(sc[t - t0] - mx);
+    sc[t - t0] = e;
     sum += e;
   }
   sum = block_sum(sum, shared);
-  __syncthreads();  // every sc[t] written before any thread reads another's
+  __syncthreads();  // every score written before any thread reads another's
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   constexpr int kDims = kMaxHeadDim / 32;
   float acc[kDims] = {};
 #pragma unroll 4
-  for (int64_t t = warp; t < len; t += kAttentionWarps) {
-    const float w = sc[t];
+  for (int64_t t = t0 + warp; t < t1; t += kSplitWarps) {
+    const float wt = sc[t - t0];
     const int64_t at = t * p.kv_heads + kvh;
 #pragma unroll
     for (int d = 0; d < kDims; ++d) {
       const int64_t j = lane + 32 * d;
-      if (j < hd) acc[d] += w * kv_load(kv, false, at, hd, j);
+      if (j < hd) acc[d] += wt * kv_load(kv, false, at, hd, j);
     }
   }
 #pragma unroll
   for (int d = 0; d < kDims; ++d) {
     const int64_t j = lane + 32 * d;
-    if (j < hd) partial[warp * hd + j] = acc[d];
+    if (j < hd) sums[warp * hd + j] = acc[d];
   }
   __syncthreads();
-  const float inv = 1.0f / sum;
+  float* out = partial + blockIdx.x * (hd + 2);
   for (int64_t j = threadIdx.x; j < hd; j += blockDim.x) {
     float total = 0;
-    for (int k = 0; k < kAttentionWarps; ++k) total += partial[k * hd + j];
-    out[row * p.heads * hd + h * hd + j] = total * inv;
+    for (int k = 0; k < kSplitWarps; ++k) total += sums[k * hd + j];
+    out[j] = total;
+  }
+  if (threadIdx.x == 0) {
+    out[hd] = mx;
+    out[hd + 1] = sum;
+  }
+}
+
+// Block per (row, q head): out = sum_c e^(m_c - M) acc_c / sum_c e^(m_c - M) l_c over the row's live chunks.
+__global__ void attention_combine_kernel(QkvParams p, const int32_t* positions, int64_t chunk, int64_t chunks,
+                                         const float* partial, float* out) {
+  const int64_t head_row = blockIdx.x, row = head_row / p.heads, hd = p.head_dim;
+  const int64_t live = (int64_t(positions[row]) + 1 + chunk - 1) / chunk;
+  const float* base = partial + head_row * chunks * (hd + 2);
+  float m = -INFINITY;
+  for (int64_t c = 0; c < live; ++c) m = fmaxf(m, base[c * (hd + 2) + hd]);
+  for (int64_t j = threadIdx.x; j < hd; j += blockDim.x) {
+    float num = 0, den = 0;
+    for (int64_t c = 0; c < live; ++c) {
+      const float* part = base + c * (hd + 2);
+      const float f = __expf(part[hd] - m);
+      num += f * part[j];
+      den += f * part[hd + 1];
+    }
+    out[head_row * hd + j] = num / den;
   }
 }
 
@@ -471,8 +645,25 @@ unsigned blocks_for(int64_t count, int threads = 256) { return unsigned((count +
 
 }  // namespace
 
+bool dense_fusable(const MatrixRef& w) {
+  return (w.format == 1 || w.format == 2) && w.cols % 8 == 0 && w.cols <= 8 * kThreads * 8;
+}
+
+void matvec_normed(const MatrixRef& w, const float* x, const float* norm_weight, float eps, float* y,
+                   bool accumulate, cudaStream_t stream) {
+  launch_dense_rows_any<1>(w, x, norm_weight, eps, y, accumulate, stream);
+}
+
+void matvec_gated(const MatrixRef& w, const float* gate_up, float* y, bool accumulate, cudaStream_t stream) {
+  launch_dense_rows_any<2>(w, gate_up, nullptr, 0.0f, y, accumulate, stream);
+}
+
 void matvec(const MatrixRef& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy, bool accumulate,
             cudaStream_t stream) {
+  if (n == 1 && dense_fusable(w)) {
+    launch_dense_rows_any<0>(w, x, nullptr, 0.0f, y, accumulate, stream);
+    return;
+  }
   switch (n) {
     case 1: launch_matvec<1>(w, x, ldx, y, ldy, accumulate, stream); break;
     case 2: launch_matvec<2>(w, x, ldx, y, ldy, accumulate, stream); break;
@@ -509,11 +700,18 @@ void qkv_rope_store(float* qkv, int64_t rows, const QkvParams& p, const int32_t*
   rope_store_kernel<<<unsigned(blocks), 128, 0, stream>>>(qkv, p, positions, caches, cache_of_row);
 }
 
+int64_t attention_scratch_floats(int64_t rows, const QkvParams& p, int64_t max_len) {
+  const int64_t chunk = attention_chunk(max_len);
+  return rows * p.heads * ((max_len + chunk - 1) / chunk) * (p.head_dim + 2);
+}
+
 void attention(const float* qkv, int64_t rows, const QkvParams& p, const int32_t* positions, const KvRef* caches,
-               const int32_t* cache_of_row, int64_t max_len, float* scores, float* out, cudaStream_t stream) {
-  attention_kernel<<<unsigned(rows * p.heads), kAttentionThreads,
-                     size_t(p.head_dim) * (1 + kAttentionWarps) * sizeof(float), stream>>>(
-      qkv, p, positions, caches, cache_of_row, max_len, scores, out);
+               const int32_t* cache_of_row, int64_t max_len, float* partial, float* out, cudaStream_t stream) {
+  const int64_t chunk = attention_chunk(max_len), chunks = (max_len + chunk - 1) / chunk;
+  const size_t shared = size_t(p.head_dim * (1 + kSplitWarps) + chunk) * sizeof(float);
+  attention_split_kernel<<<unsigned(rows * p.heads * chunks), kSplitThreads, shared, stream>>>(
+      qkv, p, positions, caches, cache_of_row, chunk, chunks, partial);
+  attention_combine_kernel<<<unsigned(rows * p.heads), 64, 0, stream>>>(p, positions, chunk, chunks, partial, out);
 }
 
 void silu_gate(const float* gate_up, int64_t rows, int64_t intermediate, float* out, cudaStream_t stream) {

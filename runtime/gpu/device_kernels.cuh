@@ -28,6 +28,13 @@ struct MatrixRef {
 inline constexpr int kMaxMatvecRows = 4;
 void matvec(const MatrixRef& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy, bool accumulate,
             cudaStream_t stream);
+// The decode path (n == 1) of f16/bf16 weights up to 16384 columns, with the input transform fused: true when w
+// qualifies. matvec_normed: y (+)= W · rms_norm(x) (x one row of w.cols, norm weight w.cols floats); matvec_gated:
+// y (+)= W · (silu(gate) * up) of one [gate | up] row of 2 * w.cols floats.
+bool dense_fusable(const MatrixRef& w);
+void matvec_normed(const MatrixRef& w, const float* x, const float* norm_weight, float eps, float* y,
+                   bool accumulate, cudaStream_t stream);
+void matvec_gated(const MatrixRef& w, const float* gate_up, float* y, bool accumulate, cudaStream_t stream);
 // out[r*cols + c] = W[r0 + r, c] as f16, for rows [r0, r0 + count) (the GEMM path of packed/f32 weights).
 void dequantize_f16(const MatrixRef& w, int64_t r0, int64_t count, void* out, cudaStream_t stream);
 // Dense f32 -> f16 (activations for the GEMM path).
@@ -62,9 +69,11 @@ struct QkvParams {
 void qkv_rope_store(float* qkv, int64_t rows, const QkvParams& p, const int32_t* positions, const KvRef* caches,
                     const int32_t* cache_of_row, cudaStream_t stream);
 // out[i] = softmax(q·K/sqrt(hd)) V over positions [0, positions[i]] of the row's cache (GQA groups share K/V).
-// scores: rows * heads * max_len floats of scratch. head_dim: a multiple of 8, at most 256.
+// Split over positions (flash-decoding): partial = attention_scratch_floats(rows, p, max_len) floats of scratch.
+// head_dim: a multiple of 8, at most 256.
+int64_t attention_scratch_floats(int64_t rows, const QkvParams& p, int64_t max_len);
 void attention(const float* qkv, int64_t rows, const QkvParams& p, const int32_t* positions, const KvRef* caches,
-               const int32_t* cache_of_row, int64_t max_len, float* scores, float* out, cudaStream_t stream);
+               const int32_t* cache_of_row, int64_t max_len, float* partial, float* out, cudaStream_t stream);
 // out[i][j] = silu(gu[i][j]) * gu[i][I + j]
 void silu_gate(const float* gate_up, int64_t rows, int64_t intermediate, float* out, cudaStream_t stream);
 // y[i] += x[i]

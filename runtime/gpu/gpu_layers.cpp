@@ -341,7 +341,10 @@ struct GpuLayers::Impl {
     ffn = floats(n * 2 * F);
     act = floats(n * F);
     out = floats(n * H);
-    scores = floats(n * c.num_heads * max_context);
+    device::QkvParams shape{};
+    shape.heads = c.num_heads;
+    shape.head_dim = c.head_dim;
+    scores = floats(device::attention_scratch_floats(n, shape, max_context));
     x16 = DeviceBuffer(vram, "scratch", size_t(n * std::max(widest_cols(), int64_t(1))) * 2);
     // f16 copy of a weight's row chunk for cuBLAS: the largest matrix up to 32M elements (64 MB).
     int64_t largest = 0;
@@ -602,10 +605,16 @@ struct GpuLayers::Impl {
     const float eps = float(c.rms_norm_eps);
     float* h = hidden.as<float>();
     float* x = normed.as<float>();
-    mark("input norm");
-    device::rms_norm(h, H, d.input_norm.as<float>(), n, H, H, eps, x, H, stream);
-    mark("qkv matrix");
-    multiply(d.qkv.ref, x, n, qkv.as<float>(), stride, false);
+    // Decode of f16/bf16 weights: the norms and the SiLU gate are fused into the next matvec's load of x.
+    if (n == 1 && device::dense_fusable(d.qkv.ref)) {
+      mark("input norm + qkv matrix");
+      device::matvec_normed(d.qkv.ref, h, d.input_norm.as<float>(), eps, qkv.as<float>(), false, stream);
+    } else {
+      mark("input norm");
+      device::rms_norm(h, H, d.input_norm.as<float>(), n, H, H, eps, x, H, stream);
+      mark("qkv matrix");
+      multiply(d.qkv.ref, x, n, qkv.as<float>(), stride, false);
+    }
     device::QkvParams p{};
     p.heads = c.num_heads;
     p.kv_heads = c.num_kv_heads;
@@ -624,13 +633,20 @@ struct GpuLayers::Impl {
                       attn.as<float>(), stream);
     mark("o matrix");
     multiply(d.o.ref, attn.as<float>(), n, h, H, true);
+    const int64_t I = c.intermediate_size;
+    if (!c.arch.moe && n == 1 && device::dense_fusable(d.gate_up.ref) && device::dense_fusable(d.down.ref)) {
+      mark("post-attention norm + gate_up matrix");
+      device::matvec_normed(d.gate_up.ref, h, d.post_norm.as<float>(), eps, ffn.as<float>(), false, stream);
+      mark("silu gate + down matrix");
+      device::matvec_gated(d.down.ref, ffn.as<float>(), h, true, stream);
+      return;
+    }
     mark("post-attention norm");
     device::rms_norm(h, H, d.post_norm.as<float>(), n, H, H, eps, x, H, stream);
     if (c.arch.moe) {
       moe(l, n);
       return;
     }
-    const int64_t I = c.intermediate_size;
     mark("gate_up matrix");
     multiply(d.gate_up.ref, x, n, ffn.as<float>(), 2 * I, false);
     mark("silu gate");

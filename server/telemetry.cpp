@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "calibrate/calibration.h"
+#include "runtime/kv/page_pool.h"
 #include "server/process_stats.h"
 
 namespace tierlm::server {
@@ -156,6 +157,12 @@ json::object Telemetry::health() const {
   kv["positions_cached"] = s.kv_positions_cached;
   kv["usage"] = s.slots > 0 && s.context > 0 ? double(s.kv_positions_used) / double(s.slots * s.context) : 0.0;
   kv["prefix_cache_hit_tokens"] = s.cached_tokens_total;
+  json::object by_codec;  // every live KV page pool in the process, by codec
+  for (const auto& c : kv::kv_bytes_by_codec()) {
+    if (c.reserved_bytes == 0 && c.used_bytes == 0) continue;
+    by_codec[kv::codec_name(c.codec)] = json::object{{"reserved_bytes", c.reserved_bytes}, {"used_bytes", c.used_bytes}};
+  }
+  kv["bytes_by_codec"] = std::move(by_codec);
   h["kv"] = std::move(kv);
 
   json::object requests;
@@ -231,6 +238,13 @@ std::string Telemetry::metrics() const {
   e.sample("tierlm_kv_positions_capacity", double(s.slots * s.context));
   e.family("tierlm_kv_bytes", "gauge", "Bytes allocated for the KV caches.");
   e.sample("tierlm_kv_bytes", double(s.kv_bytes));
+  e.family("tierlm_kv_codec_reserved_bytes", "gauge", "KV page-pool bytes reserved, by codec.");
+  const auto kv_codecs = kv::kv_bytes_by_codec();
+  for (const auto& c : kv_codecs)
+    e.sample("tierlm_kv_codec_reserved_bytes", double(c.reserved_bytes), fmt::format("codec=\"{}\"", kv::codec_name(c.codec)));
+  e.family("tierlm_kv_codec_used_bytes", "gauge", "KV page bytes holding positions, by codec.");
+  for (const auto& c : kv_codecs)
+    e.sample("tierlm_kv_codec_used_bytes", double(c.used_bytes), fmt::format("codec=\"{}\"", kv::codec_name(c.codec)));
   e.family("tierlm_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.");
   e.sample("tierlm_prompt_tokens_total", double(s.prompt_tokens_total));
   e.family("tierlm_prefix_cache_hit_tokens_total", "counter", "Prompt tokens whose KV rows were reused.");

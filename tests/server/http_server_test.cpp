@@ -82,6 +82,15 @@ TEST(HttpServer, ModelsHealthWisdomDashboard) {
   EXPECT_TRUE(h.at("tiering").as_object().contains("disk_bytes_read"));
   EXPECT_TRUE(h.at("tiering").as_object().contains("cache_hit_rate"));
   EXPECT_TRUE(h.at("kv").as_object().contains("positions_used"));
+  // KV bytes by codec: this server's page pools are live, so some codec reserves at least the ledger's kv bytes.
+  const auto& by_codec = h.at("kv").at("bytes_by_codec").as_object();
+  ASSERT_FALSE(by_codec.empty());
+  double reserved = 0;
+  for (const auto& c : by_codec) {
+    reserved += c.value().at("reserved_bytes").to_number<double>();
+    EXPECT_LE(c.value().at("used_bytes").to_number<double>(), c.value().at("reserved_bytes").to_number<double>());
+  }
+  EXPECT_GE(reserved, h.at("memory").at("accounts").at("kv").at("bytes").to_number<double>());
   EXPECT_TRUE(h.at("requests").as_object().contains("in_flight"));
 
   expect_error(request(s.port(), "GET", "/wisdom"), 404, "no_plan");
@@ -145,7 +154,8 @@ TEST(HttpServer, MetricsAreValidPrometheusText) {
   for (const char* needed : {"tierlm_memory_bytes", "tierlm_process_resident_memory_bytes", "tierlm_requests_in_flight",
                              "tierlm_generation_tokens_total", "tierlm_kv_positions_used",
                              "tierlm_http_request_duration_seconds", "tierlm_disk_read_bytes_total",
-                             "tierlm_expert_cache_hits_total"})
+                             "tierlm_expert_cache_hits_total", "tierlm_kv_codec_reserved_bytes",
+                             "tierlm_kv_codec_used_bytes"})
     EXPECT_TRUE(types.count(needed)) << needed;
   EXPECT_EQ(types["tierlm_http_request_duration_seconds"], "histogram");
   for (const auto& [labels, inf] : inf_bucket) EXPECT_EQ(inf, counts[labels]) << labels;

@@ -11,6 +11,8 @@
 #include <boost/json.hpp>
 #include <gtest/gtest.h>
 
+#include "tests/runtime/engine/reference_fixture.h"
+
 #include "runtime/engine/forward.h"
 #include "runtime/model/model.h"
 #include "runtime/model/moe_model.h"
@@ -21,33 +23,11 @@ namespace json = boost::json;
 
 namespace {
 
-std::filesystem::path fixture(const std::string& name) {
-  return std::filesystem::path(TIERLM_SOURCE_DIR) / "tests/fixtures/models" / name;
-}
-
-json::value read_json(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return json::parse(ss.str());
-}
-
-std::vector<float> floats(const json::value& v) {
-  std::vector<float> out;
-  for (auto& x : v.as_array()) out.push_back(float(x.to_number<double>()));
-  return out;
-}
-
-double relative_error(const float* ours, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    num = std::max(num, double(std::fabs(ours[i] - ref[i])));
-    den = std::max(den, double(std::fabs(ref[i])));
-  }
-  return num / std::max(den, 1e-12);
-}
-
-int32_t argmax(const float* x, int64_t n) { return int32_t(std::max_element(x, x + n) - x); }
+using tierlm::fixtures::argmax;
+using tierlm::fixtures::fixture;
+using tierlm::fixtures::floats;
+using tierlm::fixtures::read_json;
+using tierlm::fixtures::relative_error;
 
 struct Result {
   double prompt_error = 0, step_error = 0;

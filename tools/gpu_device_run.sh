@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the CUDA backend's checks and benchmarks on the device machine (see /work/shared/device/README.md).
-# Here: build with CUDA (build-cuda), then pack the stripped binaries and the non-system shared libraries:
+# Here: build with CUDA (cmake -S . -B build-cuda -DTIERLM_CUDA=ON; cmake --build build-cuda --target tierlm gpu_forward_test gpu_bench), then pack the stripped binaries and the non-system shared libraries:
 #   tools/gpu_device_run.sh pack      -> .devpack/devlibs.tar.xz (carry .devpack)
 # There: tools/gpu_device_run.sh run  -> logs under $OUT (test1/2.log, san_*.log, cli.log, bench.log)
 set -uo pipefail

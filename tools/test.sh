@@ -11,6 +11,17 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$jobs"
 (cd build && ctest --output-on-failure -j"$jobs" --timeout 900)
 
+# The CUDA backend is opt-in (see CMakeLists.txt); where nvcc exists, compile it and run its tests, which skip with
+# a printed reason when there is no GPU.
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  cmake -S . -B build-cuda-ci -DCMAKE_BUILD_TYPE=Release -DTIERLM_CUDA=ON -DTIERLM_BUILD_BENCH=OFF \
+        -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
+  cmake --build build-cuda-ci -j"$jobs" --target gpu_forward_test tierlm
+  build-cuda-ci/tests/gpu_forward_test --gtest_brief=1
+else
+  echo "cuda: no nvcc on this machine; the CUDA backend is not compiled"
+fi
+
 if [ "${TIERLM_SKIP_SANITIZE:-0}" != 1 ]; then
   # The sanitizer pass covers the unit and oracle tests; the long quality/benchmark-like tests and the GPU tests
   # (skipped without a GPU anyway) run in the Release pass only.

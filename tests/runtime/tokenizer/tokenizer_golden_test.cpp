@@ -262,7 +262,9 @@ TEST_P(TokenizerGolden, SpecialIdsFromTokenizerConfig) {
   EXPECT_EQ(tok.vocab_size(), golden_->max_id + 1);
 }
 
-TEST_P(TokenizerGolden, EncodeSpeed) {
+// The piece cache must not change results: a second (cached) pass over 64 KB gives the same ids. The timings are
+// printed for information only; speed is measured by benchmarks, not asserted in tests (sanitizer builds are slower).
+TEST_P(TokenizerGolden, CachedEncodeIsIdentical) {
   const Tokenizer& tok = *tokenizer_;
   std::string text;
   for (const auto& rec : golden_->texts) {
@@ -282,7 +284,6 @@ TEST_P(TokenizerGolden, EncodeSpeed) {
   const double warm = std::chrono::duration<double, std::milli>(t2 - t1).count() / kb;
   std::printf("[ %s ] encode %.0f KB -> %zu ids: %.3f ms/KB first pass, %.3f ms/KB cached\n", GetParam().c_str(), kb,
               ids.size(), cold, warm);
-  EXPECT_LT(warm, 1.0) << "encode slower than 1 ms per KB";
 }
 
 INSTANTIATE_TEST_SUITE_P(Vocabularies, TokenizerGolden,

@@ -6,54 +6,22 @@
 
 #include "calibrate/apply_plan.h"
 #include "calibrate/planner.h"
+#include "tests/calibrate/planner_profiles.h"
 
 namespace tierlm::calibrate {
 namespace {
 
-const std::string kDevices = std::string(TIERLM_SOURCE_DIR) + "/profiles/devices/";
+using test_profiles::device;
+using test_profiles::llama_8b;
 
-DeviceProfile device(const std::string& name) { return load_device_profile(kDevices + name + ".json"); }
-
+// Qwen3-30B-A3B with skewed expert frequencies (each layer sums to top_k), so the VRAM set has something to choose.
 ModelProfile qwen3_moe_30b() {
-  model::ModelConfig c;
-  c.model_type = "qwen3_moe";
-  c.arch = *model::find_architecture("qwen3_moe");
-  c.vocab_size = 151936;
-  c.hidden_size = 2048;
-  c.intermediate_size = 6144;
-  c.num_layers = 48;
-  c.num_heads = 32;
-  c.num_kv_heads = 4;
-  c.head_dim = 128;
-  c.max_position_embeddings = 40960;
-  c.num_experts = 128;
-  c.num_experts_per_tok = 8;
-  c.moe_intermediate_size = 768;
-  ModelProfile p = model_profile_from_config(c, kernels::WeightFormat::q8_0, kernels::WeightFormat::q4);
-  p.fingerprint = "qwen3moe30b";
-  // Skewed frequencies (each layer sums to top_k) so the VRAM set has something to choose.
+  ModelProfile p = test_profiles::qwen3_moe_30b();
   for (auto& layer : p.expert_frequency) {
     double sum = 0;
     for (size_t e = 0; e < layer.size(); ++e) sum += layer[e] = 1.0 / double(e + 1);
     for (auto& f : layer) f *= double(p.top_k) / sum;
   }
-  return p;
-}
-
-ModelProfile llama_8b() {
-  model::ModelConfig c;
-  c.model_type = "llama";
-  c.arch = *model::find_architecture("llama");
-  c.vocab_size = 128256;
-  c.hidden_size = 4096;
-  c.intermediate_size = 14336;
-  c.num_layers = 32;
-  c.num_heads = 32;
-  c.num_kv_heads = 8;
-  c.head_dim = 128;
-  c.max_position_embeddings = 131072;
-  ModelProfile p = model_profile_from_config(c, kernels::WeightFormat::q4, kernels::WeightFormat::q4);
-  p.fingerprint = "llama8b";
   return p;
 }
 

@@ -10,51 +10,14 @@
 #include <boost/json.hpp>
 
 #include "calibrate/planner.h"
+#include "tests/calibrate/planner_profiles.h"
 
 namespace tierlm::calibrate {
 namespace {
 
-const std::string kDevices = std::string(TIERLM_SOURCE_DIR) + "/profiles/devices/";
-
-DeviceProfile device(const std::string& name) { return load_device_profile(kDevices + name + ".json"); }
-
-// Qwen3-30B-A3B's shape with q4 experts and q8_0 dense weights.
-ModelProfile qwen3_moe_30b() {
-  model::ModelConfig c;
-  c.model_type = "qwen3_moe";
-  c.arch = *model::find_architecture("qwen3_moe");
-  c.vocab_size = 151936;
-  c.hidden_size = 2048;
-  c.intermediate_size = 6144;
-  c.num_layers = 48;
-  c.num_heads = 32;
-  c.num_kv_heads = 4;
-  c.head_dim = 128;
-  c.max_position_embeddings = 40960;
-  c.num_experts = 128;
-  c.num_experts_per_tok = 8;
-  c.moe_intermediate_size = 768;
-  ModelProfile p = model_profile_from_config(c, kernels::WeightFormat::q8_0, kernels::WeightFormat::q4);
-  p.fingerprint = "qwen3moe30b";
-  return p;
-}
-
-ModelProfile llama_8b() {
-  model::ModelConfig c;
-  c.model_type = "llama";
-  c.arch = *model::find_architecture("llama");
-  c.vocab_size = 128256;
-  c.hidden_size = 4096;
-  c.intermediate_size = 14336;
-  c.num_layers = 32;
-  c.num_heads = 32;
-  c.num_kv_heads = 8;
-  c.head_dim = 128;
-  c.max_position_embeddings = 131072;
-  ModelProfile p = model_profile_from_config(c, kernels::WeightFormat::q4, kernels::WeightFormat::q4);
-  p.fingerprint = "llama8b";
-  return p;
-}
+using test_profiles::device;
+using test_profiles::llama_8b;
+using test_profiles::qwen3_moe_30b;
 
 void expect_sane(const DeviceProfile& d, const ModelProfile& m, const Plan& p) {
   EXPECT_LE(p.prediction.total_memory(), p.budget_bytes);
@@ -107,7 +70,7 @@ void expect_sane(const DeviceProfile& d, const ModelProfile& m, const Plan& p) {
 
 TEST(Planner, EveryDeviceProfileLoadsAndPlansWithinBudget) {
   int profiles = 0;
-  for (auto& f : std::filesystem::directory_iterator(kDevices)) {
+  for (auto& f : std::filesystem::directory_iterator(test_profiles::devices_dir())) {
     SCOPED_TRACE(f.path().string());
     const DeviceProfile d = load_device_profile(f.path().string());
     ++profiles;

@@ -10,7 +10,7 @@
 #include "calibrate/apply_plan.h"
 #include "calibrate/calibration.h"
 #include "runtime/cli/commands.h"
-#include "runtime/cli/progress.h"
+#include "runtime/cli/model_setup.h"
 #include "runtime/engine/forward.h"
 #include "runtime/kv/codec.h"
 #include "runtime/engine/generator.h"
@@ -78,14 +78,10 @@ RunOptions with_plan(RunOptions o, const CLI::App& cmd, model::LoadOptions& load
 void run(const RunOptions& given, const CLI::App& cmd) {
   model::LoadOptions load;
   const RunOptions o = with_plan(given, cmd, load);
-  tiering::Ledger ledger(o.mem_budget_gib > 0 ? uint64_t(o.mem_budget_gib * double(1ull << 30))
-                                              : tiering::Ledger::kUnlimited);
-  tok::Tokenizer tokenizer = tok::Tokenizer::load(o.model);
-  load.ledger = &ledger;
-  if (!o.weight_format.empty()) load.weight_format = kernels::parse_format(o.weight_format);
-  ProgressBar bar("loading " + o.model);
-  load.progress = [&](size_t done, size_t total) { bar.update(done, total); };
-  model::ModelWeights weights = model::load_model(o.model, load);
+  LoadedModel loaded = load_for_cli(o.model, o.mem_budget_gib, o.weight_format, load);
+  tiering::Ledger& ledger = *loaded.ledger;
+  const tok::Tokenizer& tokenizer = loaded.tokenizer;
+  model::ModelWeights& weights = loaded.weights;
 
   const auto& config = weights.config;
   const int64_t context = std::min<int64_t>(o.context, config.max_position_embeddings);

@@ -15,7 +15,7 @@
 #include "calibrate/apply_plan.h"
 #include "calibrate/calibration.h"
 #include "runtime/cli/commands.h"
-#include "runtime/cli/progress.h"
+#include "runtime/cli/model_setup.h"
 #include "runtime/engine/scheduler.h"
 #include "runtime/kv/codec.h"
 #include "runtime/model/model.h"
@@ -78,14 +78,10 @@ void serve(ServeOptions o, const CLI::App& cmd) {
   model::LoadOptions load;
   apply_wisdom(o, cmd, load);
   kv::set_default_codec(kv::parse_codec(o.kv_codec));  // every slot's KV cache takes the process default
-  tiering::Ledger ledger(o.mem_budget_gib > 0 ? uint64_t(o.mem_budget_gib * double(1ull << 30))
-                                              : tiering::Ledger::kUnlimited);
-  tok::Tokenizer tokenizer = tok::Tokenizer::load(o.model);
-  load.ledger = &ledger;
-  if (!o.weight_format.empty()) load.weight_format = kernels::parse_format(o.weight_format);
-  ProgressBar bar("loading " + o.model);
-  load.progress = [&](size_t done, size_t total) { bar.update(done, total); };
-  model::ModelWeights weights = model::load_model(o.model, load);
+  LoadedModel loaded = load_for_cli(o.model, o.mem_budget_gib, o.weight_format, load);
+  tiering::Ledger& ledger = *loaded.ledger;
+  const tok::Tokenizer& tokenizer = loaded.tokenizer;
+  model::ModelWeights& weights = loaded.weights;
 
   const std::filesystem::path dir(o.model);
   const std::string model_id = !o.served_model_name.empty() ? o.served_model_name

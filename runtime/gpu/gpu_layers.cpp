@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include "runtime/engine/ops.h"
+#include "runtime/gpu/cublas_loader.h"
 #include "runtime/gpu/device_kernels.cuh"
 #include "runtime/gpu/gpu_probe.h"
 #include "runtime/kernels/weights.h"
@@ -183,6 +184,7 @@ struct SequenceKv {
   std::vector<DeviceBuffer> buffers;  // per layer: keys, values (+ key scales, value scales for q8)
   std::vector<device::KvRef> refs;    // per layer
   int64_t capacity = 0;
+  int64_t filled = 0;                 // positions [0, filled) written
   uint64_t last_use = 0;
 };
 
@@ -246,8 +248,8 @@ struct GpuLayers::Impl {
                                   " is not supported (a multiple of 16, at most 256)");
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
     check(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking), "copy stream");
-    check(cublasCreate(&blas), "cublasCreate");
-    check(cublasSetStream(blas, stream), "cublasSetStream");
+    check(cublas()->create(&blas), "cublasCreate");
+    check(cublas()->set_stream(blas, stream), "cublasSetStream");
     upload_weights();
     allocate_scratch();
     if (c.arch.moe && gpu_layers > 0) setup_experts();
@@ -261,7 +263,7 @@ struct GpuLayers::Impl {
     for (auto& g : graphs) cudaGraphExecDestroy(g.second);
     for (auto e : slot_free) cudaEventDestroy(e);
     for (auto e : slot_ready) cudaEventDestroy(e);
-    if (blas) cublasDestroy(blas);
+    if (blas) cublas()->destroy(blas);
     if (stream) cudaStreamDestroy(stream);
     if (copy_stream) cudaStreamDestroy(copy_stream);
   }
@@ -447,7 +449,7 @@ struct GpuLayers::Impl {
         device::dequantize_f16(m, r0, count, w16.as(), stream);
         a = w16.as();
       }
-      check(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(count), int(n), int(m.cols), &alpha, a, CUDA_R_16F,
+      check(cublas()->gemm_ex(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(count), int(n), int(m.cols), &alpha, a, CUDA_R_16F,
                          int(m.cols), x16.as(), CUDA_R_16F, int(m.cols), &beta, y + r0, CUDA_R_32F, int(ldy),
                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
             "cublasGemmEx");
@@ -521,6 +523,17 @@ struct GpuLayers::Impl {
       throw std::invalid_argument("gpu: more sequences in one batch than max_sequences");
     for (size_t b = 0; b < batch.size(); ++b) {
       SequenceKv& s = sequence_kv(batch[b]);
+      int64_t first = max_context, last = -1;
+      for (int64_t i = 0; i < n; ++i)
+        if (cache_of_row[i] == int32_t(b)) {
+          first = std::min<int64_t>(first, pos[i]);
+          last = std::max<int64_t>(last, pos[i]);
+        }
+      if (first > s.filled)
+        throw std::logic_error("gpu: a step writes a sequence from position " + std::to_string(first) +
+                               " but the device holds only positions [0, " + std::to_string(s.filled) +
+                               ") of it (its device KV was dropped; reuse at most cached_positions())");
+      s.filled = last + 1;
       for (int64_t l = 0; l < gpu_layers; ++l) table[l * max_chunk + int64_t(b)] = s.refs[size_t(l)];
     }
     const int64_t head_count = head ? int64_t(head_rows.size()) : 0;
@@ -808,6 +821,10 @@ void GpuLayers::forget(const void* sequence) {
   cudaStreamSynchronize(impl_->stream);
   impl_->sequences.erase(sequence);
 }
+int64_t GpuLayers::cached_positions(const void* sequence) const {
+  const auto it = impl_->sequences.find(sequence);
+  return it == impl_->sequences.end() ? 0 : it->second.filled;
+}
 tiering::Ledger& GpuLayers::vram_ledger() { return impl_->vram; }
 GpuExpertStats GpuLayers::expert_stats() const { return impl_->stats; }
 uint64_t GpuLayers::weight_bytes() const { return impl_->weight_bytes; }
@@ -847,6 +864,7 @@ bool GpuLayers::runs_head() const { return false; }
 void GpuLayers::run(float*, int64_t, std::span<const void* const>, std::span<const int64_t>, std::span<const int32_t>,
                     std::span<float* const>) {}
 void GpuLayers::forget(const void*) {}
+int64_t GpuLayers::cached_positions(const void*) const { return 0; }
 tiering::Ledger& GpuLayers::vram_ledger() { throw std::runtime_error("no CUDA backend"); }
 GpuExpertStats GpuLayers::expert_stats() const { return {}; }
 uint64_t GpuLayers::weight_bytes() const { return 0; }

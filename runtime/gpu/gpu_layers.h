@@ -59,6 +59,10 @@ class GpuLayers {
            std::span<const int32_t> head_rows = {}, std::span<float* const> head_out = {});
   // Drops a sequence's device KV (optional: sets past max_sequences are dropped least recently used first).
   void forget(const void* sequence);
+  // Positions [0, n) of `sequence` whose K/V the device holds (0 when it holds none, e.g. after the sequence was
+  // dropped to make room). A step may write a sequence only from a position <= this (run() throws otherwise), so a
+  // caller that reuses a KV prefix (the scheduler's prefix cache) must not reuse more than this on the GPU layers.
+  int64_t cached_positions(const void* sequence) const;
 
   tiering::Ledger& vram_ledger();
   GpuExpertStats expert_stats() const;

@@ -8,9 +8,9 @@
 #include <stdexcept>
 #include <vector>
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "runtime/gpu/cublas_loader.h"
 
 namespace tierlm::gpu {
 
@@ -49,6 +49,7 @@ std::string gpu_unavailable_reason() {
     return std::string("no CUDA device: ") + cudaGetErrorString(e);
   }
   if (count == 0) return "no CUDA device: none visible";
+  if (!cublas()) return cublas_error();
   return "";
 }
 
@@ -99,20 +100,21 @@ std::optional<GpuProbe> probe_gpu(bool quick) {
       v = uint16_t(0x3800u | ((state >> 8) & 0x3ffu) | ((state >> 31) << 15));
     }
     cudaMemcpy(base, values.data(), values.size() * 2, cudaMemcpyHostToDevice);
+    const Cublas& api = *cublas();  // gpu_available() checked it loads
     cublasHandle_t blas;
-    if (cublasCreate(&blas) == CUBLAS_STATUS_SUCCESS) {
+    if (api.create(&blas) == CUBLAS_STATUS_SUCCESS) {
       const float alpha = 1.0f, beta = 0.0f;
       void* A = base;
       void* B = base + elems * 2;
       void* C = base + elems * 4;
       const double g = best_seconds(
           [&] {
-            cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, dim, dim, dim, &alpha, A, CUDA_R_16F, dim, B, CUDA_R_16F,
+            api.gemm_ex(blas, CUBLAS_OP_N, CUBLAS_OP_N, dim, dim, dim, &alpha, A, CUDA_R_16F, dim, B, CUDA_R_16F,
                          dim, &beta, C, CUDA_R_32F, dim, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
           },
           5);
       p.gemm_f16_flops = 2.0 * double(dim) * dim * dim / g;
-      cublasDestroy(blas);
+      api.destroy(blas);
     }
   }
   cudaFree(a);

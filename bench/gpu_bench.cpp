@@ -103,12 +103,28 @@ int main(int argc, char** argv) {
     tiering::Ledger ledger;
     const model::ModelWeights w = model::synthetic_model(model::llama_1b_config(), format, ledger);
     const std::string name = std::string("llama-1B ") + kernels::format_name(format);
-    {
+    // A/B variants of the same build: plain launches (no programmatic dependent launch), and the decode matvec
+    // with 4 or 8 rows per block instead of the automatic choice.
+    struct Variant {
+      const char* label;
+      bool programmatic;
+      int rows;
+    };
+    for (const Variant& v : {Variant{"all GPU (16/16 + head)", true, 0}, Variant{"all GPU, plain launches", false, 0},
+                             Variant{"all GPU, 4 rows a block", true, 4}, Variant{"all GPU, 8 rows a block", true, 8}}) {
+      if (format != kernels::WeightFormat::bf16 && v.rows != 0) continue;
       gpu::GpuOptions o;
       o.layers = w.config.num_layers;
+      o.programmatic_launch = v.programmatic;
+      o.dense_rows_per_block = v.rows;
       auto g = std::make_shared<gpu::GpuLayers>(w, o, prompt, prompt + decode + 8);
-      row(name.c_str(), "all GPU (16/16 + head)", measure(w, g, prompt, decode, threads), double(g->weight_bytes()),
-          roofline);
+      const Speed sp = measure(w, g, prompt, decode, threads);
+      row(name.c_str(), v.label, sp, double(g->weight_bytes()), roofline);
+      // What the planner's GPU cost model charges beyond bytes / bandwidth (calibrate: kGpuLayerOverheadSeconds).
+      const double step = 1.0 / sp.decode_tps, streaming = double(g->weight_bytes()) / roofline;
+      std::printf("    step %.1f us = weights / roofline %.1f us + %.1f us (%.1f us per layer beyond streaming)\n",
+                  1e6 * step, 1e6 * streaming, 1e6 * (step - streaming),
+                  1e6 * (step - streaming) / double(w.config.num_layers));
     }
     {
       gpu::GpuOptions o;

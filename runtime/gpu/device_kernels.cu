@@ -4,11 +4,18 @@
 // x load). Otherwise one block of 8 warps per output unit (8 dense rows, or a 16-row panel of a packed weight), the
 // warps splitting the columns, each lane reading 16 bytes per step with several steps' loads issued before use.
 // Partial sums are reduced in shared memory (deterministic: no atomics). Attention is split over positions
-// (flash-decoding) with a small combine.
+// (flash-decoding) with a small combine, reading K/V through the sequences' page tables.
+// Every kernel is launched with programmatic dependent launch (see device_kernels.cuh): it lets the next kernel
+// start (griddepcontrol.launch_dependents), issues what depends on nothing earlier (its weights: the first loads
+// into registers, the rest of its rows as L2 prefetches), then waits (griddepcontrol.wait) before touching
+// activations. Every block of every kernel waits before it returns, so "kernel N finished" still implies "all
+// kernels before N finished".
 #include "runtime/gpu/device_kernels.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <utility>
 
 namespace tierlm::gpu::device {
 
@@ -18,10 +25,82 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kUnroll = 4;
 
+bool g_programmatic = true;
+int g_dense_rows = 0;  // rows per block of the decode matvec: 0 auto, else 4 or 8
+
+// Launch with the programmatic-stream-serialization attribute (or plainly when switched off).
+template <class... Params, class... Args>
+void launch(void (*kernel)(Params...), unsigned grid, unsigned block, size_t shared, cudaStream_t stream,
+            Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(block);
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = g_programmatic ? 1 : 0;
+  cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+__device__ __forceinline__ void let_next_kernel_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Start of a kernel that has nothing to fetch early.
+__device__ __forceinline__ void kernel_entry() {
+  let_next_kernel_start();
+  wait_for_previous_kernel();
+}
+
+// Bulk prefetch of [p, p + bytes) into L2 by the block's threads, 4 KiB a request (p 16-byte aligned).
+__device__ __forceinline__ void prefetch_l2(const void* p, uint64_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if ((reinterpret_cast<uintptr_t>(p) & 15) != 0) return;
+  bytes &= ~uint64_t(15);
+  constexpr uint64_t kPiece = 4096;
+  for (uint64_t at = uint64_t(threadIdx.x) * kPiece; at < bytes; at += uint64_t(blockDim.x) * kPiece) {
+    const uint32_t n = uint32_t(bytes - at < kPiece ? bytes - at : kPiece);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<const char*>(p) + at), "r"(n)
+                 : "memory");
+  }
+#endif
+}
+
 __device__ __forceinline__ float load_scale(const void* p, int type, int64_t i) {
   if (type == 0) return static_cast<const float*>(p)[i];
   if (type == 1) return __half2float(static_cast<const __half*>(p)[i]);
   return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+}
+
+// Scales i..i+3 (i a multiple of 4) as floats.
+__device__ __forceinline__ void load_scales4(const void* p, int type, int64_t i, float* out) {
+  if (type == 0) {
+    const float4 v = *reinterpret_cast<const float4*>(static_cast<const float*>(p) + i);
+    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+    return;
+  }
+  const uint2 v = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(p) + i);
+  const uint32_t words[2] = {v.x, v.y};
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    if (type == 1) {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&words[k]));
+      out[2 * k] = f.x, out[2 * k + 1] = f.y;
+    } else {
+      out[2 * k] = __uint_as_float(words[k] << 16), out[2 * k + 1] = __uint_as_float(words[k] & 0xffff0000u);
+    }
+  }
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -66,9 +145,15 @@ __global__ void __launch_bounds__(kThreads) dense_matvec(MatrixRef w, const floa
                                                          float* __restrict__ y, int64_t ldy, bool accumulate) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row = int64_t(blockIdx.x) * kWarps + warp;
-  if (row >= w.rows) return;
   const int64_t cols = w.cols;
   const size_t es = w.format == 0 ? 4 : 2;
+  let_next_kernel_start();
+  {
+    const int64_t first = int64_t(blockIdx.x) * kWarps, count = min(int64_t(kWarps), w.rows - first);
+    prefetch_l2(static_cast<const char*>(w.data) + size_t(first) * size_t(cols) * es, uint64_t(count) * cols * es);
+  }
+  wait_for_previous_kernel();
+  if (row >= w.rows) return;
   const void* wrow = static_cast<const char*>(w.data) + size_t(row) * size_t(cols) * es;
   float acc[NX] = {};
   if (cols % 8 == 0) {
@@ -123,19 +208,37 @@ __global__ void __launch_bounds__(WARPS * 32) packed_matvec(MatrixRef w, const f
   const int j = threadIdx.x % 4;  // rows 4j..4j+3
   // A "unit" is 16 bytes of one lane; units are numbered so consecutive threads read consecutive bytes.
   const int64_t units = cols * 16 * BITS / 8 / 16;
+  constexpr int64_t kStep = int64_t(WARPS * 32) * kUnroll;  // units per loop step of the block
   float acc[NX][4] = {};
-  for (int64_t u0 = threadIdx.x; u0 < units; u0 += int64_t((WARPS * 32)) * kUnroll) {
-    uint4 raw[kUnroll];
+  // Software-pipelined: the next step's kUnroll 16-byte words are loaded before this step's are used. The first
+  // step's words and an L2 prefetch of the rest of the panel (and its scales) are issued before the wait.
+  uint4 raw[kUnroll];
+  auto load = [&](int64_t u0) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t unit = u0 + int64_t(u) * (WARPS * 32);
-      if (unit < units) raw[u] = *reinterpret_cast<const uint4*>(data + unit * 16);
+      if (unit < units) raw[u] = __ldcs(reinterpret_cast<const uint4*>(data + unit * 16));
     }
+  };
+  let_next_kernel_start();
+  load(threadIdx.x);
+  if (units > kStep) prefetch_l2(data + kStep * 16, uint64_t(units - kStep) * 16);
+  {
+    const uint64_t ss = w.scale_type == 0 ? 4 : 2, bytes = uint64_t(groups) * 16 * ss;
+    prefetch_l2(static_cast<const char*>(w.scales) + uint64_t(panel) * bytes, bytes);
+    if (affine) prefetch_l2(static_cast<const char*>(w.biases) + uint64_t(panel) * bytes, bytes);
+  }
+  wait_for_previous_kernel();
+  for (int64_t u0 = threadIdx.x; u0 < units; u0 += kStep) {
+    uint4 cur[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) cur[u] = raw[u];
+    if (u0 + kStep < units) load(u0 + kStep);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t unit = u0 + int64_t(u) * (WARPS * 32);
       if (unit >= units) break;
-      const uint32_t words[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};  // word t: row 4j+t
+      const uint32_t words[4] = {cur[u].x, cur[u].y, cur[u].z, cur[u].w};  // word t: row 4j+t
       int64_t c_lo, c_hi = 0;
       if (BITS == 8) {
         c_lo = (unit / 4) * 4;  // quad = unit / 4
@@ -145,6 +248,15 @@ __global__ void __launch_bounds__(WARPS * 32) packed_matvec(MatrixRef w, const f
         c_hi = c_lo + 16;
       }
       const int64_t g = c_lo / w.group_size;
+      // The 4 rows' scales (and biases) of this group: one 8- or 16-byte load each, shared by every x row.
+      float d[4], m[4];
+      load_scales4(w.scales, w.scale_type, (panel * groups + g) * 16 + 4 * j, d);
+      if (affine) {
+        load_scales4(w.biases, w.scale_type, (panel * groups + g) * 16 + 4 * j, m);
+      } else {
+#pragma unroll
+        for (int t = 0; t < 4; ++t) m[t] = -128.0f * d[t];
+      }
 #pragma unroll
       for (int i = 0; i < NX; ++i) {
         const float* xi = x + i * ldx;
@@ -164,10 +276,7 @@ __global__ void __launch_bounds__(WARPS * 32) packed_matvec(MatrixRef w, const f
                   float((wd >> 24) & 0xf) * xl.w + float((wd >> 4) & 0xf) * xh.x + float((wd >> 12) & 0xf) * xh.y +
                   float((wd >> 20) & 0xf) * xh.z + float((wd >> 28) & 0xf) * xh.w;
           }
-          const int64_t si = (panel * groups + g) * 16 + 4 * j + t;
-          const float d = load_scale(w.scales, w.scale_type, si);
-          const float m = affine ? load_scale(w.biases, w.scale_type, si) : -128.0f * d;
-          acc[i][t] += d * dot + m * xsum;
+          acc[i][t] += d[t] * dot + m[t] * xsum;
         }
       }
     }
@@ -201,25 +310,26 @@ template <int NX>
 void launch_matvec(const MatrixRef& w, const float* x, int64_t ldx, float* y, int64_t ldy, bool accumulate,
                    cudaStream_t stream) {
   if (w.format <= 2) {
-    dense_matvec<NX><<<unsigned((w.rows + kWarps - 1) / kWarps), kThreads, 0, stream>>>(w, x, ldx, y, ldy, accumulate);
+    launch(dense_matvec<NX>, unsigned((w.rows + kWarps - 1) / kWarps), kThreads, 0, stream, w, x, ldx, y, ldy, accumulate);
   } else {
     // Few panels (a short, wide matrix such as down): 32 warps a block, so the SMs still have loads enough in flight.
     const unsigned panels = unsigned((w.rows + 15) / 16);
     if constexpr (NX == 1) {
       if (panels < 2 * 132) {
-        if (w.bits == 8) packed_matvec<1, 8, 32><<<panels, 1024, 0, stream>>>(w, x, ldx, y, ldy, accumulate);
-        else packed_matvec<1, 4, 32><<<panels, 1024, 0, stream>>>(w, x, ldx, y, ldy, accumulate);
+        if (w.bits == 8) launch(packed_matvec<1, 8, 32>, panels, 1024, 0, stream, w, x, ldx, y, ldy, accumulate);
+        else launch(packed_matvec<1, 4, 32>, panels, 1024, 0, stream, w, x, ldx, y, ldy, accumulate);
         return;
       }
     }
     if (w.bits == 8)
-      packed_matvec<NX, 8, kWarps><<<panels, kThreads, 0, stream>>>(w, x, ldx, y, ldy, accumulate);
+      launch(packed_matvec<NX, 8, kWarps>, panels, kThreads, 0, stream, w, x, ldx, y, ldy, accumulate);
     else
-      packed_matvec<NX, 4, kWarps><<<panels, kThreads, 0, stream>>>(w, x, ldx, y, ldy, accumulate);
+      launch(packed_matvec<NX, 4, kWarps>, panels, kThreads, 0, stream, w, x, ldx, y, ldy, accumulate);
   }
 }
 
 __global__ void dequantize_kernel(MatrixRef w, int64_t r0, int64_t count, __half* out) {
+  kernel_entry();
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= count * w.cols) return;
   const int64_t r = r0 + idx / w.cols, c = idx % w.cols;
@@ -245,6 +355,7 @@ __global__ void dequantize_kernel(MatrixRef w, int64_t r0, int64_t count, __half
 }
 
 __global__ void to_f16_kernel(const float* x, int64_t count, __half* out) {
+  kernel_entry();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < count) out[i] = __float2half(x[i]);
 }
@@ -257,17 +368,6 @@ __device__ float block_sum(float v, float* shared /* 32 */) {
   __syncthreads();
   float t = 0;
   for (int k = 0; k < warps; ++k) t += shared[k];
-  return t;
-}
-
-__device__ float block_max(float v, float* shared /* 32 */) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = (blockDim.x + 31) / 32;
-  __syncthreads();
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  float t = -INFINITY;
-  for (int k = 0; k < warps; ++k) t = fmaxf(t, shared[k]);
   return t;
 }
 
@@ -301,6 +401,29 @@ __global__ void __launch_bounds__(kThreads) dense_rows_matvec(MatrixRef w, const
   __shared__ float reduce[32];
   const int64_t cols = w.cols, chunks = cols / 8;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  constexpr int RU = (8 / CH) > R ? R : ((8 / CH) < 1 ? 1 : 8 / CH);
+  const int64_t row0 = int64_t(blockIdx.x) * R;
+  const uint4* base = static_cast<const uint4*>(w.data);  // a row is `chunks` words
+  // Software-pipelined over groups of RU rows: the next group's words are loaded before this group's are used.
+  // The first group's loads and an L2 prefetch of the block's other rows go out before the wait (and before the
+  // x prologue below, which would otherwise leave HBM idle while every block loads and transforms x).
+  uint4 raw[RU][CH];
+  auto load = [&](int r0) {
+#pragma unroll
+    for (int r = 0; r < RU; ++r) {
+      const int64_t row = min(row0 + r0 + r, w.rows - 1);  // a clamped row is read but never written
+#pragma unroll
+      for (int c = 0; c < CH; ++c) {
+        const int64_t chunk = threadIdx.x + int64_t(c) * kThreads;
+        raw[r][c] = chunk < chunks ? __ldcs(base + row * chunks + chunk) : make_uint4(0, 0, 0, 0);
+      }
+    }
+  };
+  let_next_kernel_start();
+  load(0);
+  if (R > RU && row0 + RU < w.rows)
+    prefetch_l2(base + (row0 + RU) * chunks, uint64_t(min(int64_t(R - RU), w.rows - row0 - RU)) * chunks * 16);
+  wait_for_previous_kernel();
   float xr[CH][8];
   float squares = 0;
 #pragma unroll
@@ -333,28 +456,21 @@ __global__ void __launch_bounds__(kThreads) dense_rows_matvec(MatrixRef w, const
       for (int e = 0; e < 8; ++e) xr[c][e] = nw[e] * (xr[c][e] * inv);
     }
   }
-  constexpr int RU = (8 / CH) > R ? R : ((8 / CH) < 1 ? 1 : 8 / CH);
-  const int64_t row0 = int64_t(blockIdx.x) * R;
-  const uint4* base = static_cast<const uint4*>(w.data);  // a row is `chunks` words
 #pragma unroll
   for (int r0 = 0; r0 < R; r0 += RU) {
-    uint4 raw[RU][CH];
+    uint4 cur[RU][CH];
 #pragma unroll
-    for (int r = 0; r < RU; ++r) {
-      const int64_t row = min(row0 + r0 + r, w.rows - 1);  // a clamped row is read but never written
+    for (int r = 0; r < RU; ++r)
 #pragma unroll
-      for (int c = 0; c < CH; ++c) {
-        const int64_t chunk = threadIdx.x + int64_t(c) * kThreads;
-        raw[r][c] = chunk < chunks ? __ldcs(base + row * chunks + chunk) : make_uint4(0, 0, 0, 0);
-      }
-    }
+      for (int c = 0; c < CH; ++c) cur[r][c] = raw[r][c];
+    if (r0 + RU < R) load(r0 + RU);
 #pragma unroll
     for (int r = 0; r < RU; ++r) {
       float acc = 0;
 #pragma unroll
       for (int c = 0; c < CH; ++c) {
         float wv[8];
-        widen8(raw[r][c], w.format, wv);
+        widen8(cur[r][c], w.format, wv);
 #pragma unroll
         for (int e = 0; e < 8; ++e) acc += wv[e] * xr[c][e];
       }
@@ -377,12 +493,10 @@ void launch_dense_rows(const MatrixRef& w, const float* x, const float* norm_wei
                        bool accumulate, cudaStream_t stream) {
   // 8 rows a block: x (f32) is re-read from L2 once per block, a quarter of the weight bytes; fewer rows only
   // where 8 would leave some of the 132 SMs without a block.
-  if (w.rows >= 8 * 132) {
-    dense_rows_matvec<CH, 8, XMODE><<<unsigned((w.rows + 7) / 8), kThreads, 0, stream>>>(w, x, norm_weight, eps, y,
-                                                                                        accumulate);
+  if (g_dense_rows == 8 || (g_dense_rows != 4 && w.rows >= 8 * 132)) {
+    launch(dense_rows_matvec<CH, 8, XMODE>, unsigned((w.rows + 7) / 8), kThreads, 0, stream, w, x, norm_weight, eps, y, accumulate);
   } else {
-    dense_rows_matvec<CH, 4, XMODE><<<unsigned((w.rows + 3) / 4), kThreads, 0, stream>>>(w, x, norm_weight, eps, y,
-                                                                                        accumulate);
+    launch(dense_rows_matvec<CH, 4, XMODE>, unsigned((w.rows + 3) / 4), kThreads, 0, stream, w, x, norm_weight, eps, y, accumulate);
   }
 }
 
@@ -398,6 +512,7 @@ void launch_dense_rows_any(const MatrixRef& w, const float* x, const float* norm
 
 __global__ void rms_norm_kernel(const float* x, int64_t ldx, const float* weight, int64_t cols, int64_t width,
                                 float eps, float* out, int64_t ldout) {
+  kernel_entry();
   __shared__ float shared[32];
   const int64_t per_row = cols / width;
   const int64_t row = blockIdx.x / per_row, part = blockIdx.x % per_row;
@@ -412,13 +527,20 @@ __global__ void rms_norm_kernel(const float* x, int64_t ldx, const float* weight
 }
 
 __global__ void bias_kernel(float* qkv, int64_t rows, int64_t stride, const float* bias) {
+  kernel_entry();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < rows * stride) qkv[i] += bias[i % stride];
 }
 
+// Position t of a sequence's page table, as a K/V row index of the pool (times kv_heads, plus the KV head).
+__device__ __forceinline__ int64_t kv_row(const int32_t* table, int64_t t, int64_t kv_heads, int64_t kvh) {
+  return (int64_t(table[t / kKvPage]) * kKvPage + t % kKvPage) * kv_heads + kvh;
+}
+
 // Block per (row, head slot): slots [0, heads) are q heads, [heads, heads+kv) k heads, then kv v heads.
-__global__ void rope_store_kernel(float* qkv, QkvParams p, const int32_t* positions, const KvRef* caches,
-                                  const int32_t* cache_of_row) {
+
+__global__ void rope_store_kernel(float* qkv, QkvParams p, const int32_t* positions, KvRef kv, PageTables tables) {
+  kernel_entry();
   __shared__ float shared[32];
   const int64_t slots = p.heads + 2 * p.kv_heads;
   const int64_t row = blockIdx.x / slots, slot = blockIdx.x % slots;
@@ -438,8 +560,7 @@ __global__ void rope_store_kernel(float* qkv, QkvParams p, const int32_t* positi
   }
   const bool is_key = slot < p.heads + p.kv_heads;
   const int64_t kvh = is_key ? slot - p.heads : slot - p.heads - p.kv_heads;
-  const KvRef& kv = caches[cache_of_row[row]];
-  const int64_t at = int64_t(pos) * p.kv_heads + kvh;
+  const int64_t at = kv_row(tables.pages + tables.seq_of_row[row] * tables.stride, pos, p.kv_heads, kvh);
   if (kv.codec == 0) {
     __half* dst = static_cast<__half*>(is_key ? kv.keys : kv.values) + at * hd;
     for (int64_t j = threadIdx.x; j < hd; j += blockDim.x) dst[j] = __float2half(v[j]);
@@ -483,108 +604,209 @@ __device__ __forceinline__ void kv_load8(const KvRef& kv, bool key, int64_t at, 
   for (int k = 0; k < 8; ++k) out[k] = float(c[k]) * scale;
 }
 
-__device__ __forceinline__ float kv_load(const KvRef& kv, bool key, int64_t at, int64_t hd, int64_t j) {
-  if (kv.codec == 0) return __half2float(static_cast<const __half*>(key ? kv.keys : kv.values)[at * hd + j]);
-  const int8_t q = static_cast<const int8_t*>(key ? kv.keys : kv.values)[at * hd + j];
-  const int block = q8_block(hd);
-  return float(q) * (key ? kv.key_scales : kv.value_scales)[at * (hd / block) + j / block];
-}
-
-constexpr int kMaxHeadDim = 256;
 
 constexpr int kSplitThreads = 128;
 constexpr int kSplitWarps = kSplitThreads / 32;
 
-// Positions per block of the split attention: 64, more only where max_len would need over 256 blocks per head.
+// Positions per block of the split attention: one KV page (64), more (whole pages) only where max_len would need
+// over 256 blocks per head.
 int64_t attention_chunk(int64_t max_len) {
-  int64_t chunk = 64;
+  int64_t chunk = kKvPage;
   while ((max_len + chunk - 1) / chunk > 256) chunk *= 2;
   return chunk;
 }
 
-// Flash-decoding: block per (row, q head, chunk of positions). Scores: one thread per position (its key row read
-// whole, 16 bytes at a time, against q in shared memory); the chunk's max and exp-sum; values: warp w takes
-// positions w, w+4, ..., lane l dims l, l+32, ...; the unnormalized sums, the max and the exp-sum go to `partial`
-// [row][head][chunk][hd + 2]. A grid sized from max_len keeps the launch the same across steps (CUDA graphs);
-// chunks past the row's length return at once.
-__global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(const float* qkv, QkvParams p,
-                                                                       const int32_t* positions, const KvRef* caches,
-                                                                       const int32_t* cache_of_row, int64_t chunk,
+// Flash-decoding, one block per (row, KV head, chunk of positions): the chunk's keys and values are read once for
+// every q head of the KV head's group (GQA), in 16-byte words. Scores: one thread per (q head, position) against q
+// in shared memory; softmax per head by one warp; values: thread (position lane, 8-dim slice) accumulates all
+// the group's heads at once, reduced over position lanes with shuffles, then over warps in shared memory. The
+// unnormalized sums, the max and the exp-sum go to `partial` [row][q head][chunk][hd + 2]. A grid sized from
+// max_len keeps the launch the same across steps (CUDA graphs); chunks past the row's length return at once.
+// FUSED (decode: no two rows of the step share a sequence): the qkv rows are as the matvec left them; each block
+// applies bias / per-head q norm / RoPE to its group's q itself, and the block of the chunk holding the row's
+// position also prepares that position's K and V and writes them into the cache before it reads the chunk, which
+// saves the separate bias / norm / rope-and-store launches.
+constexpr int kGroupPass = 8;  // q heads accumulated together in the value pass
+
+// One warp: v (hd floats in shared memory) = rope(norm(v + bias)) at pos, with the arithmetic of bias_kernel,
+// rms_norm_kernel (norm width hd) and rope_store_kernel; bias and norm may be null.
+__device__ void prepare_head_vector(float* v, int64_t hd, const float* bias, const float* norm, float eps, bool rope,
+                                    int32_t pos, const float* inv_freq) {
+  const int lane = threadIdx.x % 32;
+  float squares = 0;
+  for (int64_t j = lane; j < hd; j += 32) {
+    const float x = bias ? v[j] + bias[j] : v[j];
+    v[j] = x;
+    squares += x * x;
+  }
+  if (norm) {
+    const float inv = rsqrtf(warp_sum(squares) / float(hd) + eps);
+    for (int64_t j = lane; j < hd; j += 32) v[j] = norm[j] * (v[j] * inv);
+  }
+  __syncwarp();
+  if (rope) {
+    const int64_t half = hd / 2;
+    for (int64_t j = lane; j < half; j += 32) {
+      float s, c;
+      sincosf(float(pos) * inv_freq[j], &s, &c);
+      const float a = v[j], b = v[j + half];
+      v[j] = a * c - b * s;
+      v[j + half] = b * c + a * s;
+    }
+  }
+  __syncwarp();
+}
+
+// One warp writes a K or V vector (shared memory) at pool row `at` in the codec (rope_store_kernel's arithmetic).
+__device__ void store_kv_vector(const float* v, int64_t hd, const KvRef& kv, bool key, int64_t at) {
+  const int lane = threadIdx.x % 32;
+  if (kv.codec == 0) {
+    __half* dst = static_cast<__half*>(key ? kv.keys : kv.values) + at * hd;
+    for (int64_t j = lane; j < hd; j += 32) dst[j] = __float2half(v[j]);
+    return;
+  }
+  const int block = q8_block(hd), nb = int(hd / block);
+  float* scales = (key ? kv.key_scales : kv.value_scales) + at * nb;
+  int8_t* dst = static_cast<int8_t*>(key ? kv.keys : kv.values) + at * hd;
+  for (int64_t j = lane; j < hd; j += 32) {
+    const int64_t b = j / block;
+    float amax = 0;
+    for (int k = 0; k < block; ++k) amax = fmaxf(amax, fabsf(v[b * block + k]));
+    const float scale = __half2float(__float2half_rn(amax / 127.0f)), inv = scale > 0 ? 1.0f / scale : 0.0f;
+    dst[j] = int8_t(fminf(fmaxf(roundf(v[j] * inv), -127.0f), 127.0f));
+    if (j % block == 0) scales[b] = scale;
+  }
+}
+
+template <bool FUSED>
+__global__ void __launch_bounds__(kSplitThreads) attention_group_kernel(const float* qkv, QkvParams p,
+                                                                       const int32_t* positions, KvRef kv,
+                                                                       PageTables tables, int64_t chunk,
                                                                        int64_t chunks, float* partial) {
-  __shared__ float shared[32];
-  extern __shared__ float dynamic[];  // q[hd], scores[chunk], sums[warps][hd]
-  const int64_t hd = p.head_dim;
-  float* q = dynamic;
-  float* sc = dynamic + hd;
-  float* sums = sc + chunk;
-  const int64_t head_row = blockIdx.x / chunks, part = blockIdx.x % chunks;
-  const int64_t row = head_row / p.heads, h = head_row % p.heads;
+  kernel_entry();
+  extern __shared__ float dynamic[];  // q[group][hd], scores[group][chunk], sums[warps][kGroupPass][hd]
+  const int64_t hd = p.head_dim, group = p.heads / p.kv_heads;
+  const int64_t row_kvh = blockIdx.x / chunks, part = blockIdx.x % chunks;
+  const int64_t row = row_kvh / p.kv_heads, kvh = row_kvh % p.kv_heads;
   const int64_t len = int64_t(positions[row]) + 1;
-  const int64_t t0 = part * chunk, t1 = min(len, t0 + chunk);
-  if (t0 >= len) return;
-  const int64_t group = p.heads / p.kv_heads, kvh = h / group;
+  const int64_t t0 = part * chunk, n = min(len - t0, chunk);
+  if (n <= 0) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t stride = (p.heads + 2 * p.kv_heads) * hd;
-  const KvRef kv = caches[cache_of_row[row]];
+  const int32_t* table = tables.pages + tables.seq_of_row[row] * tables.stride;
+  float* q = dynamic;
+  float* sc = q + group * hd;
+  float* sums = sc + group * chunk;
   const float scale = rsqrtf(float(hd));
-  for (int64_t j = threadIdx.x; j < hd; j += blockDim.x) q[j] = qkv[row * stride + h * hd + j] * scale;
+  const float* q_src = qkv + row * stride + kvh * group * hd;
+  if (FUSED) {
+    const int32_t pos = positions[row];
+    for (int64_t j = threadIdx.x; j < group * hd; j += blockDim.x) q[j] = q_src[j];
+    __syncthreads();
+    for (int64_t h = warp; h < group; h += kSplitWarps)
+      prepare_head_vector(q + h * hd, hd, p.bias ? p.bias + (kvh * group + h) * hd : nullptr, p.q_norm, p.eps, true,
+                          pos, p.inv_freq);
+    if (part == int64_t(pos) / chunk && warp < 2) {
+      // Warp 0: this position's key, warp 1: its value (in the still unused sums area).
+      const bool key = warp == 0;
+      const int64_t q_rows = p.heads * hd, kv_rows = p.kv_heads * hd;
+      const int64_t offset = q_rows + (key ? 0 : kv_rows) + kvh * hd;
+      float* v = sums + (key ? 0 : hd);
+      for (int64_t j = lane; j < hd; j += 32) v[j] = qkv[row * stride + offset + j];
+      __syncwarp();
+      prepare_head_vector(v, hd, p.bias ? p.bias + offset : nullptr, key ? p.k_norm : nullptr, p.eps, key, pos,
+                          p.inv_freq);
+      store_kv_vector(v, hd, kv, key, kv_row(table, pos, p.kv_heads, kvh));
+    }
+    __syncthreads();  // the cache writes above are visible to the whole block from here
+    for (int64_t j = threadIdx.x; j < group * hd; j += blockDim.x) q[j] *= scale;
+  } else {
+    for (int64_t j = threadIdx.x; j < group * hd; j += blockDim.x) q[j] = q_src[j] * scale;
+  }
   __syncthreads();
-  float local_max = -INFINITY;
-  for (int64_t t = t0 + threadIdx.x; t < t1; t += blockDim.x) {
-    const int64_t at = t * p.kv_heads + kvh;
+  for (int64_t idx = threadIdx.x; idx < group * n; idx += blockDim.x) {
+    const int64_t h = idx / n, t = idx % n;
+    const int64_t at = kv_row(table, t0 + t, p.kv_heads, kvh);
+    const float* qh = q + h * hd;
     float s = 0;
 #pragma unroll 4
-    for (int64_t j = 0; j < hd; j += 8) {  // several 16-byte loads of the key row in flight
+    for (int64_t j = 0; j < hd; j += 8) {
       float k[8];
       kv_load8(kv, true, at, hd, j, k);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) s += q[j + e] * k[e];
+      for (int e = 0; e < 8; ++e) s += qh[j + e] * k[e];
     }
-    sc[t - t0] = s;
-    local_max = fmaxf(local_max, s);
-  }
-  const float mx = block_max(local_max, shared);
-  float sum = 0;
-  for (int64_t t = t0 + threadIdx.x; t < t1; t += blockDim.x) {
-    const float e = __expf(sc[t - t0] - mx);
-    sc[t - t0] = e;
-    sum += e;
-  }
-  sum = block_sum(sum, shared);
-  __syncthreads();  // every score written before any thread reads another's
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  constexpr int kDims = kMaxHeadDim / 32;
-  float acc[kDims] = {};
-#pragma unroll 4
-  for (int64_t t = t0 + warp; t < t1; t += kSplitWarps) {
-    const float wt = sc[t - t0];
-    const int64_t at = t * p.kv_heads + kvh;
-#pragma unroll
-    for (int d = 0; d < kDims; ++d) {
-      const int64_t j = lane + 32 * d;
-      if (j < hd) acc[d] += wt * kv_load(kv, false, at, hd, j);
-    }
-  }
-#pragma unroll
-  for (int d = 0; d < kDims; ++d) {
-    const int64_t j = lane + 32 * d;
-    if (j < hd) sums[warp * hd + j] = acc[d];
+    sc[h * chunk + t] = s;
   }
   __syncthreads();
-  float* out = partial + blockIdx.x * (hd + 2);
-  for (int64_t j = threadIdx.x; j < hd; j += blockDim.x) {
-    float total = 0;
-    for (int k = 0; k < kSplitWarps; ++k) total += sums[k * hd + j];
-    out[j] = total;
+  float* out_base = partial + ((row * p.heads + kvh * group) * chunks + part) * (hd + 2);
+  const int64_t head_stride = chunks * (hd + 2);
+  for (int64_t h = warp; h < group; h += kSplitWarps) {
+    float* s_h = sc + h * chunk;
+    float m = -INFINITY;
+    for (int64_t t = lane; t < n; t += 32) m = fmaxf(m, s_h[t]);
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float l = 0;
+    for (int64_t t = lane; t < n; t += 32) {
+      const float e = __expf(s_h[t] - m);
+      s_h[t] = e;
+      l += e;
+    }
+    l = warp_sum(l);
+    if (lane == 0) {
+      out_base[h * head_stride + hd] = m;
+      out_base[h * head_stride + hd + 1] = l;
+    }
   }
-  if (threadIdx.x == 0) {
-    out[hd] = mx;
-    out[hd + 1] = sum;
+  __syncthreads();
+  // 8-dim slices per position, padded to a power of two (so lanes of a warp with the same slice differ by
+  // multiples of `slices`); padding lanes load nothing and add zeros.
+  const int64_t real_slices = hd / 8;
+  int64_t slices = 1;
+  while (slices < real_slices) slices *= 2;
+  const int64_t position_lanes = kSplitThreads / slices;
+  const int64_t slice = threadIdx.x % slices, first = slice < real_slices ? threadIdx.x / slices : n;
+  for (int64_t h0 = 0; h0 < group; h0 += kGroupPass) {
+    const int64_t heads_now = min(group - h0, int64_t(kGroupPass));
+    float acc[kGroupPass][8] = {};
+#pragma unroll 4
+    for (int64_t t = first; t < n; t += position_lanes) {
+      float v[8];
+      kv_load8(kv, false, kv_row(table, t0 + t, p.kv_heads, kvh), hd, slice * 8, v);
+#pragma unroll
+      for (int hh = 0; hh < kGroupPass; ++hh) {
+        if (hh >= heads_now) break;
+        const float wt = sc[(h0 + hh) * chunk + t];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[hh][e] += wt * v[e];
+      }
+    }
+#pragma unroll
+    for (int hh = 0; hh < kGroupPass; ++hh) {
+      if (hh >= heads_now) break;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        float v = acc[hh][e];
+        for (int o = int(slices); o < 32; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane < slices && slice < real_slices) sums[(warp * kGroupPass + hh) * hd + slice * 8 + e] = v;
+      }
+    }
+    __syncthreads();
+    for (int64_t idx = threadIdx.x; idx < heads_now * hd; idx += blockDim.x) {
+      const int64_t hh = idx / hd, j = idx % hd;
+      float total = 0;
+#pragma unroll
+      for (int k = 0; k < kSplitWarps; ++k) total += sums[(k * kGroupPass + hh) * hd + j];
+      out_base[(h0 + hh) * head_stride + j] = total;
+    }
+    __syncthreads();
   }
 }
 
 // Block per (row, q head): out = sum_c e^(m_c - M) acc_c / sum_c e^(m_c - M) l_c over the row's live chunks.
 __global__ void attention_combine_kernel(QkvParams p, const int32_t* positions, int64_t chunk, int64_t chunks,
                                          const float* partial, float* out) {
+  kernel_entry();
   const int64_t head_row = blockIdx.x, row = head_row / p.heads, hd = p.head_dim;
   const int64_t live = (int64_t(positions[row]) + 1 + chunk - 1) / chunk;
   const float* base = partial + head_row * chunks * (hd + 2);
@@ -603,6 +825,7 @@ __global__ void attention_combine_kernel(QkvParams p, const int32_t* positions, 
 }
 
 __global__ void silu_gate_kernel(const float* gu, int64_t rows, int64_t inter, float* out) {
+  kernel_entry();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * inter) return;
   const int64_t r = i / inter, j = i % inter;
@@ -611,11 +834,13 @@ __global__ void silu_gate_kernel(const float* gu, int64_t rows, int64_t inter, f
 }
 
 __global__ void add_kernel(float* y, const float* x, int64_t count) {
+  kernel_entry();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < count) y[i] += x[i];
 }
 
 __global__ void gather_kernel(const float* src, const int32_t* index, int64_t rows, int64_t width, float* dst) {
+  kernel_entry();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * width) return;
   dst[i] = src[int64_t(index[i / width]) * width + i % width];
@@ -624,6 +849,7 @@ __global__ void gather_kernel(const float* src, const int32_t* index, int64_t ro
 // Rows of one expert are distinct, so no two threads of a launch touch the same element.
 __global__ void scatter_add_kernel(const float* src, const int32_t* index, const float* weight, int64_t rows,
                                    int64_t width, float* dst) {
+  kernel_entry();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * width) return;
   const int64_t r = i / width;
@@ -632,6 +858,7 @@ __global__ void scatter_add_kernel(const float* src, const int32_t* index, const
 
 __global__ void sigmoid_gate_add_kernel(const float* x, const float* gate, const float* y, int64_t width,
                                         float* hidden) {
+  kernel_entry();
   __shared__ float shared[32];
   const int64_t row = blockIdx.x;
   float z = 0;
@@ -644,6 +871,9 @@ __global__ void sigmoid_gate_add_kernel(const float* x, const float* gate, const
 unsigned blocks_for(int64_t count, int threads = 256) { return unsigned((count + threads - 1) / threads); }
 
 }  // namespace
+
+void set_programmatic_launch(bool on) { g_programmatic = on; }
+void set_dense_rows_per_block(int rows) { g_dense_rows = rows; }
 
 bool dense_fusable(const MatrixRef& w) {
   return (w.format == 1 || w.format == 2) && w.cols % 8 == 0 && w.cols <= 8 * kThreads * 8;
@@ -674,30 +904,30 @@ void matvec(const MatrixRef& w, const float* x, int64_t ldx, int64_t n, float* y
 
 void dequantize_f16(const MatrixRef& w, int64_t r0, int64_t count, void* out, cudaStream_t stream) {
   const int64_t total = count * w.cols;
-  if (total > 0) dequantize_kernel<<<blocks_for(total), 256, 0, stream>>>(w, r0, count, static_cast<__half*>(out));
+  if (total > 0) launch(dequantize_kernel, blocks_for(total), 256, 0, stream, w, r0, count, static_cast<__half*>(out));
 }
 
 void to_f16(const float* x, int64_t count, void* out, cudaStream_t stream) {
-  if (count > 0) to_f16_kernel<<<blocks_for(count), 256, 0, stream>>>(x, count, static_cast<__half*>(out));
+  if (count > 0) launch(to_f16_kernel, blocks_for(count), 256, 0, stream, x, count, static_cast<__half*>(out));
 }
 
 void rms_norm(const float* x, int64_t ldx, const float* weight, int64_t rows, int64_t cols, int64_t width, float eps,
               float* out, int64_t ldout, cudaStream_t stream) {
   const int64_t blocks = rows * (cols / width);
-  if (blocks > 0) rms_norm_kernel<<<unsigned(blocks), 256, 0, stream>>>(x, ldx, weight, cols, width, eps, out, ldout);
+  if (blocks > 0) launch(rms_norm_kernel, unsigned(blocks), 256, 0, stream, x, ldx, weight, cols, width, eps, out, ldout);
 }
 
-void qkv_rope_store(float* qkv, int64_t rows, const QkvParams& p, const int32_t* positions, const KvRef* caches,
-                    const int32_t* cache_of_row, cudaStream_t stream) {
+void qkv_rope_store(float* qkv, int64_t rows, const QkvParams& p, const int32_t* positions, const KvRef& kv,
+                    const PageTables& tables, cudaStream_t stream) {
   const int64_t stride = (p.heads + 2 * p.kv_heads) * p.head_dim;
-  if (p.bias) bias_kernel<<<blocks_for(rows * stride), 256, 0, stream>>>(qkv, rows, stride, p.bias);
+  if (p.bias) launch(bias_kernel, blocks_for(rows * stride), 256, 0, stream, qkv, rows, stride, p.bias);
   if (p.q_norm) {
     rms_norm(qkv, stride, p.q_norm, rows, p.heads * p.head_dim, p.qn, p.eps, qkv, stride, stream);
     rms_norm(qkv + p.heads * p.head_dim, stride, p.k_norm, rows, p.kv_heads * p.head_dim, p.kn, p.eps,
              qkv + p.heads * p.head_dim, stride, stream);
   }
   const int64_t blocks = rows * (p.heads + 2 * p.kv_heads);
-  rope_store_kernel<<<unsigned(blocks), 128, 0, stream>>>(qkv, p, positions, caches, cache_of_row);
+  launch(rope_store_kernel, unsigned(blocks), 128, 0, stream, qkv, p, positions, kv, tables);
 }
 
 int64_t attention_scratch_floats(int64_t rows, const QkvParams& p, int64_t max_len) {
@@ -705,35 +935,43 @@ int64_t attention_scratch_floats(int64_t rows, const QkvParams& p, int64_t max_l
   return rows * p.heads * ((max_len + chunk - 1) / chunk) * (p.head_dim + 2);
 }
 
-void attention(const float* qkv, int64_t rows, const QkvParams& p, const int32_t* positions, const KvRef* caches,
-               const int32_t* cache_of_row, int64_t max_len, float* partial, float* out, cudaStream_t stream) {
+void attention(const float* qkv, int64_t rows, const QkvParams& p, const int32_t* positions, const KvRef& kv,
+               const PageTables& tables, int64_t max_len, bool fused, float* partial, float* out,
+               cudaStream_t stream) {
   const int64_t chunk = attention_chunk(max_len), chunks = (max_len + chunk - 1) / chunk;
-  const size_t shared = size_t(p.head_dim * (1 + kSplitWarps) + chunk) * sizeof(float);
-  attention_split_kernel<<<unsigned(rows * p.heads * chunks), kSplitThreads, shared, stream>>>(
-      qkv, p, positions, caches, cache_of_row, chunk, chunks, partial);
-  attention_combine_kernel<<<unsigned(rows * p.heads), 64, 0, stream>>>(p, positions, chunk, chunks, partial, out);
+  const int64_t group = p.heads / p.kv_heads;
+  const size_t shared = size_t(group * p.head_dim + group * chunk + kSplitWarps * kGroupPass * p.head_dim) * 4;
+  static size_t shared_allowed = 48 << 10;
+  if (shared > shared_allowed) {
+    cudaFuncSetAttribute(attention_group_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
+    cudaFuncSetAttribute(attention_group_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
+    shared_allowed = shared;
+  }
+  launch(fused ? attention_group_kernel<true> : attention_group_kernel<false>, unsigned(rows * p.kv_heads * chunks),
+         kSplitThreads, shared, stream, qkv, p, positions, kv, tables, chunk, chunks, partial);
+  launch(attention_combine_kernel, unsigned(rows * p.heads), 64, 0, stream, p, positions, chunk, chunks, partial, out);
 }
 
 void silu_gate(const float* gate_up, int64_t rows, int64_t intermediate, float* out, cudaStream_t stream) {
-  silu_gate_kernel<<<blocks_for(rows * intermediate), 256, 0, stream>>>(gate_up, rows, intermediate, out);
+  launch(silu_gate_kernel, blocks_for(rows * intermediate), 256, 0, stream, gate_up, rows, intermediate, out);
 }
 
 void add(float* y, const float* x, int64_t count, cudaStream_t stream) {
-  add_kernel<<<blocks_for(count), 256, 0, stream>>>(y, x, count);
+  launch(add_kernel, blocks_for(count), 256, 0, stream, y, x, count);
 }
 
 void gather_rows(const float* src, const int32_t* index, int64_t rows, int64_t width, float* dst, cudaStream_t stream) {
-  gather_kernel<<<blocks_for(rows * width), 256, 0, stream>>>(src, index, rows, width, dst);
+  launch(gather_kernel, blocks_for(rows * width), 256, 0, stream, src, index, rows, width, dst);
 }
 
 void scatter_add_rows(const float* src, const int32_t* index, const float* weight, int64_t rows, int64_t width,
                       float* dst, cudaStream_t stream) {
-  scatter_add_kernel<<<blocks_for(rows * width), 256, 0, stream>>>(src, index, weight, rows, width, dst);
+  launch(scatter_add_kernel, blocks_for(rows * width), 256, 0, stream, src, index, weight, rows, width, dst);
 }
 
 void sigmoid_gate_add(const float* x, const float* gate, const float* y, int64_t rows, int64_t width, float* hidden,
                       cudaStream_t stream) {
-  sigmoid_gate_add_kernel<<<unsigned(rows), 256, 0, stream>>>(x, gate, y, width, hidden);
+  launch(sigmoid_gate_add_kernel, unsigned(rows), 256, 0, stream, x, gate, y, width, hidden);
 }
 
 }  // namespace tierlm::gpu::device

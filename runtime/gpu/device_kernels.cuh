@@ -13,6 +13,15 @@
 
 namespace tierlm::gpu::device {
 
+// Programmatic dependent launch (Hopper): every kernel is launched so that it may start while the previous one in
+// the stream finishes; it first pulls its own weights toward the SM (registers / L2: they depend on nothing), then
+// waits for the previous kernel's results (griddepcontrol.wait) before reading or writing activations. This keeps
+// HBM busy across kernel boundaries and prologues, which otherwise cost a decode step several microseconds per
+// kernel. On by default; off makes every launch a plain one (for A/B measurements).
+void set_programmatic_launch(bool on);
+// Rows per block of the f16/bf16 decode matvec: 0 chooses (8 where that still gives every SM a block, else 4).
+void set_dense_rows_per_block(int rows);
+
 // A weight as the kernels see it (mirrors kernels::WeightView; format codes as kernels::WeightFormat).
 struct MatrixRef {
   int format = 0;          // 0 f32, 1 f16, 2 bf16, 3 q8_0, 4 q4, 5 mlx_q4, 6 mlx_q8
@@ -44,17 +53,26 @@ void to_f16(const float* x, int64_t count, void* out, cudaStream_t stream);
 void rms_norm(const float* x, int64_t ldx, const float* weight, int64_t rows, int64_t cols, int64_t width, float eps,
               float* out, int64_t ldout, cudaStream_t stream);
 // qkv rows: bias, optional q/k norm (norm width qn/kn), RoPE (rotate_half) at positions[i], then the K/V of row i
-// are written into its sequence's device cache at positions[i] (f16 or q8 per layer; see KvRef).
+// are written into its sequence's pages of the layer's device KV pool at positions[i] (f16 or q8; see KvRef).
 // q8 is the CPU KV codec's arithmetic (runtime/kv/block_codec.cpp): per block of q8_block dims (32, or 16 when
 // head_dim is not a multiple of 32), scale = max|x| / 127 rounded to f16, codes round(x / scale) in [-127, 127];
 // the scale is kept as the f32 value of that f16, so the CPU with a q8 cache is an exact-math oracle.
 inline __host__ __device__ int q8_block(int64_t head_dim) { return head_dim % 32 == 0 ? 32 : 16; }
+// The device KV is paged: a layer's pool holds pages of kKvPage positions; a sequence's page table (shared by all
+// layers) maps position t to page table[t / kKvPage]. Attention splits positions into chunks of whole pages.
+inline constexpr int64_t kKvPage = 64;
 struct KvRef {
-  void* keys = nullptr;    // [capacity][kv_heads][head_dim] in the codec
+  void* keys = nullptr;    // [pages][kKvPage][kv_heads][head_dim] in the codec
   void* values = nullptr;
-  float* key_scales = nullptr;    // q8: [capacity][kv_heads][head_dim / q8_block]
+  float* key_scales = nullptr;    // q8: [pages][kKvPage][kv_heads][head_dim / q8_block]
   float* value_scales = nullptr;
   int codec = 0;           // 0 f16, 1 q8
+};
+// Page tables of the batch's sequences: pages[s * stride + t / kKvPage]; seq_of_row[i]: row i's sequence s.
+struct PageTables {
+  const int32_t* pages = nullptr;
+  int64_t stride = 0;
+  const int32_t* seq_of_row = nullptr;
 };
 struct QkvParams {
   int64_t heads, kv_heads, head_dim;
@@ -66,14 +84,21 @@ struct QkvParams {
   const float* inv_freq;   // head_dim/2 floats
   float attention_scale_unused;
 };
-void qkv_rope_store(float* qkv, int64_t rows, const QkvParams& p, const int32_t* positions, const KvRef* caches,
-                    const int32_t* cache_of_row, cudaStream_t stream);
-// out[i] = softmax(q·K/sqrt(hd)) V over positions [0, positions[i]] of the row's cache (GQA groups share K/V).
+void qkv_rope_store(float* qkv, int64_t rows, const QkvParams& p, const int32_t* positions, const KvRef& kv,
+                    const PageTables& tables, cudaStream_t stream);
+// out[i] = softmax(q·K/sqrt(hd)) V over positions [0, positions[i]] of the row's sequence (GQA groups share K/V).
 // Split over positions (flash-decoding): partial = attention_scratch_floats(rows, p, max_len) floats of scratch.
 // head_dim: a multiple of 8, at most 256.
 int64_t attention_scratch_floats(int64_t rows, const QkvParams& p, int64_t max_len);
-void attention(const float* qkv, int64_t rows, const QkvParams& p, const int32_t* positions, const KvRef* caches,
-               const int32_t* cache_of_row, int64_t max_len, float* partial, float* out, cudaStream_t stream);
+// fused: the rows' qkv are as the qkv matvec left them, and no two rows share a sequence (decode); attention then
+// does qkv_rope_store's work itself (bias, per-head q/k norm of width head_dim, RoPE, K/V into the cache), so
+// qkv_rope_store is not called. Otherwise qkv_rope_store must have run on the rows first.
+inline bool attention_can_fuse(const QkvParams& p) {
+  return (!p.q_norm || p.qn == p.head_dim) && (!p.k_norm || p.kn == p.head_dim);
+}
+void attention(const float* qkv, int64_t rows, const QkvParams& p, const int32_t* positions, const KvRef& kv,
+               const PageTables& tables, int64_t max_len, bool fused, float* partial, float* out,
+               cudaStream_t stream);
 // out[i][j] = silu(gu[i][j]) * gu[i][I + j]
 void silu_gate(const float* gate_up, int64_t rows, int64_t intermediate, float* out, cudaStream_t stream);
 // y[i] += x[i]

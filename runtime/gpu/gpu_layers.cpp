@@ -15,6 +15,7 @@
 #include <list>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 
 #include <cublas_v2.h>
@@ -181,9 +182,7 @@ struct DeviceLayer {
 };
 
 struct SequenceKv {
-  std::vector<DeviceBuffer> buffers;  // per layer: keys, values (+ key scales, value scales for q8)
-  std::vector<device::KvRef> refs;    // per layer
-  int64_t capacity = 0;
+  std::vector<int32_t> pages;         // page table: positions [64 i, 64 i + 64) are in pool page pages[i]
   int64_t filled = 0;                 // positions [0, filled) written
   uint64_t last_use = 0;
 };
@@ -216,7 +215,11 @@ struct GpuLayers::Impl {
   PinnedBuffer hidden_host, meta_host, logits_host, router_host, moe_host;
   std::vector<PinnedBuffer> expert_staging;
   std::vector<cudaEvent_t> staging_done;
-  // Device KV per sequence.
+  // Paged device KV: a pool per layer (kv_buffers), the same page ids in every layer; sequences' page tables.
+  std::vector<DeviceBuffer> kv_buffers;
+  std::vector<device::KvRef> kv_refs;  // per layer
+  int64_t pool_pages = 0, pages_per_sequence = 0;
+  std::vector<int32_t> free_pages;
   std::unordered_map<const void*, SequenceKv> sequences;
   uint64_t clock = 0;
   // VRAM expert tier.
@@ -236,7 +239,8 @@ struct GpuLayers::Impl {
   std::vector<const char*> mark_labels;
   size_t marks_used = 0;
   std::vector<std::pair<std::string, std::pair<double, uint64_t>>> profile_totals;  // label -> (ms, count)
-  std::vector<std::pair<std::pair<int64_t, int64_t>, cudaGraphExec_t>> graphs;  // (rows, head rows) -> decode step
+  // (rows, head rows, one row per sequence) -> the decode step's graph
+  std::vector<std::pair<std::tuple<int64_t, int64_t, bool>, cudaGraphExec_t>> graphs;
   uint64_t profiled_steps = 0;
 
   Impl(const model::ModelWeights& weights, const GpuOptions& o, int64_t chunk, int64_t context)
@@ -253,6 +257,7 @@ struct GpuLayers::Impl {
     upload_weights();
     allocate_scratch();
     if (c.arch.moe && gpu_layers > 0) setup_experts();
+    allocate_kv_pool();
   }
 
   ~Impl() {
@@ -368,14 +373,60 @@ struct GpuLayers::Impl {
     }
   }
 
-  // positions, cache_of_row, head rows (int32 each, max_chunk), then the KvRef table [layer][batch sequence].
-  size_t meta_ints() const { return size_t(3 * max_chunk + 4); }
-  size_t meta_bytes() const {
-    return meta_ints() * 4 + size_t(std::max<int64_t>(gpu_layers, 1) * max_chunk) * sizeof(device::KvRef) + 64;
+  // Step metadata (int32): positions, sequence of each row, head rows (max_chunk each), then the page tables of the
+  // step's sequences (max_sequences x pages_per_sequence).
+  int64_t pages_per_context() const { return (max_context + device::kKvPage - 1) / device::kKvPage; }
+  size_t meta_ints() const { return size_t(3 * max_chunk + options.max_sequences * pages_per_context()); }
+  size_t meta_bytes() const { return meta_ints() * 4; }
+
+  uint64_t kv_page_bytes_per_layer() const {
+    const bool q8 = options.kv_codec == GpuKvCodec::q8;
+    const uint64_t values = uint64_t(device::kKvPage * c.num_kv_heads * c.head_dim);
+    uint64_t bytes = 2 * values * (q8 ? 1 : 2);
+    if (q8) bytes += 2 * uint64_t(device::kKvPage * c.num_kv_heads * (c.head_dim / device::q8_block(c.head_dim))) * 4;
+    return bytes;
   }
-  device::KvRef* kv_table(void* base) const {
-    const size_t at = (meta_ints() * 4 + 63) / 64 * 64;
-    return reinterpret_cast<device::KvRef*>(static_cast<char*>(base) + at);
+
+  void allocate_kv_pool() {
+    if (gpu_layers == 0) return;
+    pages_per_sequence = pages_per_context();
+    const uint64_t page_bytes = kv_page_bytes_per_layer() * uint64_t(gpu_layers);
+    int64_t pages = options.kv_pages;
+    if (pages <= 0) {
+      const int64_t want = options.max_sequences * pages_per_sequence;
+      const uint64_t margin = 64ull << 20;  // cuBLAS workspace, graphs, fragmentation
+      const uint64_t used = vram.used(), budget = vram.budget();
+      const int64_t fit = budget > used + margin ? int64_t((budget - used - margin) / page_bytes) : 0;
+      pages = std::min(want, fit);
+      if (pages < pages_per_sequence)
+        throw tiering::LedgerError(
+            "gpu: the VRAM budget (" + std::to_string(budget >> 20) + " MiB, " + std::to_string(used >> 20) +
+            " MiB taken by weights, experts and scratch) leaves room for " + std::to_string(std::max<int64_t>(fit, 0)) +
+            " KV pages of " + std::to_string(device::kKvPage) + " positions; one sequence of " +
+            std::to_string(max_context) + " positions needs " + std::to_string(pages_per_sequence) +
+            " (put fewer layers on the GPU, use the q8 device KV, or shorten the context)");
+    }
+    pool_pages = pages;
+    const bool q8 = options.kv_codec == GpuKvCodec::q8;
+    const size_t values = size_t(pool_pages * device::kKvPage * c.num_kv_heads * c.head_dim);
+    const size_t scales = size_t(pool_pages * device::kKvPage * c.num_kv_heads * (c.head_dim / device::q8_block(c.head_dim)));
+    for (int64_t l = 0; l < gpu_layers; ++l) {
+      device::KvRef r;
+      r.codec = q8 ? 1 : 0;
+      kv_buffers.emplace_back(vram, "kv", values * (q8 ? 1 : 2));
+      r.keys = kv_buffers.back().as();
+      kv_buffers.emplace_back(vram, "kv", values * (q8 ? 1 : 2));
+      r.values = kv_buffers.back().as();
+      if (q8) {
+        kv_buffers.emplace_back(vram, "kv", scales * 4);
+        r.key_scales = kv_buffers.back().as<float>();
+        kv_buffers.emplace_back(vram, "kv", scales * 4);
+        r.value_scales = kv_buffers.back().as<float>();
+      }
+      kv_refs.push_back(r);
+    }
+    free_pages.resize(size_t(pool_pages));
+    std::iota(free_pages.rbegin(), free_pages.rend(), 0);  // page 0 is taken first
   }
 
   void setup_experts() {
@@ -457,40 +508,40 @@ struct GpuLayers::Impl {
   }
 
   // ---- device KV ------------------------------------------------------------------------------------------
-  SequenceKv& sequence_kv(const void* key) {
+  // Drops the least recently used sequence outside `batch` (its pages go back to the pool); false when none is.
+  bool drop_one(const std::vector<const void*>& batch) {
+    auto victim = sequences.end();
+    for (auto it = sequences.begin(); it != sequences.end(); ++it)
+      if (std::find(batch.begin(), batch.end(), it->first) == batch.end() &&
+          (victim == sequences.end() || it->second.last_use < victim->second.last_use))
+        victim = it;
+    if (victim == sequences.end()) return false;
+    free_pages.insert(free_pages.end(), victim->second.pages.rbegin(), victim->second.pages.rend());
+    sequences.erase(victim);
+    return true;
+  }
+
+  // The sequence's KV, with pages for positions [0, end). Called with the stream idle (no kernel reads a page
+  // that changes hands).
+  SequenceKv& sequence_kv(const void* key, int64_t end, const std::vector<const void*>& batch) {
     auto it = sequences.find(key);
-    if (it != sequences.end()) {
-      it->second.last_use = ++clock;
-      return it->second;
+    if (it == sequences.end()) {
+      while (int64_t(sequences.size()) >= options.max_sequences)
+        if (!drop_one(batch)) throw std::invalid_argument("gpu: more sequences in one step than max_sequences");
+      it = sequences.emplace(key, SequenceKv{}).first;
     }
-    if (int64_t(sequences.size()) >= options.max_sequences) {
-      auto victim = std::min_element(sequences.begin(), sequences.end(),
-                                     [](const auto& a, const auto& b) { return a.second.last_use < b.second.last_use; });
-      check(cudaStreamSynchronize(stream), "sync before dropping a sequence");
-      sequences.erase(victim);
-    }
-    SequenceKv s;
-    s.capacity = max_context;
-    const int64_t per_layer = max_context * c.num_kv_heads * c.head_dim;
-    const bool q8 = options.kv_codec == GpuKvCodec::q8;
-    for (int64_t l = 0; l < gpu_layers; ++l) {
-      device::KvRef r;
-      r.codec = q8 ? 1 : 0;
-      s.buffers.emplace_back(vram, "kv", size_t(per_layer) * (q8 ? 1 : 2));
-      r.keys = s.buffers.back().as();
-      s.buffers.emplace_back(vram, "kv", size_t(per_layer) * (q8 ? 1 : 2));
-      r.values = s.buffers.back().as();
-      if (q8) {
-        const size_t scales = size_t(max_context * c.num_kv_heads * (c.head_dim / device::q8_block(c.head_dim))) * 4;
-        s.buffers.emplace_back(vram, "kv", scales);
-        r.key_scales = s.buffers.back().as<float>();
-        s.buffers.emplace_back(vram, "kv", scales);
-        r.value_scales = s.buffers.back().as<float>();
-      }
-      s.refs.push_back(r);
-    }
+    SequenceKv& s = it->second;
     s.last_use = ++clock;
-    return sequences.emplace(key, std::move(s)).first->second;
+    const int64_t need = (end + device::kKvPage - 1) / device::kKvPage;
+    while (int64_t(s.pages.size()) < need) {
+      if (free_pages.empty() && !drop_one(batch))
+        throw std::runtime_error("gpu: the device KV pool is exhausted (" + std::to_string(pool_pages) +
+                                 " pages of " + std::to_string(device::kKvPage) + " positions, all held by the " +
+                                 std::to_string(batch.size()) + " sequences of this step)");
+      s.pages.push_back(free_pages.back());
+      free_pages.pop_back();
+    }
+    return s;
   }
 
   // ---- one step -------------------------------------------------------------------------------------------
@@ -506,7 +557,8 @@ struct GpuLayers::Impl {
     int32_t* pos = ints;
     int32_t* cache_of_row = ints + max_chunk;
     int32_t* heads = ints + 2 * max_chunk;
-    device::KvRef* table = kv_table(meta_host.as());
+    int32_t* tables = ints + 3 * max_chunk;
+    const int64_t stride = pages_per_context();
     std::vector<const void*> batch;
     for (int64_t i = 0; i < n; ++i) {
       if (positions[size_t(i)] < 0 || positions[size_t(i)] >= max_context)
@@ -520,36 +572,43 @@ struct GpuLayers::Impl {
       cache_of_row[i] = int32_t(at - batch.begin());
     }
     if (int64_t(batch.size()) > options.max_sequences)
-      throw std::invalid_argument("gpu: more sequences in one batch than max_sequences");
-    for (size_t b = 0; b < batch.size(); ++b) {
-      SequenceKv& s = sequence_kv(batch[b]);
+      throw std::invalid_argument("gpu: " + std::to_string(batch.size()) + " sequences in one step, more than max_sequences (" +
+                                  std::to_string(options.max_sequences) + ")");
+    device::set_programmatic_launch(options.programmatic_launch);
+    device::set_dense_rows_per_block(options.dense_rows_per_block);
+    for (size_t b = 0; b < batch.size() && gpu_layers > 0; ++b) {
       int64_t first = max_context, last = -1;
       for (int64_t i = 0; i < n; ++i)
         if (cache_of_row[i] == int32_t(b)) {
           first = std::min<int64_t>(first, pos[i]);
           last = std::max<int64_t>(last, pos[i]);
         }
-      if (first > s.filled)
+      const auto known = sequences.find(batch[b]);
+      const int64_t held = known == sequences.end() ? 0 : known->second.filled;
+      if (first > held)
         throw std::logic_error("gpu: a step writes a sequence from position " + std::to_string(first) +
-                               " but the device holds only positions [0, " + std::to_string(s.filled) +
+                               " but the device holds only positions [0, " + std::to_string(held) +
                                ") of it (its device KV was dropped; reuse at most cached_positions())");
+      SequenceKv& s = sequence_kv(batch[b], last + 1, batch);
       s.filled = last + 1;
-      for (int64_t l = 0; l < gpu_layers; ++l) table[l * max_chunk + int64_t(b)] = s.refs[size_t(l)];
+      std::copy(s.pages.begin(), s.pages.end(), tables + int64_t(b) * stride);
     }
     const int64_t head_count = head ? int64_t(head_rows.size()) : 0;
+    const bool one_row_per_sequence = int64_t(batch.size()) == n;  // decode: attention may do the rope/KV store
     for (int64_t i = 0; i < head_count; ++i) heads[i] = head_rows[size_t(i)];
     std::memcpy(hidden_host.as(), host_hidden, size_t(n * H) * 4);
     mark("upload meta + hidden");
-    check(cudaMemcpyAsync(meta_dev.as(), meta_host.as(), meta_bytes(), cudaMemcpyHostToDevice, stream), "meta up");
+    const size_t meta_used = size_t(3 * max_chunk + int64_t(batch.size()) * stride) * 4;
+    check(cudaMemcpyAsync(meta_dev.as(), meta_host.as(), meta_used, cudaMemcpyHostToDevice, stream), "meta up");
     check(cudaMemcpyAsync(hidden.as(), hidden_host.as(), size_t(n * H) * 4, cudaMemcpyHostToDevice, stream),
           "hidden up");
     const int32_t* pos_dev = meta_dev.as<int32_t>();
     const int32_t* row_cache_dev = pos_dev + max_chunk;
     const int32_t* heads_dev = pos_dev + 2 * max_chunk;
-    const device::KvRef* table_dev = kv_table(meta_dev.as());
+    const device::PageTables tables_dev{pos_dev + 3 * max_chunk, stride, row_cache_dev};
 
     auto kernels = [&] {
-      for (int64_t l = 0; l < gpu_layers; ++l) layer(l, n, pos_dev, row_cache_dev, table_dev + l * max_chunk);
+      for (int64_t l = 0; l < gpu_layers; ++l) layer(l, n, pos_dev, tables_dev, one_row_per_sequence);
       if (head && head_count > 0) {
         mark("head: gather + final norm");
         device::gather_rows(hidden.as<float>(), heads_dev, head_count, H, normed.as<float>(), stream);
@@ -566,7 +625,7 @@ struct GpuLayers::Impl {
     if (!c.arch.moe && n <= device::kMaxMatvecRows && !options.profile) {
       cudaGraphExec_t exec = nullptr;
       for (const auto& [key, e] : graphs)
-        if (key == std::pair(n, head_count)) exec = e;
+        if (key == std::tuple(n, head_count, one_row_per_sequence)) exec = e;
       if (!exec) {
         check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
         kernels();
@@ -575,7 +634,7 @@ struct GpuLayers::Impl {
         const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
         cudaGraphDestroy(graph);
         check(made, "graph instantiate");
-        graphs.push_back({std::pair(n, head_count), exec});
+        graphs.push_back({std::tuple(n, head_count, one_row_per_sequence), exec});
       }
       check(cudaGraphLaunch(exec, stream), "graph launch");
     } else {
@@ -610,7 +669,8 @@ struct GpuLayers::Impl {
     std::memcpy(host_hidden, hidden_host.as(), size_t(n * H) * 4);
   }
 
-  void layer(int64_t l, int64_t n, const int32_t* pos_dev, const int32_t* row_cache_dev, const device::KvRef* kv) {
+  void layer(int64_t l, int64_t n, const int32_t* pos_dev, const device::PageTables& tables,
+             bool one_row_per_sequence) {
     const DeviceLayer& d = layers[size_t(l)];
     const model::LayerWeights& L = w.layers[size_t(l)];
     const int64_t H = c.hidden_size, hd = c.head_dim, q_rows = c.num_heads * hd;
@@ -639,11 +699,14 @@ struct GpuLayers::Impl {
     p.kn = int64_t(L.k_norm.size());
     p.eps = eps;
     p.inv_freq = inv_freq.as<float>();
-    mark("bias/qk norm/rope/kv store");
-    device::qkv_rope_store(qkv.as<float>(), n, p, pos_dev, kv, row_cache_dev, stream);
-    mark("attention");
-    device::attention(qkv.as<float>(), n, p, pos_dev, kv, row_cache_dev, max_context, scores.as<float>(),
-                      attn.as<float>(), stream);
+    const bool fused = one_row_per_sequence && device::attention_can_fuse(p);
+    if (!fused) {
+      mark("bias/qk norm/rope/kv store");
+      device::qkv_rope_store(qkv.as<float>(), n, p, pos_dev, kv_refs[size_t(l)], tables, stream);
+    }
+    mark(fused ? "attention (+ bias/qk norm/rope/kv store)" : "attention");
+    device::attention(qkv.as<float>(), n, p, pos_dev, kv_refs[size_t(l)], tables, max_context, fused,
+                      scores.as<float>(), attn.as<float>(), stream);
     mark("o matrix");
     multiply(d.o.ref, attn.as<float>(), n, h, H, true);
     const int64_t I = c.intermediate_size;
@@ -745,6 +808,14 @@ struct GpuLayers::Impl {
     mark("moe: experts");
     size_t staging = 0;
     tiering::ExpertCache& host_cache = w.experts->cache();
+    // Every expert this layer misses in VRAM is requested from the host cache at once, so the ones it must read
+    // from NVMe are read together (one batch of io_uring reads) while the first copies and computes go on.
+    // (As many as the host cache has unpinned slots for; the rest are requested one by one below.)
+    std::vector<int32_t> requested;
+    for (int32_t e : used)
+      if (!resident.count(l * E + e) && !slot_of.count(l * E + e)) requested.push_back(e);
+    requested.resize(size_t(std::min<int64_t>(int64_t(requested.size()), host_cache.available_slots())));
+    if (!requested.empty()) host_cache.request(l, requested);
     for (int32_t e : used) {
       const int64_t key = l * E + e;
       const void* block = nullptr;
@@ -760,7 +831,7 @@ struct GpuLayers::Impl {
         // staging to a VRAM slot on the copy stream, which waits until the slot's previous user has finished.
         slot = victim_slot();
         if (slot_key[size_t(slot)] >= 0) slot_of.erase(slot_key[size_t(slot)]);
-        host_cache.request(l, std::span(&e, 1));
+        if (std::find(requested.begin(), requested.end(), e) == requested.end()) host_cache.request(l, std::span(&e, 1));
         const tiering::ExpertViews v = host_cache.acquire(l, e);
         check(cudaEventSynchronize(staging_done[staging]), "staging reuse");
         std::memcpy(expert_staging[staging].as(), host_block(v), expert_layout.bytes);
@@ -819,8 +890,14 @@ void GpuLayers::run(float* hidden, int64_t n, std::span<const void* const> seque
 }
 void GpuLayers::forget(const void* sequence) {
   cudaStreamSynchronize(impl_->stream);
-  impl_->sequences.erase(sequence);
+  const auto it = impl_->sequences.find(sequence);
+  if (it == impl_->sequences.end()) return;
+  impl_->free_pages.insert(impl_->free_pages.end(), it->second.pages.rbegin(), it->second.pages.rend());
+  impl_->sequences.erase(it);
 }
+int64_t GpuLayers::kv_pages() const { return impl_->pool_pages; }
+int64_t GpuLayers::kv_pages_free() const { return int64_t(impl_->free_pages.size()); }
+int64_t GpuLayers::kv_page_positions() { return device::kKvPage; }
 int64_t GpuLayers::cached_positions(const void* sequence) const {
   const auto it = impl_->sequences.find(sequence);
   return it == impl_->sequences.end() ? 0 : it->second.filled;
@@ -865,6 +942,9 @@ void GpuLayers::run(float*, int64_t, std::span<const void* const>, std::span<con
                     std::span<float* const>) {}
 void GpuLayers::forget(const void*) {}
 int64_t GpuLayers::cached_positions(const void*) const { return 0; }
+int64_t GpuLayers::kv_pages() const { return 0; }
+int64_t GpuLayers::kv_pages_free() const { return 0; }
+int64_t GpuLayers::kv_page_positions() { return 64; }
 tiering::Ledger& GpuLayers::vram_ledger() { throw std::runtime_error("no CUDA backend"); }
 GpuExpertStats GpuLayers::expert_stats() const { return {}; }
 uint64_t GpuLayers::weight_bytes() const { return 0; }

@@ -2,8 +2,10 @@
 // the GPU (attention with a device KV cache, dense FFN or MoE with a VRAM expert tier), optionally the final norm and
 // output head too when every layer is there. Forward calls run() once per step with the embedded rows; the hidden
 // state crosses PCIe once (up), and once back (down) or as logits.
-// Owns: the device copies of the weights (kept in the host layouts, byte for byte), the device KV of each sequence
-// (keyed by its host KVCache, least recently used dropped past max_sequences), scratch, the VRAM expert tier
+// Owns: the device copies of the weights (kept in the host layouts, byte for byte), the paged device KV (one pool of
+// 64-position pages per layer, allocated once; each sequence, keyed by its host KVCache, holds a page table shared
+// by the layers; least recently used sequences outside the current step give their pages back when the pool or
+// max_sequences runs out), scratch, the VRAM expert tier
 // (resident hot experts + LRU slots filled from the host expert cache through pinned staging on a copy stream),
 // and a VRAM ledger that every device allocation is charged to. Never: used without a GPU (the constructor throws
 // with the reason), or touched by more than one thread at a time.
@@ -27,11 +29,19 @@ struct GpuOptions {
   int64_t layers = 0;                 // [0, layers) on the GPU; clamped to the model's layer count
   bool head = true;                   // final norm + output head on the GPU when every layer is there
   GpuKvCodec kv_codec = GpuKvCodec::f16;
-  int64_t max_sequences = 16;         // device KV sets kept at once
+  int64_t max_sequences = 16;         // sequences whose device KV is kept at once (and at most in one step)
+  // Device KV pool, in pages of 64 positions (every GPU layer has this many). 0: enough for max_sequences full
+  // contexts, or as many as the VRAM budget leaves room for (at least one full context, else the constructor
+  // throws tiering::LedgerError saying how much is missing).
+  int64_t kv_pages = 0;
   uint64_t vram_budget = 0;           // 0: free device memory minus 1 GiB
   // MoE: hot experts kept in VRAM for the whole run, and evictable VRAM slots for the others (0: 4 x top_k).
   std::vector<std::pair<int64_t, int64_t>> resident_experts;  // (layer, expert), layers < `layers`
   int64_t expert_slots = 0;
+  // Programmatic dependent launch (kernels overlap their weight loads with the previous kernel's tail); off only
+  // for A/B measurements.
+  bool programmatic_launch = true;
+  int dense_rows_per_block = 0;       // decode matvec tuning for A/B runs: 0 automatic, 4 or 8
   // Diagnostics: device time per operation (CUDA events around each launch group), see profile_report().
   bool profile = false;
 };
@@ -67,6 +77,9 @@ class GpuLayers {
   tiering::Ledger& vram_ledger();
   GpuExpertStats expert_stats() const;
   uint64_t weight_bytes() const;  // device bytes of the uploaded weights (what one decode step reads)
+  int64_t kv_pages() const;       // pages in the device KV pool (each kv_page_positions() positions of every layer)
+  int64_t kv_pages_free() const;
+  static int64_t kv_page_positions();
   // With options.profile: device milliseconds per operation since the last reset, one line each ("" otherwise).
   std::string profile_report() const;
   void reset_profile();

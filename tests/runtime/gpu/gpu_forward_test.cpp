@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
 
 #include <gtest/gtest.h>
@@ -145,12 +146,15 @@ Trace run_trace(const model::ModelWeights& forward_weights, tiering::Ledger& led
 struct Comparison {
   double worst = 0;        // max over rows of max |diff| / max |oracle|
   int rows = 0, same_top1 = 0, skipped = 0;
+  int near_ties = 0;       // rows with another top-1 where the oracle's top-2 gap is within twice the row's error
   std::vector<bool> bad;   // per row: relative error over the tolerance, or another top-1
 };
 
-// skip: rows left out of the comparison (counted in `skipped`).
+// skip: rows left out of the comparison (counted in `skipped`). allow_near_ties: a row whose top-1 differs still
+// counts as the same when the oracle's own top-2 gap is at most twice the row's max |diff| (the q8 device KV:
+// its codes flip at rounding boundaries, so a near-tie can go either way; the logits stay within tolerance).
 Comparison compare_traces(const Trace& ours, const Trace& oracle, int64_t V, double tolerance = 0,
-                          const std::vector<bool>* skip = nullptr) {
+                          const std::vector<bool>* skip = nullptr, bool allow_near_ties = false) {
   Comparison c;
   for (size_t r = 0; r < oracle.logits.size() / size_t(V); ++r) {
     if (skip && (*skip)[r]) {
@@ -168,7 +172,15 @@ Comparison compare_traces(const Trace& ours, const Trace& oracle, int64_t V, dou
     const double rel = num / std::max(den, 1e-12);
     c.worst = std::max(c.worst, rel);
     ++c.rows;
-    const bool same = argmax(a, V) == argmax(b, V);
+    bool same = argmax(a, V) == argmax(b, V);
+    if (!same && allow_near_ties) {
+      std::vector<float> sorted(b, b + V);
+      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+      if (double(sorted[0] - sorted[1]) <= 2 * num) {
+        same = true;
+        ++c.near_ties;
+      }
+    }
     c.same_top1 += same;
     c.bad.push_back(!same || rel > tolerance);
   }
@@ -212,12 +224,12 @@ void compare(const std::string& name, std::optional<kernels::WeightFormat> forma
     }
     auto g = std::make_shared<gpu::GpuLayers>(q, o, 32, 64);
     const Trace ours = run_trace(exact, ledger, g, &oracle.tokens, kv_codec);
-    const Comparison c = compare_traces(ours, oracle, V, tolerance, &undecided);
+    const Comparison c = compare_traces(ours, oracle, V, tolerance, &undecided, /*allow_near_ties=*/q8);
     const gpu::GpuExpertStats st = g->expert_stats();
     std::printf("[ GPU-EXACT] %-12s %-6s kv=%s gpu_layers=%lld: max relative logit error %.3g, top-1 same %d/%d "
-                "(%d undecided rows left out); experts resident %llu slot %llu miss %llu; vram peak %.2f MB\n",
+                "(%d undecided rows left out, %d near-ties); experts resident %llu slot %llu miss %llu; vram peak %.2f MB\n",
                 name.c_str(), format ? kernels::format_name(*format) : "stored", q8 ? "q8" : "f16",
-                (long long)layers, c.worst, c.same_top1, c.rows, c.skipped, (unsigned long long)st.resident_hits,
+                (long long)layers, c.worst, c.same_top1, c.rows, c.skipped, c.near_ties, (unsigned long long)st.resident_hits,
                 (unsigned long long)st.slot_hits, (unsigned long long)st.misses,
                 double(g->vram_ledger().peak()) / 1e6);
     EXPECT_EQ(c.same_top1, c.rows) << name << " gpu_layers=" << layers;
@@ -286,6 +298,137 @@ TEST_P(ExactOracle, IsDeterministicAndExactOnF32) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ExactOracle,
                          ::testing::Values("llama3", "qwen3", "qwen3_moe", "mixtral", "olmoe", "qwen2_moe"));
+
+// ---- paged device KV ---------------------------------------------------------------------------------------------
+
+std::vector<int32_t> prompt_of(int64_t length, int seed, int64_t V) {
+  std::vector<int32_t> p(static_cast<size_t>(length));
+  for (int64_t i = 0; i < length; ++i) p[size_t(i)] = int32_t((i * 37 + seed * 11 + 5) % V);
+  return p;
+}
+
+// Prefill then `steps` decode steps of one sequence alone on a fresh GPU (all layers): the logits of every step.
+std::vector<std::vector<float>> alone(const model::ModelWeights& w, tiering::Ledger& ledger,
+                                      const std::vector<int32_t>& prompt, int steps, std::vector<int32_t>& tokens) {
+  kernels::ThreadPool pool(2);
+  gpu::GpuOptions o;
+  o.layers = w.config.num_layers;
+  auto g = std::make_shared<gpu::GpuLayers>(w, o, 256, 512);
+  engine::Forward forward(w, pool, ledger, 256, 512);
+  forward.use_gpu(g);
+  engine::KVCache cache(w.config, 512, ledger);
+  const int64_t V = w.config.vocab_size;
+  std::vector<std::vector<float>> out(static_cast<size_t>(steps + 1), std::vector<float>(static_cast<size_t>(V)));
+  forward.run(prompt, 0, cache, out[0].data());
+  tokens.clear();
+  for (int s = 0; s < steps; ++s) {
+    tokens.push_back(argmax(out[size_t(s)].data(), V));
+    forward.run(std::span(&tokens.back(), 1), int64_t(prompt.size()) + s, cache, out[size_t(s) + 1].data());
+  }
+  return out;
+}
+
+double relative_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t j = 0; j < a.size(); ++j) {
+    num = std::max(num, double(std::fabs(a[j] - b[j])));
+    den = std::max(den, double(std::fabs(b[j])));
+  }
+  return num / std::max(den, 1e-12);
+}
+
+// Three sequences of 150, 20 and 70 positions (pages of 64: 3, 1 and 2 pages, the page tables interleaved in the
+// pool because they grow in the same steps) prefilled in one batched step and decoded together give the logits
+// each gives alone.
+TEST(GpuPagedKv, BatchedSequencesMatchEachAlone) {
+  SKIP_WITHOUT_GPU();
+  tiering::Ledger ledger;
+  model::LoadOptions options;
+  options.ledger = &ledger;
+  const model::ModelWeights w = model::load_model(fixture("llama3"), options);
+  const int64_t V = w.config.vocab_size;
+  const std::vector<int64_t> lengths = {150, 20, 70};
+  constexpr int kDecode = 6;
+  std::vector<std::vector<int32_t>> prompts, tokens(lengths.size());
+  std::vector<std::vector<std::vector<float>>> expected;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    prompts.push_back(prompt_of(lengths[i], int(i), V));
+    expected.push_back(alone(w, ledger, prompts[i], kDecode, tokens[i]));
+  }
+  kernels::ThreadPool pool(2);
+  gpu::GpuOptions o;
+  o.layers = w.config.num_layers;
+  auto g = std::make_shared<gpu::GpuLayers>(w, o, 256, 512);
+  engine::Forward forward(w, pool, ledger, 256, 512);
+  forward.use_gpu(g);
+  std::vector<std::unique_ptr<engine::KVCache>> caches;
+  std::vector<std::vector<float>> logits(lengths.size(), std::vector<float>(static_cast<size_t>(V)));
+  std::vector<engine::BatchItem> items(lengths.size());
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    caches.push_back(std::make_unique<engine::KVCache>(w.config, 512, ledger));
+    items[i] = {prompts[i], 0, caches[i].get(), logits[i].data(), false};
+  }
+  forward.run_batch(items);
+  double worst = 0;
+  for (int s = 0; s <= kDecode; ++s) {
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      const double d = relative_diff(logits[i], expected[i][size_t(s)]);
+      worst = std::max(worst, d);
+      EXPECT_LE(d, 1e-4) << "sequence " << i << " step " << s;
+      EXPECT_EQ(argmax(logits[i].data(), V), argmax(expected[i][size_t(s)].data(), V)) << "sequence " << i;
+    }
+    if (s == kDecode) break;
+    for (size_t i = 0; i < lengths.size(); ++i)
+      items[i] = {std::span(&tokens[i][size_t(s)], 1), lengths[i] + s, caches[i].get(), logits[i].data(), false};
+    forward.run_batch(items);
+  }
+  for (size_t i = 0; i < lengths.size(); ++i)
+    EXPECT_EQ(g->cached_positions(caches[i].get()), lengths[i] + kDecode);
+  std::printf("[ PAGED-KV ] 3 sequences batched vs alone: max relative logit difference %.3g over %d steps; pool "
+              "%lld pages, %lld free\n", worst, kDecode + 1, (long long)g->kv_pages(), (long long)g->kv_pages_free());
+  const int64_t held = (150 + kDecode + 63) / 64 + (20 + kDecode + 63) / 64 + (70 + kDecode + 63) / 64;
+  EXPECT_EQ(g->kv_pages() - g->kv_pages_free(), held);
+  g->forget(caches[0].get());
+  EXPECT_EQ(g->cached_positions(caches[0].get()), 0);
+  EXPECT_EQ(g->kv_pages() - g->kv_pages_free(), held - (150 + kDecode + 63) / 64);
+}
+
+// A pool of 3 pages: sequence B's prefill (2 pages) takes a page from A (2 pages, outside the step), so A is dropped
+// whole: the device reports it holds none of A, continuing A throws instead of attending over missing keys, and B
+// gives the logits it gives alone.
+TEST(GpuPagedKv, DroppedSequenceCannotContinue) {
+  SKIP_WITHOUT_GPU();
+  tiering::Ledger ledger;
+  model::LoadOptions options;
+  options.ledger = &ledger;
+  const model::ModelWeights w = model::load_model(fixture("llama3"), options);
+  const int64_t V = w.config.vocab_size;
+  const std::vector<int32_t> a = prompt_of(100, 1, V), b = prompt_of(100, 2, V);
+  std::vector<int32_t> b_tokens;
+  const auto b_alone = alone(w, ledger, b, 1, b_tokens);
+  kernels::ThreadPool pool(2);
+  gpu::GpuOptions o;
+  o.layers = w.config.num_layers;
+  o.kv_pages = 3;
+  auto g = std::make_shared<gpu::GpuLayers>(w, o, 128, 192);
+  engine::Forward forward(w, pool, ledger, 128, 192);
+  forward.use_gpu(g);
+  engine::KVCache cache_a(w.config, 192, ledger), cache_b(w.config, 192, ledger);
+  std::vector<float> logits(static_cast<size_t>(V));
+  forward.run(a, 0, cache_a, logits.data());
+  EXPECT_EQ(g->cached_positions(&cache_a), 100);
+  forward.run(b, 0, cache_b, logits.data());
+  EXPECT_LE(relative_diff(logits, b_alone[0]), 1e-4);
+  EXPECT_EQ(g->cached_positions(&cache_a), 0);
+  EXPECT_EQ(g->cached_positions(&cache_b), 100);
+  const int32_t next = 7;
+  EXPECT_THROW(forward.run(std::span(&next, 1), 100, cache_a, logits.data()), std::logic_error);
+  forward.run(std::span(&b_tokens[0], 1), 100, cache_b, logits.data());
+  EXPECT_LE(relative_diff(logits, b_alone[1]), 1e-4);
+  // Starting A again from position 0 works (it takes the free page back).
+  forward.run(std::span(a.data(), 10), 0, cache_a, logits.data());
+  EXPECT_EQ(g->cached_positions(&cache_a), 10);
+}
 
 TEST(GpuProbe, ReportsMemoryAndRates) {
   SKIP_WITHOUT_GPU();

@@ -1,6 +1,7 @@
 // Scheduler with GPU layers (SchedulerOptions::gpu) on tierlm-tiny: the prefix cache reuses a slot's rows on the GPU
-// too, and never reuses positions the device no longer holds. Skips without a GPU (the reason is printed); the
-// clamp itself is also covered without one by tests/runtime/engine/prefix_reuse_test.cpp.
+// too, and never reuses positions the device no longer holds; the GPU telemetry copy (server/gpu_layers_counters.h)
+// is filled on the engine thread. Skips without a GPU (the reason is printed); the clamp itself is also covered
+// without one by tests/runtime/engine/prefix_reuse_test.cpp.
 #include "runtime/engine/scheduler.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 
 #include "runtime/gpu/gpu_layers.h"
 #include "runtime/gpu/gpu_probe.h"
+#include "server/gpu_layers_counters.h"
 
 namespace tierlm::engine {
 namespace {
@@ -70,6 +72,8 @@ TEST(SchedulerGpu, PrefixReuseOnTheGpuKeepsOutput) {
   auto weights = model::load_model(model_dir(), load);
   SchedulerOptions o = options(2);
   o.gpu = gpu_layers(weights, o, weights.config.num_layers, o.max_batch);  // every layer and the head
+  auto counters = std::make_shared<server::GpuLayersCounters>(o.gpu, weights.config.num_layers);
+  o.after_step = [counters] { counters->refresh(); };
   Scheduler s(weights, ledger, o);
   const auto fresh = run_alone(s, kFirst);
   ASSERT_EQ(fresh->result.finish_reason, "length") << fresh->result.error;
@@ -77,6 +81,16 @@ TEST(SchedulerGpu, PrefixReuseOnTheGpuKeepsOutput) {
   ASSERT_EQ(again->result.finish_reason, "length") << again->result.error;
   EXPECT_EQ(again->result.cached_prompt_tokens, int64_t(kFirst.size()) - 1);
   EXPECT_EQ(again->tokens, fresh->tokens);
+  // The telemetry copy, made on the engine thread after the last step: the device KV of the slot used is charged.
+  const server::GpuCounters g = counters->gpu_counters();
+  EXPECT_EQ(g.layers, weights.config.num_layers);
+  EXPECT_TRUE(g.output_head);
+  EXPECT_GT(g.weight_bytes, 0u);
+  EXPECT_GT(g.vram_used, 0u);
+  uint64_t kv = 0;
+  for (const auto& a : g.vram_accounts)
+    if (a.name == "kv") kv = a.bytes;
+  EXPECT_GT(kv, 0u);
 }
 
 // The device keeps one sequence's KV (max_sequences 1): running the second prompt in the other slot drops the first

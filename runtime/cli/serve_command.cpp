@@ -135,7 +135,8 @@ void serve(ServeOptions o, const CLI::App& cmd) {
   auto prompt = server::ChatPrompt::load(
       dir, o.chat_template.empty() ? std::nullopt : std::optional<std::filesystem::path>(o.chat_template), tokenizer);
 
-  auto& sched = o.scheduler;
+  // A copy made after the weights: the GPU layers it holds (and the scheduler's copy) go before the weights do.
+  engine::SchedulerOptions sched = o.scheduler;
   if (sched.context <= 0 || sched.context > weights.config.max_position_embeddings)
     sched.context = weights.config.max_position_embeddings;
   std::shared_ptr<server::GpuLayersCounters> gpu_counters;
@@ -151,6 +152,7 @@ void serve(ServeOptions o, const CLI::App& cmd) {
       if (tier_counters) tier_counters->refresh();
       if (gpu_counters) gpu_counters->refresh();
     };
+  const int64_t gpu_layers = sched.gpu ? sched.gpu->layers() : 0;  // read before the engine thread owns them
   engine::Scheduler scheduler(weights, ledger, sched);
 
   server::ServerInfo info;
@@ -166,9 +168,11 @@ void serve(ServeOptions o, const CLI::App& cmd) {
   server::Service service(model_id, tokenizer, std::move(prompt), scheduler, telemetry);
   server::HttpServer http(service, o.http);
   http.start();
-  std::printf("tierlm serve: model %s listening on http://%s:%u (context %lld, max batch %lld, prefill %lld)\n",
+  std::printf("tierlm serve: model %s listening on http://%s:%u (context %lld, max batch %lld, prefill %lld, "
+              "gpu layers %lld)\n",
               model_id.c_str(), o.http.host.c_str(), unsigned(http.port()), static_cast<long long>(sched.context),
-              static_cast<long long>(sched.max_batch), static_cast<long long>(sched.prefill_size));
+              static_cast<long long>(sched.max_batch), static_cast<long long>(sched.prefill_size),
+              static_cast<long long>(gpu_layers));
   std::fflush(stdout);
 
   int signal_number = 0;

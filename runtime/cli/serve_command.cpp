@@ -80,34 +80,23 @@ void apply_wisdom(ServeOptions& o, const CLI::App& cmd, model::LoadOptions& load
                o.kv_codec, o.mem_budget_gib, o.gpu_layers);
 }
 
-// Layers [0, o.gpu_layers) on the GPU, with one device KV set per slot (so a step of max_batch sequences fits and no
-// idle slot's prefix is ever dropped). Throws with the reason when there is no usable GPU, or when the slots' device
-// KV cannot fit the VRAM left after the weights (checked now rather than failing requests later).
+// Layers [0, o.gpu_layers) on the GPU, keeping the device KV of every slot (max_sequences = max_batch: a step of
+// max_batch sequences fits). Throws with the reason when there is no usable GPU or the VRAM budget cannot hold the
+// layers; how much KV fits is GpuLayers' own accounting (its VRAM ledger), not estimated here.
 std::shared_ptr<gpu::GpuLayers> make_gpu_layers(const ServeOptions& o, const model::ModelWeights& weights,
                                                 const engine::SchedulerOptions& sched) {
   gpu::GpuOptions options = o.gpu_plan;
   options.layers = o.gpu_layers;
   options.max_sequences = sched.max_batch;
   auto gpu = std::make_shared<gpu::GpuLayers>(weights, options, engine::Scheduler::step_rows(sched), sched.context);
-  const auto& c = weights.config;
-  // K and V of every position of every GPU layer; f16 is exact, q8 adds per-block scales (not counted here).
-  const uint64_t value_bytes = options.kv_codec == gpu::GpuKvCodec::q8 ? 1 : 2;
-  const uint64_t kv_per_slot =
-      uint64_t(gpu->layers()) * uint64_t(sched.context) * uint64_t(c.num_kv_heads * c.head_dim) * 2 * value_bytes;
-  const uint64_t kv_bytes = kv_per_slot * uint64_t(sched.max_batch);
   const tiering::Ledger& vram = gpu->vram_ledger();
-  spdlog::info("[server] gpu: {} of {} layers{}, {:.1f} MB of weights in VRAM; device KV {:.1f} MB per slot x {} slots "
-               "({} positions, {}), VRAM used {:.1f} MB of {}",
-               gpu->layers(), c.num_layers, gpu->runs_head() ? " and the output head" : "",
-               double(gpu->weight_bytes()) / 1e6, double(kv_per_slot) / 1e6, sched.max_batch, sched.context,
+  spdlog::info("[server] gpu: {} of {} layers{}, {:.1f} MB of weights in VRAM; device KV for {} slots of {} positions "
+               "({}); VRAM ledger {:.1f} MB used of {}",
+               gpu->layers(), weights.config.num_layers, gpu->runs_head() ? " and the output head" : "",
+               double(gpu->weight_bytes()) / 1e6, sched.max_batch, sched.context,
                options.kv_codec == gpu::GpuKvCodec::q8 ? "q8" : "f16", double(vram.used()) / 1e6,
-               vram.budget() == tiering::Ledger::kUnlimited ? std::string("unlimited")
+               vram.budget() == tiering::Ledger::kUnlimited ? std::string("no budget")
                                                             : fmt::format("{:.1f} MB", double(vram.budget()) / 1e6));
-  if (vram.budget() != tiering::Ledger::kUnlimited && kv_bytes > vram.available())
-    throw std::runtime_error(fmt::format(
-        "gpu: the device KV of {} slots x {} positions on {} GPU layers needs {:.1f} MB but only {:.1f} MB of VRAM "
-        "is left after the weights; lower --context, --max-batch or --gpu-layers",
-        sched.max_batch, sched.context, gpu->layers(), double(kv_bytes) / 1e6, double(vram.available()) / 1e6));
   return gpu;
 }
 

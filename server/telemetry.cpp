@@ -18,6 +18,9 @@ double unix_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 json::value optional_number(const std::optional<uint64_t>& v) { return v ? json::value(*v) : json::value(nullptr); }
+json::value budget_number(uint64_t budget) {
+  return budget == tiering::Ledger::kUnlimited ? json::value(nullptr) : json::value(budget);
+}
 
 // Prometheus label values escape backslash, double quote and newline.
 std::string label(const std::string& v) {
@@ -50,6 +53,20 @@ Telemetry::Telemetry(ServerInfo info, tiering::Ledger& ledger, const engine::Sch
 void Telemetry::set_tiering(std::shared_ptr<const TieringCountersProvider> provider) {
   std::lock_guard lock(mutex_);
   tiering_ = std::move(provider);
+}
+
+void Telemetry::set_gpu(std::shared_ptr<const GpuCountersProvider> provider) {
+  std::lock_guard lock(mutex_);
+  gpu_ = std::move(provider);
+}
+
+GpuCounters Telemetry::gpu() const {
+  std::shared_ptr<const GpuCountersProvider> p;
+  {
+    std::lock_guard lock(mutex_);
+    p = gpu_;
+  }
+  return p ? p->gpu_counters() : GpuCounters{};
 }
 
 TieringCounters Telemetry::tiering() const {
@@ -96,7 +113,7 @@ json::object Telemetry::health() const {
     for (const json::object* o : {top, decided})
       if (o)
         for (const char* key : {"device_fingerprint", "model_fingerprint", "created_at", "budget_bytes", "threads",
-                                "prefill_chunk", "kv_codec", "cache_slots", "cache_policy"})
+                                "prefill_chunk", "kv_codec", "cache_slots", "cache_policy", "gpu_layers"})
           if (auto* v = o->if_contains(key)) plan[key] = *v;
     if (decided)
       if (auto* pr = decided->if_contains("prediction"); pr && pr->is_object())
@@ -110,8 +127,7 @@ json::object Telemetry::health() const {
   h["plan"] = std::move(plan);
 
   json::object memory;
-  memory["ledger_budget_bytes"] = ledger_.budget() == tiering::Ledger::kUnlimited ? json::value(nullptr)
-                                                                                   : json::value(ledger_.budget());
+  memory["ledger_budget_bytes"] = budget_number(ledger_.budget());
   memory["ledger_used_bytes"] = ledger_.used();
   memory["ledger_peak_bytes"] = ledger_.peak();
   json::object accounts;
@@ -147,6 +163,28 @@ json::object Telemetry::health() const {
   tier["cache_hit_rate"] = t.hit_rate();
   tier["read_stall_seconds"] = t.read_stall_seconds;
   h["tiering"] = std::move(tier);
+
+  const auto g = gpu();
+  json::object device;
+  device["layers"] = g.layers;
+  if (g.layers > 0) {
+    device["model_layers"] = g.model_layers;
+    device["output_head"] = g.output_head;
+    device["weight_bytes"] = g.weight_bytes;
+    json::object vram;
+    vram["budget_bytes"] = budget_number(g.vram_budget);
+    vram["used_bytes"] = g.vram_used;
+    vram["peak_bytes"] = g.vram_peak;
+    json::object vram_accounts;
+    for (const auto& a : g.vram_accounts)
+      vram_accounts[a.name] = json::object{{"bytes", a.bytes}, {"peak_bytes", a.peak_bytes}, {"allocations", a.allocations}};
+    vram["accounts"] = std::move(vram_accounts);
+    device["vram"] = std::move(vram);
+    device["experts"] = json::object{{"resident_hits", g.expert_resident_hits}, {"slot_hits", g.expert_slot_hits},
+                                  {"misses", g.expert_misses},             {"bytes_copied", g.expert_bytes_copied},
+                                  {"hit_rate", g.expert_hit_rate()}};
+  }
+  h["gpu"] = std::move(device);
 
   json::object kv;
   kv["slots"] = s.slots;
@@ -223,6 +261,32 @@ std::string Telemetry::metrics() const {
   e.sample("tierlm_expert_cache_misses_total", double(t.cache_misses));
   e.family("tierlm_expert_read_stall_seconds_total", "counter", "Time the forward pass waited for expert reads.");
   e.sample("tierlm_expert_read_stall_seconds_total", t.read_stall_seconds);
+
+  const auto g = gpu();
+  e.family("tierlm_gpu_layers", "gauge", "Model layers running on the GPU (0: CPU only; the GPU metrics are absent).");
+  e.sample("tierlm_gpu_layers", double(g.layers));
+  if (g.layers > 0) {
+    e.family("tierlm_gpu_output_head", "gauge", "1 when the final norm and output head run on the GPU too.");
+    e.sample("tierlm_gpu_output_head", g.output_head ? 1 : 0);
+    e.family("tierlm_gpu_weight_bytes", "gauge", "Device bytes of the weights uploaded to the GPU.");
+    e.sample("tierlm_gpu_weight_bytes", double(g.weight_bytes));
+    e.family("tierlm_gpu_vram_bytes", "gauge", "Bytes charged to each VRAM ledger account.");
+    for (const auto& a : g.vram_accounts)
+      e.sample("tierlm_gpu_vram_bytes", double(a.bytes), fmt::format("account=\"{}\"", label(a.name)));
+    e.family("tierlm_gpu_vram_peak_bytes", "gauge", "High-water mark of each VRAM ledger account.");
+    for (const auto& a : g.vram_accounts)
+      e.sample("tierlm_gpu_vram_peak_bytes", double(a.peak_bytes), fmt::format("account=\"{}\"", label(a.name)));
+    e.family("tierlm_gpu_vram_budget_bytes", "gauge", "VRAM ledger budget (absent samples mean unlimited).");
+    if (g.vram_budget != tiering::Ledger::kUnlimited) e.sample("tierlm_gpu_vram_budget_bytes", double(g.vram_budget));
+    e.family("tierlm_gpu_expert_hits_total", "counter",
+             "Expert uses on the GPU served from VRAM, by tier (resident set or LRU slot).");
+    e.sample("tierlm_gpu_expert_hits_total", double(g.expert_resident_hits), "tier=\"resident\"");
+    e.sample("tierlm_gpu_expert_hits_total", double(g.expert_slot_hits), "tier=\"slot\"");
+    e.family("tierlm_gpu_expert_misses_total", "counter", "Expert uses on the GPU that copied the expert into VRAM.");
+    e.sample("tierlm_gpu_expert_misses_total", double(g.expert_misses));
+    e.family("tierlm_gpu_expert_copied_bytes_total", "counter", "Expert bytes copied from host memory to VRAM.");
+    e.sample("tierlm_gpu_expert_copied_bytes_total", double(g.expert_bytes_copied));
+  }
 
   e.family("tierlm_requests_in_flight", "gauge", "Generation requests admitted or queued.");
   e.sample("tierlm_requests_in_flight", double(s.active + s.waiting));
@@ -303,6 +367,12 @@ json::object Telemetry::snapshot(TelemetryCursor& cursor) const {
   o["hit_rate_total"] = t.hit_rate();
   o["tiering_available"] = t.available;
   o["disk_bytes_read"] = t.disk_bytes_read;
+  const auto g = gpu();
+  o["gpu_layers"] = g.layers;
+  if (g.layers > 0) {
+    o["gpu_vram_used_bytes"] = g.vram_used;
+    o["gpu_expert_hit_rate"] = g.expert_hit_rate();
+  }
   o["requests_in_flight"] = s.active + s.waiting;
   o["requests_queued"] = s.waiting;
   o["kv_positions_used"] = s.kv_positions_used;

@@ -2,7 +2,8 @@
 // GET /metrics and the per-second snapshots of GET /v1/telemetry. It reads the ledger (memory by account), the
 // process (RSS, cgroup limit), the scheduler (KV, queue, tokens) and, through TieringCountersProvider, whatever tier
 // counters the engine has (the MoE expert tier plugs in there; until one is attached they read as zeros and
-// "available": false says so). Owns: HTTP request counters and the latency histogram.
+// "available": false says so), and, through GpuCountersProvider, the GPU layers' VRAM and expert counters (absent
+// without GPU layers). Owns: HTTP request counters and the latency histogram.
 // Never: blocks on the engine (scheduler stats are copied under its short lock).
 #pragma once
 
@@ -14,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include <boost/json/object.hpp>
 
@@ -43,6 +45,33 @@ class TieringCountersProvider {
   virtual TieringCounters counters() const = 0;
 };
 
+// The GPU layers (runtime/gpu) as a plain snapshot: what runs there, the VRAM ledger, the VRAM expert tier.
+struct GpuCounters {
+  int64_t layers = 0;               // layers on the GPU; 0: none, and every field below is empty
+  int64_t model_layers = 0;
+  bool output_head = false;         // the final norm and output head run there too
+  uint64_t weight_bytes = 0;        // device bytes of the uploaded weights
+  uint64_t vram_budget = tiering::Ledger::kUnlimited;
+  uint64_t vram_used = 0, vram_peak = 0;
+  std::vector<tiering::AccountUsage> vram_accounts;  // the VRAM ledger by account (weights, kv, scratch, experts...)
+  uint64_t expert_resident_hits = 0;  // expert uses served by the experts resident in VRAM
+  uint64_t expert_slot_hits = 0;      // ... by an expert already in a VRAM slot
+  uint64_t expert_misses = 0;         // ... that copied the expert from host memory into a slot
+  uint64_t expert_bytes_copied = 0;   // host -> VRAM expert bytes
+  double expert_hit_rate() const {
+    const uint64_t hits = expert_resident_hits + expert_slot_hits;
+    return hits + expert_misses ? double(hits) / double(hits + expert_misses) : 0;
+  }
+};
+
+// Implemented by the GPU layers' adapter (server/gpu_layers_counters.h). Called from I/O threads: implementations
+// must be thread-safe and cheap, and must not call into the GPU layers (the engine thread owns them).
+class GpuCountersProvider {
+ public:
+  virtual ~GpuCountersProvider() = default;
+  virtual GpuCounters gpu_counters() const = 0;
+};
+
 struct ServerInfo {
   std::string model_id;
   std::string model_path;
@@ -63,6 +92,7 @@ class Telemetry {
   Telemetry(ServerInfo info, tiering::Ledger& ledger, const engine::Scheduler& scheduler);
 
   void set_tiering(std::shared_ptr<const TieringCountersProvider> provider);
+  void set_gpu(std::shared_ptr<const GpuCountersProvider> provider);
   // A finished HTTP exchange (route is the matched pattern, e.g. "/v1/chat/completions"; "other" for 404s).
   void record_request(const std::string& route, int status, double seconds);
   void connection_opened() { connections_.fetch_add(1); }
@@ -78,6 +108,7 @@ class Telemetry {
 
  private:
   TieringCounters tiering() const;
+  GpuCounters gpu() const;
 
   ServerInfo info_;
   tiering::Ledger& ledger_;
@@ -85,6 +116,7 @@ class Telemetry {
   std::chrono::steady_clock::time_point start_;
   mutable std::mutex mutex_;
   std::shared_ptr<const TieringCountersProvider> tiering_;
+  std::shared_ptr<const GpuCountersProvider> gpu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;  // (route, status) -> count
   static constexpr std::array<double, 12> kBuckets = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
   std::map<std::string, std::array<uint64_t, kBuckets.size() + 1>> latency_;  // per route, cumulative at render

@@ -1,8 +1,10 @@
-// `tierlm serve` — the OpenAI-compatible HTTP server: loads a model folder, starts the scheduler (engine thread) and
-// the Beast server (I/O threads), and runs until SIGINT/SIGTERM.
+// `tierlm serve` — the OpenAI-compatible HTTP server: loads a model folder, puts the plan's GPU layers on the device
+// (or --gpu-layers), starts the scheduler (engine thread) and the Beast server (I/O threads), and runs until
+// SIGINT/SIGTERM.
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -17,11 +19,13 @@
 #include "runtime/cli/commands.h"
 #include "runtime/cli/model_setup.h"
 #include "runtime/engine/scheduler.h"
+#include "runtime/gpu/gpu_layers.h"
 #include "runtime/kv/codec.h"
 #include "runtime/model/model.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "server/chat_prompt.h"
 #include "server/expert_tier_counters.h"
+#include "server/gpu_layers_counters.h"
 #include "server/http_server.h"
 #include "server/service.h"
 #include "server/telemetry.h"
@@ -39,6 +43,8 @@ struct ServeOptions {
   engine::SchedulerOptions scheduler;
   double mem_budget_gib = 0;
   std::string kv_codec = "f32";
+  int64_t gpu_layers = 0;     // layers [0, n) on the GPU (CUDA builds); more than the model has: all and the head
+  gpu::GpuOptions gpu_plan;   // the plan's VRAM expert set, device KV codec and VRAM budget, when it chose gpu_layers
   std::string wisdom;                           // wisdom file ("" : the XDG default)
   std::string on_missing_wisdom = "calibrate";  // or "refuse"
   bool no_wisdom = false;
@@ -60,10 +66,38 @@ void apply_wisdom(ServeOptions& o, const CLI::App& cmd, model::LoadOptions& load
   if (!cmd.count("--prefill-size")) o.scheduler.prefill_size = plan.prefill_chunk;
   if (!cmd.count("--mem-budget")) o.mem_budget_gib = double(plan.budget_bytes) / double(1ull << 30);
   if (!cmd.count("--kv-codec")) o.kv_codec = plan.kv_codec;
+  if (!cmd.count("--gpu-layers")) {
+    o.gpu_layers = plan.gpu_layers;
+    o.gpu_plan = calibrate::gpu_options(plan);
+  }
+  // The device KV of every slot is allocated for the whole context, and the plan sized its GPU split for its own
+  // context: the serve default (the model's maximum) could need many times the VRAM it planned for.
+  if (o.gpu_layers > 0 && !cmd.count("--context") && plan.context > 0) o.scheduler.context = plan.context;
   if (resolved.entry.model.moe()) load.experts = calibrate::expert_tier_options(plan);
   calibrate::set_active_plan(resolved.entry);
-  spdlog::info("[server] wisdom plan {}/{}: {} threads, prefill {}, KV {}, budget {:.2f} GiB", plan.device_fingerprint,
-               plan.model_fingerprint, o.scheduler.threads, o.scheduler.prefill_size, o.kv_codec, o.mem_budget_gib);
+  spdlog::info("[server] wisdom plan {}/{}: {} threads, prefill {}, KV {}, budget {:.2f} GiB, {} GPU layers",
+               plan.device_fingerprint, plan.model_fingerprint, o.scheduler.threads, o.scheduler.prefill_size,
+               o.kv_codec, o.mem_budget_gib, o.gpu_layers);
+}
+
+// Layers [0, o.gpu_layers) on the GPU, keeping the device KV of every slot (max_sequences = max_batch: a step of
+// max_batch sequences fits). Throws with the reason when there is no usable GPU or the VRAM budget cannot hold the
+// layers; how much KV fits is GpuLayers' own accounting (its VRAM ledger), not estimated here.
+std::shared_ptr<gpu::GpuLayers> make_gpu_layers(const ServeOptions& o, const model::ModelWeights& weights,
+                                                const engine::SchedulerOptions& sched) {
+  gpu::GpuOptions options = o.gpu_plan;
+  options.layers = o.gpu_layers;
+  options.max_sequences = sched.max_batch;
+  auto gpu = std::make_shared<gpu::GpuLayers>(weights, options, engine::Scheduler::step_rows(sched), sched.context);
+  const tiering::Ledger& vram = gpu->vram_ledger();
+  spdlog::info("[server] gpu: {} of {} layers{}, {:.1f} MB of weights in VRAM; device KV for {} slots of {} positions "
+               "({}); VRAM ledger {:.1f} MB used of {}",
+               gpu->layers(), weights.config.num_layers, gpu->runs_head() ? " and the output head" : "",
+               double(gpu->weight_bytes()) / 1e6, sched.max_batch, sched.context,
+               options.kv_codec == gpu::GpuKvCodec::q8 ? "q8" : "f16", double(vram.used()) / 1e6,
+               vram.budget() == tiering::Ledger::kUnlimited ? std::string("no budget")
+                                                            : fmt::format("{:.1f} MB", double(vram.budget()) / 1e6));
+  return gpu;
 }
 
 void serve(ServeOptions o, const CLI::App& cmd) {
@@ -90,14 +124,24 @@ void serve(ServeOptions o, const CLI::App& cmd) {
   auto prompt = server::ChatPrompt::load(
       dir, o.chat_template.empty() ? std::nullopt : std::optional<std::filesystem::path>(o.chat_template), tokenizer);
 
-  auto& sched = o.scheduler;
+  // A copy made after the weights: the GPU layers it holds (and the scheduler's copy) go before the weights do.
+  engine::SchedulerOptions sched = o.scheduler;
   if (sched.context <= 0 || sched.context > weights.config.max_position_embeddings)
     sched.context = weights.config.max_position_embeddings;
-  std::shared_ptr<server::ExpertTierCounters> tier_counters;
-  if (weights.experts) {
-    tier_counters = std::make_shared<server::ExpertTierCounters>(weights.experts);
-    sched.after_step = [tier_counters] { tier_counters->refresh(); };
+  std::shared_ptr<server::GpuLayersCounters> gpu_counters;
+  if (o.gpu_layers > 0) {
+    sched.gpu = make_gpu_layers(o, weights, sched);
+    gpu_counters = std::make_shared<server::GpuLayersCounters>(sched.gpu, weights.config.num_layers);
   }
+  std::shared_ptr<server::ExpertTierCounters> tier_counters;
+  if (weights.experts) tier_counters = std::make_shared<server::ExpertTierCounters>(weights.experts);
+  // The engine thread owns the expert tier and the GPU layers: their counters are copied there after each step.
+  if (tier_counters || gpu_counters)
+    sched.after_step = [tier_counters, gpu_counters] {
+      if (tier_counters) tier_counters->refresh();
+      if (gpu_counters) gpu_counters->refresh();
+    };
+  const int64_t gpu_layers = sched.gpu ? sched.gpu->layers() : 0;  // read before the engine thread owns them
   engine::Scheduler scheduler(weights, ledger, sched);
 
   server::ServerInfo info;
@@ -109,12 +153,15 @@ void serve(ServeOptions o, const CLI::App& cmd) {
   info.threads = sched.threads;
   server::Telemetry telemetry(info, ledger, scheduler);
   if (tier_counters) telemetry.set_tiering(tier_counters);
+  if (gpu_counters) telemetry.set_gpu(gpu_counters);
   server::Service service(model_id, tokenizer, std::move(prompt), scheduler, telemetry);
   server::HttpServer http(service, o.http);
   http.start();
-  std::printf("tierlm serve: model %s listening on http://%s:%u (context %lld, max batch %lld, prefill %lld)\n",
+  std::printf("tierlm serve: model %s listening on http://%s:%u (context %lld, max batch %lld, prefill %lld, "
+              "gpu layers %lld)\n",
               model_id.c_str(), o.http.host.c_str(), unsigned(http.port()), static_cast<long long>(sched.context),
-              static_cast<long long>(sched.max_batch), static_cast<long long>(sched.prefill_size));
+              static_cast<long long>(sched.max_batch), static_cast<long long>(sched.prefill_size),
+              static_cast<long long>(gpu_layers));
   std::fflush(stdout);
 
   int signal_number = 0;
@@ -151,6 +198,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--weight-format", o->weight_format, "Convert dense weights at load (f16, q8_0, q4, ...)");
   cmd->add_option("--mem-budget,--mem-budget-gib", o->mem_budget_gib, "Ledger budget in GiB (0: unlimited)");
   cmd->add_option("--kv-codec", o->kv_codec, "KV cache codec: f32, f16, q8, turbo3, turbo4");
+  cmd->add_option("--gpu-layers", o->gpu_layers,
+                  "Layers to run on the GPU, from the first; the output head too when all are (CUDA builds; 0: none; "
+                  "default: the wisdom plan's)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--wisdom", o->wisdom, "Wisdom file with the calibrated plan (default: $XDG_CACHE_HOME/tierlm/wisdom.json)");
   cmd->add_option("--on-missing-wisdom", o->on_missing_wisdom,
                   "Without a plan for this machine and model: calibrate (quick, then store it) or refuse")

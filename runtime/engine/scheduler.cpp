@@ -10,6 +10,8 @@
 
 #include "runtime/engine/forward.h"
 #include "runtime/engine/kv_cache.h"
+#include "runtime/engine/prefix_reuse.h"
+#include "runtime/gpu/gpu_layers.h"
 #include "runtime/kernels/thread_pool.h"
 
 namespace tierlm::engine {
@@ -69,7 +71,9 @@ struct Scheduler::EngineState {
   kernels::ThreadPool pool;
   Forward forward;
   EngineState(const model::ModelWeights& w, tiering::Ledger& ledger, const SchedulerOptions& o, int64_t context)
-      : pool(o.threads, o.pin_threads), forward(w, pool, ledger, o.prefill_size + o.max_batch, context) {}
+      : pool(o.threads, o.pin_threads), forward(w, pool, ledger, Scheduler::step_rows(o), context) {
+    if (o.gpu) forward.use_gpu(o.gpu);
+  }
 };
 
 Scheduler::Scheduler(const model::ModelWeights& weights, tiering::Ledger& ledger, const SchedulerOptions& options)
@@ -121,6 +125,9 @@ void Scheduler::engine_main(std::promise<void>* ready) {
     left.swap(waiting_);
   }
   for (auto& seq : left) finish(*seq, "cancelled");
+  // The slots' device KV goes with them (a later scheduler on the same GPU layers may reuse their addresses as keys).
+  if (options_.gpu)
+    for (auto& slot : slots_) options_.gpu->forget(&slot->cache);
   slots_.clear();
   engine_.reset();  // the pool is destroyed on the thread that created it
 }
@@ -171,7 +178,8 @@ SchedulerStats Scheduler::stats() const {
 }
 
 // Moves waiting sequences into free slots, preferring the idle slot whose cached tokens share the longest prefix
-// with the prompt (those positions are not recomputed), then the least recently used one.
+// with the prompt (those positions are not recomputed), then the least recently used one. With GPU layers, a slot's
+// reusable prefix is also bounded by the positions the device still holds for it (engine thread: may ask the GPU).
 void Scheduler::admit_locked() {
   while (!waiting_.empty()) {
     auto& seq = waiting_.front();
@@ -185,10 +193,9 @@ void Scheduler::admit_locked() {
     const auto& prompt = seq->params.prompt;
     for (auto& slot : slots_) {
       if (slot->busy) continue;
-      const size_t limit = std::min(slot->tokens.size(), prompt.size() - 1);  // the last prompt token is always run
-      size_t common = 0;
-      while (common < limit && slot->tokens[common] == prompt[common]) ++common;
-      const int64_t reuse = int64_t(common);
+      const std::optional<int64_t> on_device =
+          options_.gpu ? std::optional<int64_t>(options_.gpu->cached_positions(&slot->cache)) : std::nullopt;
+      const int64_t reuse = reusable_prefix(slot->tokens, prompt, on_device);
       if (reuse > best_reuse || (reuse == best_reuse && slot->last_used < best->last_used)) {
         best = slot.get();
         best_reuse = reuse;

@@ -3,7 +3,9 @@
 // at most prefill_size tokens per step, interleaved with the decodes), a prefix cache (a finished sequence's KV
 // rows stay in its slot and a new prompt that shares their prefix starts after them) and cancellation.
 // Owns: the engine thread, the compute thread pool (created on that thread so only it is pinned), Forward, one KV
-// cache per slot (max_batch slots, allocated once through the ledger), the waiting queue.
+// cache per slot (max_batch slots, allocated once through the ledger), the waiting queue. With GPU layers
+// (SchedulerOptions::gpu) the engine thread is the only one that touches them once started; each slot's KVCache is
+// the key of its device KV, and the prefix cache never reuses more positions than the device still holds.
 // Never: calls observers while holding its lock, blocks the caller of submit() on compute, or lets one sequence's
 // failure stop the others.
 #pragma once
@@ -25,6 +27,10 @@
 #include "runtime/model/model.h"
 #include "tiering/ledger.h"
 
+namespace tierlm::gpu {
+class GpuLayers;
+}
+
 namespace tierlm::engine {
 
 struct SchedulerOptions {
@@ -35,8 +41,12 @@ struct SchedulerOptions {
   int threads = 0;            // compute threads (0: one per physical core)
   bool pin_threads = true;
   // Called on the engine thread once at start, after every step and before going idle: the place to copy counters
-  // of state the engine thread owns (the expert tier's telemetry) for other threads to read.
+  // of state the engine thread owns (the expert tier's and the GPU layers' telemetry) for other threads to read.
   std::function<void()> after_step;
+  // Layers [0, gpu->layers()) (and the head, when gpu->runs_head()) run on the GPU; null: CPU only. Build it with
+  // max_chunk = Scheduler::step_rows(options), max_context >= the context, and max_sequences >= max_batch (one device
+  // KV set per slot: a step of max_batch sequences must fit, and no idle slot's prefix is dropped).
+  std::shared_ptr<gpu::GpuLayers> gpu;
 };
 
 struct SequenceParams {
@@ -123,6 +133,10 @@ class Scheduler {
   // Queues a sequence. Throws std::invalid_argument for an empty prompt or one that leaves no room to generate,
   // QueueFullError when queue_limit sequences already wait. The observer is kept until on_finish.
   std::shared_ptr<SequenceHandle> submit(SequenceParams params, std::shared_ptr<SequenceObserver> observer);
+
+  // Token rows one step may run (prefill_size prompt tokens plus one per decoding sequence): the max_chunk that
+  // Forward, and GpuLayers when given, are built for.
+  static int64_t step_rows(const SchedulerOptions& options) { return options.prefill_size + options.max_batch; }
 
   SchedulerStats stats() const;
   int64_t context() const { return context_; }

@@ -92,6 +92,8 @@ TEST(HttpServer, ModelsHealthWisdomDashboard) {
   }
   EXPECT_GE(reserved, h.at("memory").at("accounts").at("kv").at("bytes").to_number<double>());
   EXPECT_TRUE(h.at("requests").as_object().contains("in_flight"));
+  EXPECT_EQ(h.at("gpu").at("layers").to_number<int64_t>(), 0);  // CPU only: no VRAM numbers
+  EXPECT_FALSE(h.at("gpu").as_object().contains("vram"));
 
   expect_error(request(s.port(), "GET", "/wisdom"), 404, "no_plan");
 
@@ -155,7 +157,7 @@ TEST(HttpServer, MetricsAreValidPrometheusText) {
                              "tierlm_generation_tokens_total", "tierlm_kv_positions_used",
                              "tierlm_http_request_duration_seconds", "tierlm_disk_read_bytes_total",
                              "tierlm_expert_cache_hits_total", "tierlm_kv_codec_reserved_bytes",
-                             "tierlm_kv_codec_used_bytes"})
+                             "tierlm_kv_codec_used_bytes", "tierlm_gpu_layers"})
     EXPECT_TRUE(types.count(needed)) << needed;
   EXPECT_EQ(types["tierlm_http_request_duration_seconds"], "histogram");
   for (const auto& [labels, inf] : inf_bucket) EXPECT_EQ(inf, counts[labels]) << labels;

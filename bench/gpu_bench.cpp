@@ -13,6 +13,7 @@
 #include <memory>
 #include <numeric>
 #include <string>
+#include <tuple>
 
 #include "runtime/engine/forward.h"
 #include "runtime/gpu/gpu_layers.h"
@@ -76,10 +77,11 @@ void row(const char* model, const char* placement, const Speed& s, double bytes_
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, dense_only = false;
   std::string moe_dir = "/tmp/tierlm_gpu_bench_moe";
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
+    if (!std::strcmp(argv[i], "--dense-only")) dense_only = true;  // bf16 llama only (for profilers)
     if (!std::strcmp(argv[i], "--moe-dir") && i + 1 < argc) moe_dir = argv[++i];
   }
   if (!gpu::gpu_available()) {
@@ -93,6 +95,16 @@ int main(int argc, char** argv) {
               probe->name.c_str(), probe->compute_capability, probe->multiprocessors,
               double(probe->total_bytes) / (1 << 30), roofline / 1e9, probe->h2d_pinned_bytes_per_second / 1e9,
               probe->gemm_f16_flops / 1e12);
+  // Per-kernel cost of the decode matvec alone, on the llama-1B shapes (qkv, o, gate_up, down, head).
+  std::printf("decode matvec chains (bf16, one CUDA graph of distinct matrices): us per kernel, plain / "
+              "programmatic launch, vs bytes at the roofline\n");
+  for (const auto& [rows, cols, count] : {std::tuple<int64_t, int64_t, int>{3072, 2048, 16}, {2048, 2048, 16},
+                                          {16384, 2048, 8}, {2048, 8192, 8}, {128256, 2048, 2}}) {
+    if (const auto c = gpu::probe_kernel_chain(rows, cols, count))
+      std::printf("    %6lld x %-5lld %8.2f / %8.2f us  (streaming %7.2f us: %5.1f%% / %5.1f%% of roofline)\n",
+                  (long long)rows, (long long)cols, c->plain_us, c->programmatic_us, 1e6 * c->bytes / roofline,
+                  100.0 * 1e6 * c->bytes / roofline / c->plain_us, 100.0 * 1e6 * c->bytes / roofline / c->programmatic_us);
+  }
   std::printf("%-22s %-26s %10s %10s %12s %10s\n", "model", "placement", "prefill/s", "decode/s", "weights GB/s",
               "roofline");
   const int threads = 16;
@@ -100,6 +112,7 @@ int main(int argc, char** argv) {
   const int64_t prompt = quick ? 64 : 512;
 
   for (kernels::WeightFormat format : {kernels::WeightFormat::bf16, kernels::WeightFormat::q8_0}) {
+    if (dense_only && format != kernels::WeightFormat::bf16) continue;
     tiering::Ledger ledger;
     const model::ModelWeights w = model::synthetic_model(model::llama_1b_config(), format, ledger);
     const std::string name = std::string("llama-1B ") + kernels::format_name(format);
@@ -110,8 +123,16 @@ int main(int argc, char** argv) {
       bool programmatic;
       int rows;
     };
+    {  // warm-up (clocks, module load, cuBLAS heuristics), not reported
+      gpu::GpuOptions o;
+      o.layers = w.config.num_layers;
+      auto g = std::make_shared<gpu::GpuLayers>(w, o, prompt, prompt + decode + 8);
+      measure(w, g, prompt, decode, threads);
+    }
+    // Each variant twice, interleaved, so drift shows.
     for (const Variant& v : {Variant{"all GPU (16/16 + head)", true, 0}, Variant{"all GPU, plain launches", false, 0},
-                             Variant{"all GPU, 4 rows a block", true, 4}, Variant{"all GPU, 8 rows a block", true, 8}}) {
+                             Variant{"all GPU, 4 rows a block", true, 4}, Variant{"all GPU (16/16 + head)", true, 0},
+                             Variant{"all GPU, plain launches", false, 0}, Variant{"all GPU, 4 rows a block", true, 4}}) {
       if (format != kernels::WeightFormat::bf16 && v.rows != 0) continue;
       gpu::GpuOptions o;
       o.layers = w.config.num_layers;
@@ -145,6 +166,7 @@ int main(int argc, char** argv) {
     }
   }
 
+  if (dense_only) return 0;
   // Synthetic MoE (the tiering issue's shape, fewer layers so it writes fast): q4 experts in a packed file.
   model::SyntheticMoeSpec spec;
   spec.layers = quick ? 4 : 8;

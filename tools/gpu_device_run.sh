@@ -9,7 +9,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = pack ]; then
   rm -rf .devlibs && mkdir -p .devlibs .devpack
-  for b in build/tierlm build/tests/gpu_forward_test build/bench/gpu_bench; do strip -o .devlibs/"$(basename "$b")" "$b"; done
+  for b in build/tierlm build/tests/gpu_forward_test build/tests/gpu_kernels_test build/tests/scheduler_gpu_test build/bench/gpu_bench; do strip -o .devlibs/"$(basename "$b")" "$b"; done
   ldd .devlibs/* | awk '/=>/{print $3}' | sort -u | grep -vE 'libc\.so|libm\.so|libdl|libpthread|librt|libgcc_s|libstdc|/usr/local/cuda|ld-linux' |
     while read -r lib; do cp -L "$lib" .devlibs/; done
   strip .devlibs/*.so* 2>/dev/null
@@ -22,15 +22,18 @@ mkdir -p "$OUT" /tmp/devlibs && tar -C /tmp/devlibs -xJf .devpack/devlibs.tar.xz
 cublas=$(find /usr/local/cuda* /opt -name 'libcublas.so.13*' 2>/dev/null | head -1)
 export LD_LIBRARY_PATH=/tmp/devlibs:/usr/local/cuda/lib64:${cublas:+$(dirname "$cublas"):}${LD_LIBRARY_PATH:-}
 ldd /tmp/devlibs/gpu_bench | grep -E "not found"
-nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$OUT/device.log"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$OUT/device.log"
 san=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
 # Correctness twice (a moving error is a race), then the sanitizers on a few small cases, then the benchmarks.
-for i in 1 2; do
-  timeout 100 /tmp/devlibs/gpu_forward_test 2>&1 | grep -vE '^\[ +(RUN|OK) ' > "$OUT/test$i.log"
-  grep -E 'GPU-EXACT|PAGED-KV|PROBE|FAILED|PASSED' "$OUT/test$i.log" | cut -c1-160 | tail -14
+timeout 60 /tmp/devlibs/gpu_kernels_test 2>&1 | grep -vE '^\[ +(RUN|OK) ' > "$OUT/kernels.log"
+grep -E "Failure|Which is|FAILED|PASSED|error" "$OUT/kernels.log" | head -30
+# QUICK=1: one correctness pass, no sanitizers, no benchmarks.
+for i in $([ "${QUICK:-0}" = 1 ] && echo 1 || echo 1 2); do
+  timeout 200 /tmp/devlibs/gpu_forward_test 2>&1 | grep -vE '^\[ +(RUN|OK) ' > "$OUT/test$i.log"
+  grep -E "GPU-EXACT|PAGED-KV|PROBE|FAILED|PASSED|Failure" "$OUT/test$i.log" | grep -vE "top-1 same ([0-9]+)/\1 \(" | cut -c1-200 | tail -40
 done
 cases='*StoredPrecisionMatchesExactMath/8:*Q8KvMatchesExactMath/0:*Q8MatchesExactMath/6:*StoredPrecisionMatchesExactMath/9:GpuPagedKv.*'
-for tool in memcheck initcheck racecheck; do
+for tool in $([ "${QUICK:-0}" = 1 ] || echo memcheck initcheck racecheck); do
   [ -n "$san" ] || { echo "no compute-sanitizer" > "$OUT/san_$tool.log"; continue; }
   timeout 90 "$san" --tool $tool --print-limit 20 /tmp/devlibs/gpu_forward_test --gtest_filter="$cases" \
     > "$OUT/san_$tool.log" 2>&1
@@ -38,5 +41,25 @@ for tool in memcheck initcheck racecheck; do
     "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san_$tool.log" | tail -1)"
 done
 timeout 30 /tmp/devlibs/tierlm run --model profiles/models/tierlm-tiny --prompt "Return the number of" -n 24 \
-  --threads 1 --gpu-layers 99 > "$OUT/cli.log" 2>&1; tail -2 "$OUT/cli.log"
-timeout 200 /tmp/devlibs/gpu_bench "$@" 2>&1 | tee "$OUT/bench.log"
+  --threads 1 --gpu-layers 99 --no-wisdom > "$OUT/cli.log" 2>&1; tail -2 "$OUT/cli.log"
+timeout 60 /tmp/devlibs/scheduler_gpu_test > "$OUT/scheduler_gpu.log" 2>&1; tail -3 "$OUT/scheduler_gpu.log"
+# serve with every layer on the GPU: one greedy completion over loopback, then its /health and GPU metrics.
+/tmp/devlibs/tierlm serve --model profiles/models/tierlm-tiny --port 18080 --threads 2 --gpu-layers 99 --no-wisdom \
+  > "$OUT/serve.log" 2>&1 &
+spid=$!
+for _ in $(seq 50); do curl -sf http://127.0.0.1:18080/health > /dev/null && break; sleep 0.2; done
+curl -s http://127.0.0.1:18080/v1/completions -H 'Content-Type: application/json' \
+  -d '{"prompt": "Return the number of", "max_tokens": 24, "temperature": 0}' | tee "$OUT/serve_completion.json"; echo
+curl -s http://127.0.0.1:18080/health > "$OUT/serve_health.json"; grep -o '"gpu":{[^}]*}' "$OUT/serve_health.json"
+curl -s http://127.0.0.1:18080/metrics | grep '^tierlm_gpu' | head -12 | tee "$OUT/serve_metrics.txt"
+kill $spid; wait $spid 2>/dev/null
+echo "profilers: $(command -v nsys || ls /usr/local/cuda*/bin/nsys 2>/dev/null | head -1) $(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)"
+shift || true
+[ "${QUICK:-0}" = 1 ] && exit 0
+timeout 240 /tmp/devlibs/gpu_bench "$@" 2>&1 | tee "$OUT/bench.log"
+nsys=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys 2>/dev/null | head -1)
+if [ -n "$nsys" ] && [ "${PROFILE:-1}" = 1 ]; then  # device time per kernel of the bf16 llama runs
+  timeout 150 "$nsys" profile -o "$OUT/nsys" --force-overwrite true /tmp/devlibs/gpu_bench --dense-only --quick > /dev/null 2>&1
+  timeout 100 "$nsys" stats -r cuda_gpu_kern_sum -f csv "$OUT/nsys.nsys-rep" 2>/dev/null | cut -c1-220 | head -40 > "$OUT/kernels.csv"
+  rm -f "$OUT"/nsys.nsys-rep "$OUT"/nsys.sqlite; head -30 "$OUT/kernels.csv"
+fi

@@ -26,7 +26,7 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kUnroll = 4;
 
 bool g_programmatic = true;
-int g_dense_rows = 0;  // rows per block of the decode matvec: 0 auto, else 4 or 8
+int g_dense_rows = 0;  // rows per block of the decode matvec: 0 auto, 4 or 8; -1: never (diagnostics)
 
 // Launch with the programmatic-stream-serialization attribute (or plainly when switched off).
 template <class... Params, class... Args>
@@ -51,6 +51,9 @@ __device__ __forceinline__ void let_next_kernel_start() {
 #endif
 }
 
+// Activation pointers are never __restrict__ in these kernels: with restrict, the compiler may treat what they point
+// to as invariant for the whole kernel and hoist its loads above this wait (seen: the fused decode matvec read the
+// previous layer's hidden state). The "memory" clobber then forces them to stay below.
 __device__ __forceinline__ void wait_for_previous_kernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -141,8 +144,8 @@ __device__ __forceinline__ float load_dense(const void* base, int format, int64_
 
 // One warp per row, 8 rows per block; each lane reads 16 bytes per step, kUnroll steps issued before use.
 template <int NX>
-__global__ void __launch_bounds__(kThreads) dense_matvec(MatrixRef w, const float* __restrict__ x, int64_t ldx,
-                                                         float* __restrict__ y, int64_t ldy, bool accumulate) {
+__global__ void __launch_bounds__(kThreads) dense_matvec(MatrixRef w, const float* x, int64_t ldx,
+                                                         float* y, int64_t ldy, bool accumulate) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row = int64_t(blockIdx.x) * kWarps + warp;
   const int64_t cols = w.cols;
@@ -198,8 +201,8 @@ __global__ void __launch_bounds__(kThreads) dense_matvec(MatrixRef w, const floa
 // One block per 16-row panel. A step of one lane: 16 bytes = 4 rows x 4 columns (8-bit) or 4 rows x 8 columns
 // (4-bit: quad c in the low nibbles, quad c+4 in the high ones). Lanes with the same (lane % 4) share rows.
 template <int NX, int BITS, int WARPS>
-__global__ void __launch_bounds__(WARPS * 32) packed_matvec(MatrixRef w, const float* __restrict__ x, int64_t ldx,
-                                                          float* __restrict__ y, int64_t ldy, bool accumulate) {
+__global__ void __launch_bounds__(WARPS * 32) packed_matvec(MatrixRef w, const float* x, int64_t ldx,
+                                                          float* y, int64_t ldy, bool accumulate) {
   __shared__ float shared[WARPS * NX * 16];  // [warp][x row][16 panel rows]
   const int64_t panel = blockIdx.x;
   const int64_t cols = w.cols, groups = cols / w.group_size;
@@ -394,9 +397,9 @@ __device__ __forceinline__ void widen8(const uint4 raw, int format, float* out) 
 // comes free); 2: x = silu(gate) * up of a [gate | up] row of width 2K (the silu_gate kernel's formula). Partial
 // sums: warp shuffles, then the 8 warps in shared memory (deterministic).
 template <int CH, int R, int XMODE>
-__global__ void __launch_bounds__(kThreads) dense_rows_matvec(MatrixRef w, const float* __restrict__ x,
-                                                              const float* __restrict__ norm_weight, float eps,
-                                                              float* __restrict__ y, bool accumulate) {
+__global__ void __launch_bounds__(kThreads) dense_rows_matvec(MatrixRef w, const float* x,
+                                                              const float* norm_weight, float eps,
+                                                              float* y, bool accumulate) {
   __shared__ float shared[kWarps * R];
   __shared__ float reduce[32];
   const int64_t cols = w.cols, chunks = cols / 8;
@@ -890,7 +893,7 @@ void matvec_gated(const MatrixRef& w, const float* gate_up, float* y, bool accum
 
 void matvec(const MatrixRef& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy, bool accumulate,
             cudaStream_t stream) {
-  if (n == 1 && dense_fusable(w)) {
+  if (n == 1 && g_dense_rows >= 0 && dense_fusable(w)) {
     launch_dense_rows_any<0>(w, x, nullptr, 0.0f, y, accumulate, stream);
     return;
   }

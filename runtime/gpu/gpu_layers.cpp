@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <list>
 #include <numeric>
@@ -242,11 +243,20 @@ struct GpuLayers::Impl {
   // (rows, head rows, one row per sequence) -> the decode step's graph
   std::vector<std::pair<std::tuple<int64_t, int64_t, bool>, cudaGraphExec_t>> graphs;
   uint64_t profiled_steps = 0;
+  // Diagnostic switches (environment, read once; all on by default): TIERLM_GPU_GRAPH, TIERLM_GPU_FUSED_MATVEC,
+  // TIERLM_GPU_FUSED_ATTENTION ("0" turns one off), TIERLM_GPU_PDL=0 acts as options.programmatic_launch = false.
+  bool use_graph = env_on("TIERLM_GPU_GRAPH"), fused_matvec = env_on("TIERLM_GPU_FUSED_MATVEC"),
+       fused_attention = env_on("TIERLM_GPU_FUSED_ATTENTION");
+  static bool env_on(const char* name) {
+    const char* v = std::getenv(name);
+    return !(v && std::string(v) == "0");
+  }
 
   Impl(const model::ModelWeights& weights, const GpuOptions& o, int64_t chunk, int64_t context)
       : w(weights), c(weights.config), options(o), gpu_layers(std::clamp<int64_t>(o.layers, 0, c.num_layers)),
         max_chunk(chunk), max_context(context), head(o.head && gpu_layers == c.num_layers),
         vram(o.vram_budget ? o.vram_budget : default_budget()) {
+    if (!env_on("TIERLM_GPU_PDL")) options.programmatic_launch = false;
     if (c.head_dim % 16 != 0 || c.head_dim > 256)
       throw std::invalid_argument("gpu: head_dim " + std::to_string(c.head_dim) +
                                   " is not supported (a multiple of 16, at most 256)");
@@ -575,7 +585,7 @@ struct GpuLayers::Impl {
       throw std::invalid_argument("gpu: " + std::to_string(batch.size()) + " sequences in one step, more than max_sequences (" +
                                   std::to_string(options.max_sequences) + ")");
     device::set_programmatic_launch(options.programmatic_launch);
-    device::set_dense_rows_per_block(options.dense_rows_per_block);
+    device::set_dense_rows_per_block(fused_matvec ? options.dense_rows_per_block : -1);
     for (size_t b = 0; b < batch.size() && gpu_layers > 0; ++b) {
       int64_t first = max_context, last = -1;
       for (int64_t i = 0; i < n; ++i)
@@ -622,7 +632,7 @@ struct GpuLayers::Impl {
     // device memory), so it is captured once per (rows, head rows) into a CUDA graph and replayed: one launch
     // instead of ~10 per layer. MoE layers route on the host mid-step, and the cuBLAS path (> kMaxMatvecRows rows)
     // may allocate workspace, so those run eagerly, as do profiled runs (events per operation).
-    if (!c.arch.moe && n <= device::kMaxMatvecRows && !options.profile) {
+    if (!c.arch.moe && n <= device::kMaxMatvecRows && !options.profile && use_graph) {
       cudaGraphExec_t exec = nullptr;
       for (const auto& [key, e] : graphs)
         if (key == std::tuple(n, head_count, one_row_per_sequence)) exec = e;
@@ -679,7 +689,7 @@ struct GpuLayers::Impl {
     float* h = hidden.as<float>();
     float* x = normed.as<float>();
     // Decode of f16/bf16 weights: the norms and the SiLU gate are fused into the next matvec's load of x.
-    if (n == 1 && device::dense_fusable(d.qkv.ref)) {
+    if (n == 1 && fused_matvec && device::dense_fusable(d.qkv.ref)) {
       mark("input norm + qkv matrix");
       device::matvec_normed(d.qkv.ref, h, d.input_norm.as<float>(), eps, qkv.as<float>(), false, stream);
     } else {
@@ -699,7 +709,7 @@ struct GpuLayers::Impl {
     p.kn = int64_t(L.k_norm.size());
     p.eps = eps;
     p.inv_freq = inv_freq.as<float>();
-    const bool fused = one_row_per_sequence && device::attention_can_fuse(p);
+    const bool fused = one_row_per_sequence && fused_attention && device::attention_can_fuse(p);
     if (!fused) {
       mark("bias/qk norm/rope/kv store");
       device::qkv_rope_store(qkv.as<float>(), n, p, pos_dev, kv_refs[size_t(l)], tables, stream);
@@ -710,7 +720,8 @@ struct GpuLayers::Impl {
     mark("o matrix");
     multiply(d.o.ref, attn.as<float>(), n, h, H, true);
     const int64_t I = c.intermediate_size;
-    if (!c.arch.moe && n == 1 && device::dense_fusable(d.gate_up.ref) && device::dense_fusable(d.down.ref)) {
+    if (!c.arch.moe && n == 1 && fused_matvec && device::dense_fusable(d.gate_up.ref) &&
+        device::dense_fusable(d.down.ref)) {
       mark("post-attention norm + gate_up matrix");
       device::matvec_normed(d.gate_up.ref, h, d.post_norm.as<float>(), eps, ffn.as<float>(), false, stream);
       mark("silu gate + down matrix");

@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include "runtime/gpu/cublas_loader.h"
+#include "runtime/gpu/device_kernels.cuh"
 
 namespace tierlm::gpu {
 
@@ -122,6 +123,69 @@ std::optional<GpuProbe> probe_gpu(bool quick) {
   return p;
 }
 
+std::optional<KernelChainProbe> probe_kernel_chain(int64_t rows, int64_t cols, int count) {
+  if (!gpu_available() || rows <= 0 || cols <= 0 || cols % 8 != 0 || count <= 0) return std::nullopt;
+  KernelChainProbe r;
+  r.rows = rows;
+  r.cols = cols;
+  r.bytes = double(rows) * double(cols) * 2;
+  const size_t matrix = size_t(rows * cols) * 2;
+  char* weights = nullptr;
+  float *x = nullptr, *y = nullptr;
+  if (cudaMalloc(&weights, matrix * size_t(count)) != cudaSuccess || cudaMalloc(&x, size_t(cols) * 4) != cudaSuccess ||
+      cudaMalloc(&y, size_t(rows) * 4 * size_t(count)) != cudaSuccess) {
+    cudaFree(weights);
+    cudaFree(x);
+    cudaGetLastError();
+    return std::nullopt;
+  }
+  cudaMemset(weights, 0x3c, matrix * size_t(count));  // bf16 0x3c3c: about 0.0115
+  cudaMemset(x, 0, size_t(cols) * 4);
+  cudaStream_t stream;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  for (bool programmatic : {false, true}) {
+    device::set_programmatic_launch(programmatic);
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+    for (int i = 0; i < count; ++i) {
+      device::MatrixRef m;
+      m.format = 2;  // bf16
+      m.rows = rows;
+      m.cols = cols;
+      m.data = weights + matrix * size_t(i);
+      device::matvec(m, x, cols, 1, y + rows * i, rows, false, stream);
+    }
+    cudaStreamEndCapture(stream, &graph);
+    cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    float best = 1e30f;
+    for (int rep = 0; rep < 12; ++rep) {
+      cudaEventRecord(a, stream);
+      cudaGraphLaunch(exec, stream);
+      cudaEventRecord(b, stream);
+      cudaEventSynchronize(b);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, a, b);
+      if (rep > 1) best = std::min(best, ms);
+    }
+    (programmatic ? r.programmatic_us : r.plain_us) = 1e3 * double(best) / count;
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaGraphExecDestroy(exec);
+  }
+  device::set_programmatic_launch(true);
+  cudaStreamDestroy(stream);
+  cudaFree(weights);
+  cudaFree(x);
+  cudaFree(y);
+  cudaGetLastError();
+  return r;
+}
+
 }  // namespace tierlm::gpu
 
 #else
@@ -131,6 +195,7 @@ namespace tierlm::gpu {
 bool gpu_available() { return false; }
 std::string gpu_unavailable_reason() { return "built without CUDA (no CUDA toolkit was found at configure time)"; }
 std::optional<GpuProbe> probe_gpu(bool) { return std::nullopt; }
+std::optional<KernelChainProbe> probe_kernel_chain(int64_t, int64_t, int) { return std::nullopt; }
 
 }  // namespace tierlm::gpu
 

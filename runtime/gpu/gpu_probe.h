@@ -28,4 +28,14 @@ std::string gpu_unavailable_reason();
 // Measures device 0. `quick` shrinks the transfers (for tests). nullopt when !gpu_available().
 std::optional<GpuProbe> probe_gpu(bool quick = false);
 
+// A chain of `count` decode matvecs (bf16 rows x cols, one x row, distinct matrices so nothing stays in L2)
+// replayed as one CUDA graph: device microseconds per kernel with plain launches and with programmatic dependent
+// launch, next to the time its bytes take at the d2d rate. What a decode step pays per kernel beyond streaming.
+struct KernelChainProbe {
+  int64_t rows = 0, cols = 0;
+  double plain_us = 0, programmatic_us = 0;
+  double bytes = 0;  // weight bytes per kernel
+};
+std::optional<KernelChainProbe> probe_kernel_chain(int64_t rows, int64_t cols, int count = 16);
+
 }  // namespace tierlm::gpu

@@ -38,6 +38,7 @@ using namespace tierlm;
 namespace {
 
 std::filesystem::path fixture(const std::string& name) {
+  if (name == "tierlm-tiny") return std::filesystem::path(TIERLM_SOURCE_DIR) / "profiles/models" / name;  // bf16
   return std::filesystem::path(TIERLM_SOURCE_DIR) / "tests/fixtures/models" / name;
 }
 
@@ -232,6 +233,10 @@ void compare(const std::string& name, std::optional<kernels::WeightFormat> forma
                 (long long)layers, c.worst, c.same_top1, c.rows, c.skipped, c.near_ties, (unsigned long long)st.resident_hits,
                 (unsigned long long)st.slot_hits, (unsigned long long)st.misses,
                 double(g->vram_ledger().peak()) / 1e6);
+    std::string bad_rows;
+    for (size_t r = 0; r < c.bad.size(); ++r)
+      if (c.bad[r]) bad_rows += (bad_rows.empty() ? "" : ",") + std::to_string(r);
+    if (!bad_rows.empty()) std::printf("[ BAD ROWS ] %s (rows 0-%zu prompt, then decode)\n", bad_rows.c_str(), kPrompt.size() - 1);
     EXPECT_EQ(c.same_top1, c.rows) << name << " gpu_layers=" << layers;
     EXPECT_LE(c.worst, tolerance) << name << " gpu_layers=" << layers;
     if (q.config.arch.moe && layers == q.config.num_layers) {
@@ -246,6 +251,13 @@ class GpuFixture : public ::testing::TestWithParam<std::string> {};
 TEST_P(GpuFixture, StoredPrecisionMatchesExactMath) {
   SKIP_WITHOUT_GPU();
   compare(GetParam(), std::nullopt, gpu::GpuKvCodec::f16, 1e-2);
+}
+
+// bf16 weights: the f16/bf16 decode kernels (norm and SiLU gate fused into the matvec) on every architecture.
+TEST_P(GpuFixture, Bf16MatchesExactMath) {
+  SKIP_WITHOUT_GPU();
+  if (GetParam().find("mlx") != std::string::npos) GTEST_SKIP() << "MLX files stay MLX";
+  compare(GetParam(), kernels::WeightFormat::bf16, gpu::GpuKvCodec::f16, 1e-2);
 }
 
 TEST_P(GpuFixture, Q8MatchesExactMath) {
@@ -267,7 +279,7 @@ TEST_P(GpuFixture, Q8KvMatchesExactMath) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuFixture,
                          ::testing::Values("llama3", "smollm", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral",
-                                           "olmoe", "qwen2_moe", "llama3-mlx4", "llama3-mlx8"));
+                                           "olmoe", "qwen2_moe", "llama3-mlx4", "llama3-mlx8", "tierlm-tiny"));
 
 // The oracle itself, on the CPU (runs without a GPU): the exact copy reproduces the stored f32 models bit for bit,
 // and two runs give identical logits (a nondeterministic oracle would make every comparison above meaningless).

@@ -16,6 +16,7 @@
 #include <tuple>
 
 #include "runtime/engine/forward.h"
+#include "runtime/engine/sampler.h"
 #include "runtime/gpu/gpu_layers.h"
 #include "runtime/gpu/gpu_probe.h"
 #include "runtime/model/model.h"
@@ -57,7 +58,7 @@ Speed measure(const model::ModelWeights& w, std::shared_ptr<gpu::GpuLayers> g, i
   int32_t next = 1;
   auto step = [&] {
     forward.run(std::span(&next, 1), pos++, cache, logits.data());
-    next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    next = int32_t(engine::argmax(logits));  // the sampler's greedy path
   };
   for (int i = 0; i < 4; ++i) step();
   if (before_decode) before_decode();
@@ -77,11 +78,12 @@ void row(const char* model, const char* placement, const Speed& s, double bytes_
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, dense_only = false;
+  bool quick = false, dense_only = false, chains = true;
   std::string moe_dir = "/tmp/tierlm_gpu_bench_moe";
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--dense-only")) dense_only = true;  // bf16 llama only (for profilers)
+    if (!std::strcmp(argv[i], "--no-chains")) chains = false;
     if (!std::strcmp(argv[i], "--moe-dir") && i + 1 < argc) moe_dir = argv[++i];
   }
   if (!gpu::gpu_available()) {
@@ -98,12 +100,30 @@ int main(int argc, char** argv) {
   // Per-kernel cost of the decode matvec alone, on the llama-1B shapes (qkv, o, gate_up, down, head).
   std::printf("decode matvec chains (bf16, one CUDA graph of distinct matrices): us per kernel, plain / "
               "programmatic launch, vs bytes at the roofline\n");
-  for (const auto& [rows, cols, count] : {std::tuple<int64_t, int64_t, int>{3072, 2048, 16}, {2048, 2048, 16},
-                                          {16384, 2048, 8}, {2048, 8192, 8}, {128256, 2048, 2}}) {
-    if (const auto c = gpu::probe_kernel_chain(rows, cols, count))
-      std::printf("    %6lld x %-5lld %8.2f / %8.2f us  (streaming %7.2f us: %5.1f%% / %5.1f%% of roofline)\n",
-                  (long long)rows, (long long)cols, c->plain_us, c->programmatic_us, 1e6 * c->bytes / roofline,
+  for (const auto& [rows, cols, count, mode] :
+       {std::tuple<int64_t, int64_t, int, int>{3072, 2048, 16, 0}, {3072, 2048, 16, 1}, {2048, 2048, 16, 0},
+        {16384, 2048, 8, 0}, {16384, 2048, 8, 1}, {2048, 8192, 8, 0}, {2048, 8192, 8, 2}, {128256, 2048, 2, 0}}) {
+    if (!chains) break;
+    if (const auto c = gpu::probe_kernel_chain(rows, cols, count, mode))
+      std::printf("    %6lld x %-5lld %-6s %8.2f / %8.2f us  (streaming %7.2f us: %5.1f%% / %5.1f%% of roofline)\n",
+                  (long long)rows, (long long)cols, mode == 1 ? "normed" : mode == 2 ? "gated" : "", c->plain_us,
+                  c->programmatic_us, 1e6 * c->bytes / roofline,
                   100.0 * 1e6 * c->bytes / roofline / c->plain_us, 100.0 * 1e6 * c->bytes / roofline / c->programmatic_us);
+  }
+  // Decode attention alone (llama-1B shape), and with phases skipped, to see where its time goes.
+  if (chains) {
+    std::printf("decode attention (32 heads, 8 KV heads, head_dim 64), us per launch:");
+    for (int64_t len : {80, 640, 4096})
+      for (bool fused : {true, false})
+        if (const auto t = gpu::probe_attention(32, 8, 64, len, fused))
+          std::printf("  len %lld %s %.2f", (long long)len, fused ? "fused" : "plain", *t);
+    std::printf("\n    len 640 fused, skipping:");
+    for (const auto& [mask, what] : {std::pair<int, const char*>{1, "merge"}, {4, "key loads"}, {8, "value loads"},
+                                     {16, "prefetch"}, {32, "rope/store"}, {1 | 4 | 8 | 32, "all but q"},
+                                     {64 | 1, "scores loop, merge"}, {128 | 1, "values pass, merge"},
+                                     {512 | 32, "all after q"}, {1024, "all after the wait"}})
+      if (const auto t = gpu::probe_attention(32, 8, 64, 640, true, mask)) std::printf("  %s %.2f", what, *t);
+    std::printf("\n");
   }
   std::printf("%-22s %-26s %10s %10s %12s %10s\n", "model", "placement", "prefill/s", "decode/s", "weights GB/s",
               "roofline");
@@ -138,14 +158,16 @@ int main(int argc, char** argv) {
       o.layers = w.config.num_layers;
       o.programmatic_launch = v.programmatic;
       o.dense_rows_per_block = v.rows;
+      o.time_steps = true;
       auto g = std::make_shared<gpu::GpuLayers>(w, o, prompt, prompt + decode + 8);
-      const Speed sp = measure(w, g, prompt, decode, threads);
+      const Speed sp = measure(w, g, prompt, decode, threads, [&] { g->reset_profile(); });
       row(name.c_str(), v.label, sp, double(g->weight_bytes()), roofline);
       // What the planner's GPU cost model charges beyond bytes / bandwidth (calibrate: kGpuLayerOverheadSeconds).
       const double step = 1.0 / sp.decode_tps, streaming = double(g->weight_bytes()) / roofline;
-      std::printf("    step %.1f us = weights / roofline %.1f us + %.1f us (%.1f us per layer beyond streaming)\n",
-                  1e6 * step, 1e6 * streaming, 1e6 * (step - streaming),
-                  1e6 * (step - streaming) / double(w.config.num_layers));
+      std::printf("    step %.1f us (device %.1f us, host %.1f us) = weights / roofline %.1f us + %.1f us (%.1f us per "
+                  "layer beyond streaming)\n",
+                  1e6 * step, g->device_step_us(), 1e6 * step - g->device_step_us(), 1e6 * streaming,
+                  1e6 * (step - streaming), 1e6 * (step - streaming) / double(w.config.num_layers));
     }
     {
       gpu::GpuOptions o;

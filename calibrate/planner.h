@@ -40,10 +40,12 @@ inline constexpr double kDefaultBudgetFraction = 0.85;  // of MemoryInfo::usable
 // measures the per-step fixed cost and the per-expert cost on the model itself.
 inline constexpr double kLayerOverheadSeconds = 30e-6;  // fork/join, norms, RoPE, softmax per layer and step
 inline constexpr double kExpertOverheadSeconds = 8e-6;  // request/acquire/release and two matvec launches per expert
-// GPU: not measurable on the development machine (no GPU), so constants: launch + sync cost per GPU layer and per
-// VRAM expert (gpu_bench on an H100: 1B dense decode 2.2 ms/step vs 0.75 ms of weight streaming over 16 layers),
-// VRAM kept free besides the plan (the CUDA context, cuBLAS workspace), and device scratch.
-inline constexpr double kGpuLayerOverheadSeconds = 90e-6;
+// GPU: not measurable on the development machine (no GPU), so constants: cost per GPU layer beyond streaming its
+// weights (attention, kernel boundaries, the step's host work spread over the layers) and per VRAM expert, VRAM
+// kept free besides the plan (the CUDA context, cuBLAS workspace), and device scratch. The layer constant is
+// gpu_bench on an H100 (2026-11-23): llama-1B bf16 decode step 1403 us = 829 us of weights at the measured d2d
+// rate + 574 us, i.e. 36 us per layer (it was 90 us before the decode kernels were reworked).
+inline constexpr double kGpuLayerOverheadSeconds = 36e-6;
 inline constexpr double kGpuExpertOverheadSeconds = 10e-6;
 inline constexpr uint64_t kGpuReserveBytes = 1ull << 30;  // GpuOptions' default: free memory minus 1 GiB
 inline constexpr uint64_t kGpuScratchBytes = 256ull << 20;

@@ -4,7 +4,8 @@
 # gpu_bench), then pack the stripped binaries and the non-system shared libraries (cuBLAS is not among them: it is
 # opened with dlopen, and the device has it):
 #   tools/gpu_device_run.sh pack      -> .devpack/devlibs.tar.xz (carry .devpack)
-# There: tools/gpu_device_run.sh run  -> logs under $OUT (test1/2.log, san_*.log, cli.log, bench.log)
+# There: tools/gpu_device_run.sh run  -> logs under $OUT (test1/2.log, kernels.log, sanitizers.log, cli.log,
+#        scheduler_gpu.log, serve.log, bench.log); QUICK=1: one test pass, no sanitizers, no benchmarks.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = pack ]; then
@@ -22,7 +23,7 @@ mkdir -p "$OUT" /tmp/devlibs && tar -C /tmp/devlibs -xJf .devpack/devlibs.tar.xz
 cublas=$(find /usr/local/cuda* /opt -name 'libcublas.so.13*' 2>/dev/null | head -1)
 export LD_LIBRARY_PATH=/tmp/devlibs:/usr/local/cuda/lib64:${cublas:+$(dirname "$cublas"):}${LD_LIBRARY_PATH:-}
 ldd /tmp/devlibs/gpu_bench | grep -E "not found"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$OUT/device.log"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee /tmp/device.log
 san=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
 # Correctness twice (a moving error is a race), then the sanitizers on a few small cases, then the benchmarks.
 timeout 60 /tmp/devlibs/gpu_kernels_test 2>&1 | grep -vE '^\[ +(RUN|OK) ' > "$OUT/kernels.log"
@@ -34,25 +35,27 @@ for i in $([ "${QUICK:-0}" = 1 ] && echo 1 || echo 1 2); do
 done
 cases='*StoredPrecisionMatchesExactMath/8:*Q8KvMatchesExactMath/0:*Q8MatchesExactMath/6:*StoredPrecisionMatchesExactMath/9:GpuPagedKv.*'
 for tool in $([ "${QUICK:-0}" = 1 ] || echo memcheck initcheck racecheck); do
-  [ -n "$san" ] || { echo "no compute-sanitizer" > "$OUT/san_$tool.log"; continue; }
+  [ -n "$san" ] || { echo "no compute-sanitizer" >> "$OUT/sanitizers.log"; continue; }
   timeout 90 "$san" --tool $tool --print-limit 20 /tmp/devlibs/gpu_forward_test --gtest_filter="$cases" \
-    > "$OUT/san_$tool.log" 2>&1
-  echo "$tool: rc $? $(grep -cE '^========= (Invalid|Uninitialized|Race|Error|.*hazard)' "$OUT/san_$tool.log") reports;" \
-    "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san_$tool.log" | tail -1)"
+    > "/tmp/san_$tool.log" 2>&1
+  echo "$tool: rc $? $(grep -cE '^========= (Invalid|Uninitialized|Race|Error|.*hazard)' "/tmp/san_$tool.log") reports;" \
+    "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "/tmp/san_$tool.log" | tail -1)"
+  { echo "== $tool"; head -c 200000 "/tmp/san_$tool.log"; } >> "$OUT/sanitizers.log"
 done
 timeout 30 /tmp/devlibs/tierlm run --model profiles/models/tierlm-tiny --prompt "Return the number of" -n 24 \
   --threads 1 --gpu-layers 99 --no-wisdom > "$OUT/cli.log" 2>&1; tail -2 "$OUT/cli.log"
 timeout 60 /tmp/devlibs/scheduler_gpu_test > "$OUT/scheduler_gpu.log" 2>&1; tail -3 "$OUT/scheduler_gpu.log"
 # serve with every layer on the GPU: one greedy completion over loopback, then its /health and GPU metrics.
 /tmp/devlibs/tierlm serve --model profiles/models/tierlm-tiny --port 18080 --threads 2 --gpu-layers 99 --no-wisdom \
-  > "$OUT/serve.log" 2>&1 &
+  > /tmp/serve.log 2>&1 &
 spid=$!
 for _ in $(seq 50); do curl -sf http://127.0.0.1:18080/health > /dev/null && break; sleep 0.2; done
 curl -s http://127.0.0.1:18080/v1/completions -H 'Content-Type: application/json' \
-  -d '{"prompt": "Return the number of", "max_tokens": 24, "temperature": 0}' | tee "$OUT/serve_completion.json"; echo
-curl -s http://127.0.0.1:18080/health > "$OUT/serve_health.json"; grep -o '"gpu":{[^}]*}' "$OUT/serve_health.json"
-curl -s http://127.0.0.1:18080/metrics | grep '^tierlm_gpu' | head -12 | tee "$OUT/serve_metrics.txt"
+  -d '{"prompt": "Return the number of", "max_tokens": 24, "temperature": 0}' | tee /tmp/serve_completion.json; echo
+curl -s http://127.0.0.1:18080/health > /tmp/serve_health.json; grep -o '"gpu":{[^}]*}' /tmp/serve_health.json
+curl -s http://127.0.0.1:18080/metrics | grep '^tierlm_gpu' | head -12 | tee /tmp/serve_metrics.txt
 kill $spid; wait $spid 2>/dev/null
+cat /tmp/serve.log /tmp/serve_completion.json /tmp/serve_health.json /tmp/serve_metrics.txt > "$OUT/serve.log"
 echo "profilers: $(command -v nsys || ls /usr/local/cuda*/bin/nsys 2>/dev/null | head -1) $(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)"
 shift || true
 [ "${QUICK:-0}" = 1 ] && exit 0
@@ -60,6 +63,6 @@ timeout 240 /tmp/devlibs/gpu_bench "$@" 2>&1 | tee "$OUT/bench.log"
 nsys=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys 2>/dev/null | head -1)
 if [ -n "$nsys" ] && [ "${PROFILE:-1}" = 1 ]; then  # device time per kernel of the bf16 llama runs
   timeout 150 "$nsys" profile -o "$OUT/nsys" --force-overwrite true /tmp/devlibs/gpu_bench --dense-only --quick > /dev/null 2>&1
-  timeout 100 "$nsys" stats -r cuda_gpu_kern_sum -f csv "$OUT/nsys.nsys-rep" 2>/dev/null | cut -c1-220 | head -40 > "$OUT/kernels.csv"
-  rm -f "$OUT"/nsys.nsys-rep "$OUT"/nsys.sqlite; head -30 "$OUT/kernels.csv"
+  timeout 100 "$nsys" stats -r cuda_gpu_kern_sum -f csv "$OUT/nsys.nsys-rep" 2>/dev/null | cut -c1-220 | head -40 > /tmp/kernels.csv
+  rm -f "$OUT"/nsys.nsys-rep "$OUT"/nsys.sqlite; cat /tmp/kernels.csv >> "$OUT/bench.log"; head -30 /tmp/kernels.csv
 fi

@@ -23,6 +23,31 @@ void SamplingParams::validate() const {
   if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) bad("frequency_penalty", "must be in [-2, 2]");
 }
 
+int64_t argmax(std::span<const float> values) {
+  const float* a = values.data();
+  const int64_t n = int64_t(values.size());
+  constexpr int kLanes = 16;
+  if (n < kLanes) return std::max_element(a, a + n) - a;
+  float best[kLanes];
+  for (int j = 0; j < kLanes; ++j) best[j] = a[j];
+  int64_t i = kLanes;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) best[j] = a[i + j] > best[j] ? a[i + j] : best[j];
+  float m = best[0];
+  for (int j = 1; j < kLanes; ++j) m = best[j] > m ? best[j] : m;
+  for (; i < n; ++i) m = a[i] > m ? a[i] : m;
+  if (m != m) {  // lane maxima start from the first values, so a leading NaN can survive: rescan without it
+    m = -INFINITY;
+    bool any = false;
+    for (int64_t k = 0; k < n; ++k)
+      if (a[k] == a[k] && (!any || a[k] > m)) m = a[k], any = true;
+    if (!any) return 0;
+  }
+  for (int64_t k = 0; k < n; ++k)
+    if (a[k] == m) return k;
+  return 0;
+}
+
 Sampler::Sampler(const SamplingParams& params) : params_(params) {
   params_.validate();
   rng_.seed(params.has_seed ? params.seed : std::random_device{}());
@@ -31,8 +56,11 @@ Sampler::Sampler(const SamplingParams& params) : params_(params) {
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
   const int64_t n = int64_t(logits.size());
   if (n == 0) throw std::invalid_argument("sampler: empty logits");
+  const bool penalties =
+      params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
+  if (params_.temperature == 0.0f && !penalties) return int32_t(argmax(logits));  // greedy: no copy
   work_.assign(logits.begin(), logits.end());
-  if (params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) {
+  if (penalties) {
     std::unordered_map<int32_t, int> counts;
     for (int32_t t : history)
       if (t >= 0 && t < n) ++counts[t];
@@ -43,8 +71,7 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
       l -= params_.presence_penalty + params_.frequency_penalty * float(count);
     }
   }
-  if (params_.temperature == 0.0f)
-    return int32_t(std::max_element(work_.begin(), work_.end()) - work_.begin());
+  if (params_.temperature == 0.0f) return int32_t(argmax(work_));
 
   // Candidates sorted by logit, truncated by top-k; then softmax at the temperature; then top-p and min-p.
   order_.resize(size_t(n));

@@ -4,7 +4,8 @@
 // x load). Otherwise one block of 8 warps per output unit (8 dense rows, or a 16-row panel of a packed weight), the
 // warps splitting the columns, each lane reading 16 bytes per step with several steps' loads issued before use.
 // Partial sums are reduced in shared memory (deterministic: no atomics). Attention is split over positions
-// (flash-decoding) with a small combine, reading K/V through the sequences' page tables.
+// (flash-decoding), reading K/V through the sequences' page tables; the last block of each (row, KV head) to finish
+// merges the chunks.
 // Every kernel is launched with programmatic dependent launch (see device_kernels.cuh): it lets the next kernel
 // start (griddepcontrol.launch_dependents), issues what depends on nothing earlier (its weights: the first loads
 // into registers, the rest of its rows as L2 prefetches), then waits (griddepcontrol.wait) before touching
@@ -26,6 +27,7 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kUnroll = 4;
 
 bool g_programmatic = true;
+int g_attention_debug = 0;  // diagnostics only (probe_attention): phases to skip
 int g_dense_rows = 0;  // rows per block of the decode matvec: 0 auto, 4 or 8; -1: never (diagnostics)
 
 // Launch with the programmatic-stream-serialization attribute (or plainly when switched off).
@@ -77,6 +79,14 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint64_t bytes) {
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<const char*>(p) + at), "r"(n)
                  : "memory");
   }
+#endif
+}
+
+// One thread's bulk prefetch of [p, p + bytes) into L2 (bytes a multiple of 16, p 16-byte aligned).
+__device__ __forceinline__ void prefetch_l2_thread(const void* p, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if ((reinterpret_cast<uintptr_t>(p) & 15) == 0 && bytes >= 16)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes & ~15u) : "memory");
 #endif
 }
 
@@ -394,7 +404,7 @@ __device__ __forceinline__ void widen8(const uint4 raw, int format, float* out) 
 // thread t owns the 8-column chunks t, t + 256, ... of every row, so its slice of x is loaded (and transformed)
 // once into registers, and a row costs it CH 16-byte streaming loads; RU rows' loads are issued before any is
 // used. XMODE 0: x as is; 1: x rms-normed by norm_weight (the threads cover x exactly once, so the sum of squares
-// comes free); 2: x = silu(gate) * up of a [gate | up] row of width 2K (the silu_gate kernel's formula). Partial
+// comes free); 2: x = silu(gate) * up of a [gate | up] row of width 2K (with the fast exp and divide). Partial
 // sums: warp shuffles, then the 8 warps in shared memory (deterministic).
 template <int CH, int R, int XMODE>
 __global__ void __launch_bounds__(kThreads) dense_rows_matvec(MatrixRef w, const float* x,
@@ -439,8 +449,10 @@ __global__ void __launch_bounds__(kThreads) dense_rows_matvec(MatrixRef w, const
       float g[8], u[8];
       load8(x, 0, chunk * 8, g);
       load8(x, 0, cols + chunk * 8, u);
+      // Every block recomputes the whole activation row, so the fast intrinsics (~2 ulp): with expf and a true
+      // division this prologue cost ~5.6 us of an 8192-column down projection (H100, measured).
 #pragma unroll
-      for (int e = 0; e < 8; ++e) xr[c][e] = g[e] / (1.0f + expf(-g[e])) * u[e];
+      for (int e = 0; e < 8; ++e) xr[c][e] = __fdividef(g[e], 1.0f + __expf(-g[e])) * u[e];
     } else {
       load8(x, 0, chunk * 8, xr[c]);
 #pragma unroll
@@ -629,7 +641,7 @@ int64_t attention_chunk(int64_t max_len) {
 // applies bias / per-head q norm / RoPE to its group's q itself, and the block of the chunk holding the row's
 // position also prepares that position's K and V and writes them into the cache before it reads the chunk, which
 // saves the separate bias / norm / rope-and-store launches.
-constexpr int kGroupPass = 8;  // q heads accumulated together in the value pass
+constexpr int kAttentionSums = kSplitThreads * 8;  // floats of shared memory for the value sums (>= 2 * head_dim)
 
 // One warp: v (hd floats in shared memory) = rope(norm(v + bias)) at pos, with the arithmetic of bias_kernel,
 // rms_norm_kernel (norm width hd) and rope_store_kernel; bias and norm may be null.
@@ -681,28 +693,52 @@ __device__ void store_kv_vector(const float* v, int64_t hd, const KvRef& kv, boo
   }
 }
 
-template <bool FUSED>
+// HD: the head dim at compile time (64, 128) so the key loads of a position go out together; 0: p.head_dim.
+template <bool FUSED, int HD>
 __global__ void __launch_bounds__(kSplitThreads) attention_group_kernel(const float* qkv, QkvParams p,
                                                                        const int32_t* positions, KvRef kv,
                                                                        PageTables tables, int64_t chunk,
-                                                                       int64_t chunks, float* partial) {
-  kernel_entry();
-  extern __shared__ float dynamic[];  // q[group][hd], scores[group][chunk], sums[warps][kGroupPass][hd]
-  const int64_t hd = p.head_dim, group = p.heads / p.kv_heads;
-  const int64_t row_kvh = blockIdx.x / chunks, part = blockIdx.x % chunks;
-  const int64_t row = row_kvh / p.kv_heads, kvh = row_kvh % p.kv_heads;
+                                                                       int64_t chunks, float* partial,
+                                                                       int32_t* arrivals, float* out, int debug) {
+  extern __shared__ float dynamic[];  // q[group][hd], scores[group][chunk], sums[kAttentionSums]
+  let_next_kernel_start();
+  if (!(debug & 16)) {
+    // The chunk's keys and values of positions before this step do not depend on the previous kernel: pull their
+    // rows into L2 while it finishes (page tables and positions come from the step's upload, before any kernel).
+    const int64_t hd = p.head_dim, rkvh = int(blockIdx.x) / int(chunks), r = int(rkvh) / int(p.kv_heads),
+                  h = int(rkvh) % int(p.kv_heads);
+    const int64_t t0 = (int(blockIdx.x) % int(chunks)) * chunk, end = min(int64_t(positions[r]) + 1, t0 + chunk);
+    const int32_t* table = tables.pages + tables.seq_of_row[r] * tables.stride;
+    const int64_t row_bytes = hd * (kv.codec == 0 ? 2 : 1);
+    for (int64_t t = t0 + threadIdx.x; t < end; t += blockDim.x) {
+      const int64_t at = kv_row(table, t, p.kv_heads, h);
+      prefetch_l2_thread(static_cast<const char*>(kv.keys) + at * row_bytes, uint32_t(row_bytes));
+      prefetch_l2_thread(static_cast<const char*>(kv.values) + at * row_bytes, uint32_t(row_bytes));
+    }
+  }
+  wait_for_previous_kernel();
+  if (debug & 1024) return;
+  const int64_t hd = HD > 0 ? HD : p.head_dim, group = p.heads / p.kv_heads;
+  const int64_t row_kvh = int(blockIdx.x) / int(chunks), part = int(blockIdx.x) % int(chunks);
+  const int64_t row = int(row_kvh) / int(p.kv_heads), kvh = int(row_kvh) % int(p.kv_heads);
   const int64_t len = int64_t(positions[row]) + 1;
   const int64_t t0 = part * chunk, n = min(len - t0, chunk);
   if (n <= 0) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t stride = (p.heads + 2 * p.kv_heads) * hd;
   const int32_t* table = tables.pages + tables.seq_of_row[row] * tables.stride;
+  // A chunk of one page (the usual case) needs one page-table lookup for all its positions.
+  const bool one_page = chunk == kKvPage;
+  const int64_t page_base = one_page ? int64_t(table[t0 / kKvPage]) * kKvPage : 0;
+  auto row_at = [&](int64_t t) {  // K/V row of chunk position t
+    return one_page ? (page_base + t) * p.kv_heads + kvh : kv_row(table, t0 + t, p.kv_heads, kvh);
+  };
   float* q = dynamic;
   float* sc = q + group * hd;
-  float* sums = sc + group * chunk;
+  float* sums = sc + group * chunk;  // kAttentionSums floats
   const float scale = rsqrtf(float(hd));
   const float* q_src = qkv + row * stride + kvh * group * hd;
-  if (FUSED) {
+  if (FUSED && !(debug & 32)) {
     const int32_t pos = positions[row];
     for (int64_t j = threadIdx.x; j < group * hd; j += blockDim.x) q[j] = q_src[j];
     __syncthreads();
@@ -727,15 +763,16 @@ __global__ void __launch_bounds__(kSplitThreads) attention_group_kernel(const fl
     for (int64_t j = threadIdx.x; j < group * hd; j += blockDim.x) q[j] = q_src[j] * scale;
   }
   __syncthreads();
-  for (int64_t idx = threadIdx.x; idx < group * n; idx += blockDim.x) {
-    const int64_t h = idx / n, t = idx % n;
-    const int64_t at = kv_row(table, t0 + t, p.kv_heads, kvh);
+  if (debug & 512) return;
+  for (int idx = (debug & 64) ? int(group * n) : int(threadIdx.x); idx < int(group * n); idx += blockDim.x) {
+    const int64_t h = idx / int(n), t = idx % int(n);
+    const int64_t at = row_at(t);
     const float* qh = q + h * hd;
     float s = 0;
-#pragma unroll 4
+#pragma unroll 16
     for (int64_t j = 0; j < hd; j += 8) {
-      float k[8];
-      kv_load8(kv, true, at, hd, j, k);
+      float k[8] = {};
+      if (!(debug & 4)) kv_load8(kv, true, at, hd, j, k);
 #pragma unroll
       for (int e = 0; e < 8; ++e) s += qh[j + e] * k[e];
     }
@@ -762,71 +799,103 @@ __global__ void __launch_bounds__(kSplitThreads) attention_group_kernel(const fl
     }
   }
   __syncthreads();
-  // 8-dim slices per position, padded to a power of two (so lanes of a warp with the same slice differ by
-  // multiples of `slices`); padding lanes load nothing and add zeros.
-  const int64_t real_slices = hd / 8;
-  int64_t slices = 1;
-  while (slices < real_slices) slices *= 2;
-  const int64_t position_lanes = kSplitThreads / slices;
-  const int64_t slice = threadIdx.x % slices, first = slice < real_slices ? threadIdx.x / slices : n;
-  for (int64_t h0 = 0; h0 < group; h0 += kGroupPass) {
-    const int64_t heads_now = min(group - h0, int64_t(kGroupPass));
-    float acc[kGroupPass][8] = {};
-#pragma unroll 4
-    for (int64_t t = first; t < n; t += position_lanes) {
-      float v[8];
-      kv_load8(kv, false, kv_row(table, t0 + t, p.kv_heads, kvh), hd, slice * 8, v);
+  // Values: a thread takes one (q head, 8-dim slice) of a pass and every position_groups-th position, and keeps
+  // 8 sums; a pass covers as many of the group's heads as give every thread of a position group a combination.
+  // The sums of the position groups are added in shared memory.
+  const int64_t slices = hd / 8;
+  const int64_t heads_per_pass = max(int64_t(1), min(group, int64_t(kSplitThreads) / slices));
+  for (int64_t h0 = (debug & 128) ? group : 0; h0 < group; h0 += heads_per_pass) {
+    const int64_t heads_now = min(group - h0, heads_per_pass), combos = heads_now * slices;
+    const int64_t position_groups = kSplitThreads / combos;
+    const int64_t combo = threadIdx.x % combos, pg = threadIdx.x / combos;
+    const int64_t slice = combo % slices;
+    if (pg < position_groups) {
+      const float* w = sc + (h0 + combo / slices) * chunk;
+      float acc[8] = {};
+      // Eight positions' loads are issued before any is used (one memory round trip per eight).
+      for (int64_t t_base = pg; t_base < n; t_base += 8 * position_groups) {
+        float v[8][8];
 #pragma unroll
-      for (int hh = 0; hh < kGroupPass; ++hh) {
-        if (hh >= heads_now) break;
-        const float wt = sc[(h0 + hh) * chunk + t];
+        for (int k = 0; k < 8; ++k) {
+          const int64_t t = t_base + k * position_groups;
+          if (t < n && !(debug & 8)) {
+            kv_load8(kv, false, row_at(t), hd, slice * 8, v[k]);
+          } else {
 #pragma unroll
-        for (int e = 0; e < 8; ++e) acc[hh][e] += wt * v[e];
+            for (int e = 0; e < 8; ++e) v[k][e] = 0.0f;
+          }
+        }
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const int64_t t = t_base + k * position_groups;
+          const float wt = t < n ? w[t] : 0.0f;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[e] += wt * v[k][e];
+        }
       }
-    }
 #pragma unroll
-    for (int hh = 0; hh < kGroupPass; ++hh) {
-      if (hh >= heads_now) break;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        float v = acc[hh][e];
-        for (int o = int(slices); o < 32; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (lane < slices && slice < real_slices) sums[(warp * kGroupPass + hh) * hd + slice * 8 + e] = v;
-      }
+      for (int e = 0; e < 8; ++e) sums[(pg * combos + combo) * 8 + e] = acc[e];  // = [pg][head][dim]
     }
     __syncthreads();
     for (int64_t idx = threadIdx.x; idx < heads_now * hd; idx += blockDim.x) {
-      const int64_t hh = idx / hd, j = idx % hd;
       float total = 0;
-#pragma unroll
-      for (int k = 0; k < kSplitWarps; ++k) total += sums[(k * kGroupPass + hh) * hd + j];
-      out_base[(h0 + hh) * head_stride + j] = total;
+      for (int64_t g = 0; g < position_groups; ++g) total += sums[g * combos * 8 + idx];
+      out_base[(h0 + idx / hd) * head_stride + idx % hd] = total;
     }
     __syncthreads();
+  }
+  // The last live chunk block of (row, KV head) to finish merges the group's chunks (no separate combine launch):
+  // out = sum_c e^(m_c - M) acc_c / sum_c e^(m_c - M) l_c. Partials of other blocks are read through L2 (__ldcg),
+  // after the fences; the counter is reset for the next launch by the block that read it last.
+  __shared__ bool last;
+  __shared__ float weight[kSplitWarps][256];  // chunks <= 256 (attention_chunk)
+  if (debug & 1) return;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int64_t live = (len + chunk - 1) / chunk;
+    last = atomicAdd(&arrivals[row_kvh], 1) == int(live - 1);
+    if (last) arrivals[row_kvh] = 0;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int64_t live = (len + chunk - 1) / chunk;
+  const float* group_base = partial + (row * p.heads + kvh * group) * chunks * (hd + 2);
+  for (int64_t h = warp; h < group; h += kSplitWarps) {
+    const float* base = group_base + h * chunks * (hd + 2);
+    // Each lane loads the max and the exp-sum of chunks lane, lane + 32, ... at once (live <= 256).
+    float mc[8], lc[8], m = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int64_t c = lane + 32 * k;
+      mc[k] = c < live ? __ldcg(base + c * (hd + 2) + hd) : -INFINITY;
+      lc[k] = c < live ? __ldcg(base + c * (hd + 2) + hd + 1) : 0.0f;
+      m = fmaxf(m, mc[k]);
+    }
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float den = 0;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int64_t c = lane + 32 * k;
+      if (c >= live) break;
+      const float f = __expf(mc[k] - m);
+      weight[warp][c] = f;
+      den += f * lc[k];
+    }
+    den = warp_sum(den);
+    __syncwarp();
+    for (int64_t j = lane; j < hd; j += 32) {
+      float num = 0;
+#pragma unroll 8
+      for (int64_t c = 0; c < live; ++c) num += weight[warp][c] * __ldcg(base + c * (hd + 2) + j);
+      out[(row * p.heads + kvh * group + h) * hd + j] = num / den;
+    }
+    __syncwarp();
   }
 }
 
 // Block per (row, q head): out = sum_c e^(m_c - M) acc_c / sum_c e^(m_c - M) l_c over the row's live chunks.
-__global__ void attention_combine_kernel(QkvParams p, const int32_t* positions, int64_t chunk, int64_t chunks,
-                                         const float* partial, float* out) {
-  kernel_entry();
-  const int64_t head_row = blockIdx.x, row = head_row / p.heads, hd = p.head_dim;
-  const int64_t live = (int64_t(positions[row]) + 1 + chunk - 1) / chunk;
-  const float* base = partial + head_row * chunks * (hd + 2);
-  float m = -INFINITY;
-  for (int64_t c = 0; c < live; ++c) m = fmaxf(m, base[c * (hd + 2) + hd]);
-  for (int64_t j = threadIdx.x; j < hd; j += blockDim.x) {
-    float num = 0, den = 0;
-    for (int64_t c = 0; c < live; ++c) {
-      const float* part = base + c * (hd + 2);
-      const float f = __expf(part[hd] - m);
-      num += f * part[j];
-      den += f * part[hd + 1];
-    }
-    out[head_row * hd + j] = num / den;
-  }
-}
-
 __global__ void silu_gate_kernel(const float* gu, int64_t rows, int64_t inter, float* out) {
   kernel_entry();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -877,6 +946,7 @@ unsigned blocks_for(int64_t count, int threads = 256) { return unsigned((count +
 
 void set_programmatic_launch(bool on) { g_programmatic = on; }
 void set_dense_rows_per_block(int rows) { g_dense_rows = rows; }
+void set_attention_debug(int mask) { g_attention_debug = mask; }
 
 bool dense_fusable(const MatrixRef& w) {
   return (w.format == 1 || w.format == 2) && w.cols % 8 == 0 && w.cols <= 8 * kThreads * 8;
@@ -939,20 +1009,25 @@ int64_t attention_scratch_floats(int64_t rows, const QkvParams& p, int64_t max_l
 }
 
 void attention(const float* qkv, int64_t rows, const QkvParams& p, const int32_t* positions, const KvRef& kv,
-               const PageTables& tables, int64_t max_len, bool fused, float* partial, float* out,
+               const PageTables& tables, int64_t max_len, bool fused, float* partial, int32_t* arrivals, float* out,
                cudaStream_t stream) {
   const int64_t chunk = attention_chunk(max_len), chunks = (max_len + chunk - 1) / chunk;
   const int64_t group = p.heads / p.kv_heads;
-  const size_t shared = size_t(group * p.head_dim + group * chunk + kSplitWarps * kGroupPass * p.head_dim) * 4;
+  const size_t shared = size_t(group * p.head_dim + group * chunk + kAttentionSums) * 4;
   static size_t shared_allowed = 48 << 10;
   if (shared > shared_allowed) {
-    cudaFuncSetAttribute(attention_group_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
-    cudaFuncSetAttribute(attention_group_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
+    for (auto kernel : {attention_group_kernel<false, 0>, attention_group_kernel<true, 0>,
+                        attention_group_kernel<false, 64>, attention_group_kernel<true, 64>,
+                        attention_group_kernel<false, 128>, attention_group_kernel<true, 128>})
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
     shared_allowed = shared;
   }
-  launch(fused ? attention_group_kernel<true> : attention_group_kernel<false>, unsigned(rows * p.kv_heads * chunks),
-         kSplitThreads, shared, stream, qkv, p, positions, kv, tables, chunk, chunks, partial);
-  launch(attention_combine_kernel, unsigned(rows * p.heads), 64, 0, stream, p, positions, chunk, chunks, partial, out);
+  auto kernel = p.head_dim == 64    ? (fused ? attention_group_kernel<true, 64> : attention_group_kernel<false, 64>)
+                : p.head_dim == 128 ? (fused ? attention_group_kernel<true, 128> : attention_group_kernel<false, 128>)
+                                    : (fused ? attention_group_kernel<true, 0> : attention_group_kernel<false, 0>);
+  launch(kernel, unsigned(rows * p.kv_heads * chunks),
+         kSplitThreads, shared, stream, qkv, p, positions, kv, tables, chunk, chunks, partial, arrivals, out,
+         g_attention_debug);
 }
 
 void silu_gate(const float* gate_up, int64_t rows, int64_t intermediate, float* out, cudaStream_t stream) {

@@ -21,6 +21,9 @@ namespace tierlm::gpu::device {
 void set_programmatic_launch(bool on);
 // Rows per block of the f16/bf16 decode matvec: 0 chooses (8 where that still gives every SM a block, else 4).
 void set_dense_rows_per_block(int rows);
+// Diagnostics (gpu::probe_attention only): attention phases to skip, 1 merge, 4 key loads, 8 value loads,
+// 16 the L2 prefetch, 32 the fused bias/norm/RoPE/KV store.
+void set_attention_debug(int mask);
 
 // A weight as the kernels see it (mirrors kernels::WeightView; format codes as kernels::WeightFormat).
 struct MatrixRef {
@@ -87,7 +90,8 @@ struct QkvParams {
 void qkv_rope_store(float* qkv, int64_t rows, const QkvParams& p, const int32_t* positions, const KvRef& kv,
                     const PageTables& tables, cudaStream_t stream);
 // out[i] = softmax(q·K/sqrt(hd)) V over positions [0, positions[i]] of the row's sequence (GQA groups share K/V).
-// Split over positions (flash-decoding): partial = attention_scratch_floats(rows, p, max_len) floats of scratch.
+// Split over positions (flash-decoding): partial = attention_scratch_floats(rows, p, max_len) floats of scratch;
+// the last block of each (row, KV head) to finish merges the chunks.
 // head_dim: a multiple of 8, at most 256.
 int64_t attention_scratch_floats(int64_t rows, const QkvParams& p, int64_t max_len);
 // fused: the rows' qkv are as the qkv matvec left them, and no two rows share a sequence (decode); attention then
@@ -96,8 +100,9 @@ int64_t attention_scratch_floats(int64_t rows, const QkvParams& p, int64_t max_l
 inline bool attention_can_fuse(const QkvParams& p) {
   return (!p.q_norm || p.qn == p.head_dim) && (!p.k_norm || p.kn == p.head_dim);
 }
+// arrivals: rows x kv_heads int32 counters, zero before the first call (each call leaves them zero).
 void attention(const float* qkv, int64_t rows, const QkvParams& p, const int32_t* positions, const KvRef& kv,
-               const PageTables& tables, int64_t max_len, bool fused, float* partial, float* out,
+               const PageTables& tables, int64_t max_len, bool fused, float* partial, int32_t* arrivals, float* out,
                cudaStream_t stream);
 // out[i][j] = silu(gu[i][j]) * gu[i][I + j]
 void silu_gate(const float* gate_up, int64_t rows, int64_t intermediate, float* out, cudaStream_t stream);

@@ -210,7 +210,7 @@ struct GpuLayers::Impl {
   DeviceMatrix output;
   DeviceBuffer final_norm, inv_freq;
   // Scratch (device).
-  DeviceBuffer hidden, normed, qkv, attn, gathered, ffn, act, out, scores, x16, w16, logits, meta_dev, moe_dev, router_dev;
+  DeviceBuffer hidden, normed, qkv, attn, gathered, ffn, act, out, scores, arrivals, x16, w16, logits, meta_dev, moe_dev, router_dev;
   int64_t w16_rows_cap = 0;  // elements of w16
   // Pinned staging of transfers.
   PinnedBuffer hidden_host, meta_host, logits_host, router_host, moe_host;
@@ -243,6 +243,9 @@ struct GpuLayers::Impl {
   // (rows, head rows, one row per sequence) -> the decode step's graph
   std::vector<std::pair<std::tuple<int64_t, int64_t, bool>, cudaGraphExec_t>> graphs;
   uint64_t profiled_steps = 0;
+  cudaEvent_t step_begin = nullptr, step_end = nullptr;  // options.time_steps
+  double step_ms_total = 0;
+  uint64_t timed_steps = 0;
   // Diagnostic switches (environment, read once; all on by default): TIERLM_GPU_GRAPH, TIERLM_GPU_FUSED_MATVEC,
   // TIERLM_GPU_FUSED_ATTENTION ("0" turns one off), TIERLM_GPU_PDL=0 acts as options.programmatic_launch = false.
   bool use_graph = env_on("TIERLM_GPU_GRAPH"), fused_matvec = env_on("TIERLM_GPU_FUSED_MATVEC"),
@@ -261,6 +264,10 @@ struct GpuLayers::Impl {
       throw std::invalid_argument("gpu: head_dim " + std::to_string(c.head_dim) +
                                   " is not supported (a multiple of 16, at most 256)");
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+    if (options.time_steps) {
+      check(cudaEventCreate(&step_begin), "event");
+      check(cudaEventCreate(&step_end), "event");
+    }
     check(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking), "copy stream");
     check(cublas()->create(&blas), "cublasCreate");
     check(cublas()->set_stream(blas, stream), "cublasSetStream");
@@ -268,12 +275,15 @@ struct GpuLayers::Impl {
     allocate_scratch();
     if (c.arch.moe && gpu_layers > 0) setup_experts();
     allocate_kv_pool();
+    check(cudaDeviceSynchronize(), "setup");  // uploads and memsets (legacy stream) done before `stream` runs
   }
 
   ~Impl() {
     if (stream) cudaStreamSynchronize(stream);
     if (copy_stream) cudaStreamSynchronize(copy_stream);
     for (auto e : staging_done) cudaEventDestroy(e);
+    if (step_begin) cudaEventDestroy(step_begin);
+    if (step_end) cudaEventDestroy(step_end);
     for (auto e : marks) cudaEventDestroy(e);
     for (auto& g : graphs) cudaGraphExecDestroy(g.second);
     for (auto e : slot_free) cudaEventDestroy(e);
@@ -362,6 +372,8 @@ struct GpuLayers::Impl {
     shape.heads = c.num_heads;
     shape.head_dim = c.head_dim;
     scores = floats(device::attention_scratch_floats(n, shape, max_context));
+    arrivals = DeviceBuffer(vram, "scratch", size_t(n * c.num_kv_heads) * 4);
+    check(cudaMemset(arrivals.as(), 0, arrivals.size()), "arrivals");
     x16 = DeviceBuffer(vram, "scratch", size_t(n * std::max(widest_cols(), int64_t(1))) * 2);
     // f16 copy of a weight's row chunk for cuBLAS: the largest matrix up to 32M elements (64 MB).
     int64_t largest = 0;
@@ -608,6 +620,7 @@ struct GpuLayers::Impl {
     for (int64_t i = 0; i < head_count; ++i) heads[i] = head_rows[size_t(i)];
     std::memcpy(hidden_host.as(), host_hidden, size_t(n * H) * 4);
     mark("upload meta + hidden");
+    if (step_begin) check(cudaEventRecord(step_begin, stream), "step event");
     const size_t meta_used = size_t(3 * max_chunk + int64_t(batch.size()) * stride) * 4;
     check(cudaMemcpyAsync(meta_dev.as(), meta_host.as(), meta_used, cudaMemcpyHostToDevice, stream), "meta up");
     check(cudaMemcpyAsync(hidden.as(), hidden_host.as(), size_t(n * H) * 4, cudaMemcpyHostToDevice, stream),
@@ -657,14 +670,14 @@ struct GpuLayers::Impl {
         const size_t bytes = size_t(head_count * c.vocab_size) * 4;
         check(cudaMemcpyAsync(logits_host.as(), logits.as(), bytes, cudaMemcpyDeviceToHost, stream), "logits down");
         mark("end");
-        check(cudaStreamSynchronize(stream), "step");
+        end_step();
         check(cudaGetLastError(), "kernels");
         collect_profile();
         for (int64_t i = 0; i < head_count; ++i)
           std::memcpy(head_out[size_t(i)], logits_host.as<float>() + i * c.vocab_size, size_t(c.vocab_size) * 4);
       } else {
         mark("end");
-        check(cudaStreamSynchronize(stream), "step");
+        end_step();
         collect_profile();
       }
       return;
@@ -673,10 +686,22 @@ struct GpuLayers::Impl {
     check(cudaMemcpyAsync(hidden_host.as(), hidden.as(), size_t(n * H) * 4, cudaMemcpyDeviceToHost, stream),
           "hidden down");
     mark("end");
-    check(cudaStreamSynchronize(stream), "step");
+    end_step();
     check(cudaGetLastError(), "kernels");
     collect_profile();
     std::memcpy(host_hidden, hidden_host.as(), size_t(n * H) * 4);
+  }
+
+  // Waits for the step; with options.time_steps adds its device time.
+  void end_step() {
+    if (step_end) check(cudaEventRecord(step_end, stream), "step event");
+    check(cudaStreamSynchronize(stream), "step");
+    if (step_end) {
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, step_begin, step_end), "step time");
+      step_ms_total += ms;
+      ++timed_steps;
+    }
   }
 
   void layer(int64_t l, int64_t n, const int32_t* pos_dev, const device::PageTables& tables,
@@ -716,7 +741,7 @@ struct GpuLayers::Impl {
     }
     mark(fused ? "attention (+ bias/qk norm/rope/kv store)" : "attention");
     device::attention(qkv.as<float>(), n, p, pos_dev, kv_refs[size_t(l)], tables, max_context, fused,
-                      scores.as<float>(), attn.as<float>(), stream);
+                      scores.as<float>(), arrivals.as<int32_t>(), attn.as<float>(), stream);
     mark("o matrix");
     multiply(d.o.ref, attn.as<float>(), n, h, H, true);
     const int64_t I = c.intermediate_size;
@@ -933,6 +958,11 @@ std::string GpuLayers::profile_report() const {
 void GpuLayers::reset_profile() {
   impl_->profile_totals.clear();
   impl_->profiled_steps = 0;
+  impl_->step_ms_total = 0;
+  impl_->timed_steps = 0;
+}
+double GpuLayers::device_step_us() const {
+  return impl_->timed_steps ? 1e3 * impl_->step_ms_total / double(impl_->timed_steps) : 0.0;
 }
 
 }  // namespace tierlm::gpu
@@ -961,6 +991,7 @@ GpuExpertStats GpuLayers::expert_stats() const { return {}; }
 uint64_t GpuLayers::weight_bytes() const { return 0; }
 std::string GpuLayers::profile_report() const { return {}; }
 void GpuLayers::reset_profile() {}
+double GpuLayers::device_step_us() const { return 0; }
 
 }  // namespace tierlm::gpu
 

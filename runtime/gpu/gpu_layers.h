@@ -42,6 +42,9 @@ struct GpuOptions {
   // for A/B measurements.
   bool programmatic_launch = true;
   int dense_rows_per_block = 0;       // decode matvec tuning for A/B runs: 0 automatic, 4 or 8
+  // Diagnostics: device time of whole steps (events at the first upload and after the last copy back), see
+  // device_step_us().
+  bool time_steps = false;
   // Diagnostics: device time per operation (CUDA events around each launch group), see profile_report().
   bool profile = false;
 };
@@ -83,6 +86,8 @@ class GpuLayers {
   // With options.profile: device milliseconds per operation since the last reset, one line each ("" otherwise).
   std::string profile_report() const;
   void reset_profile();
+  // With options.time_steps: mean device microseconds per step (upload to last copy back) since reset_profile().
+  double device_step_us() const;
 
  private:
   struct Impl;

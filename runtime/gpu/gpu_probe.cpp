@@ -5,6 +5,7 @@
 #ifdef TIERLM_HAVE_CUDA
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <vector>
 
@@ -123,7 +124,7 @@ std::optional<GpuProbe> probe_gpu(bool quick) {
   return p;
 }
 
-std::optional<KernelChainProbe> probe_kernel_chain(int64_t rows, int64_t cols, int count) {
+std::optional<KernelChainProbe> probe_kernel_chain(int64_t rows, int64_t cols, int count, int mode) {
   if (!gpu_available() || rows <= 0 || cols <= 0 || cols % 8 != 0 || count <= 0) return std::nullopt;
   KernelChainProbe r;
   r.rows = rows;
@@ -132,7 +133,7 @@ std::optional<KernelChainProbe> probe_kernel_chain(int64_t rows, int64_t cols, i
   const size_t matrix = size_t(rows * cols) * 2;
   char* weights = nullptr;
   float *x = nullptr, *y = nullptr;
-  if (cudaMalloc(&weights, matrix * size_t(count)) != cudaSuccess || cudaMalloc(&x, size_t(cols) * 4) != cudaSuccess ||
+  if (cudaMalloc(&weights, matrix * size_t(count)) != cudaSuccess || cudaMalloc(&x, size_t(cols) * 8) != cudaSuccess ||
       cudaMalloc(&y, size_t(rows) * 4 * size_t(count)) != cudaSuccess) {
     cudaFree(weights);
     cudaFree(x);
@@ -140,7 +141,7 @@ std::optional<KernelChainProbe> probe_kernel_chain(int64_t rows, int64_t cols, i
     return std::nullopt;
   }
   cudaMemset(weights, 0x3c, matrix * size_t(count));  // bf16 0x3c3c: about 0.0115
-  cudaMemset(x, 0, size_t(cols) * 4);
+  cudaMemset(x, 0, size_t(cols) * 8);
   cudaStream_t stream;
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   for (bool programmatic : {false, true}) {
@@ -154,7 +155,12 @@ std::optional<KernelChainProbe> probe_kernel_chain(int64_t rows, int64_t cols, i
       m.rows = rows;
       m.cols = cols;
       m.data = weights + matrix * size_t(i);
-      device::matvec(m, x, cols, 1, y + rows * i, rows, false, stream);
+      if (mode == 1)
+        device::matvec_normed(m, x, x, 1e-6f, y + rows * i, false, stream);
+      else if (mode == 2)
+        device::matvec_gated(m, x, y + rows * i, false, stream);
+      else
+        device::matvec(m, x, cols, 1, y + rows * i, rows, false, stream);
     }
     cudaStreamEndCapture(stream, &graph);
     cudaGraphInstantiate(&exec, graph, 0);
@@ -186,6 +192,85 @@ std::optional<KernelChainProbe> probe_kernel_chain(int64_t rows, int64_t cols, i
   return r;
 }
 
+std::optional<double> probe_attention(int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t len, bool fused,
+                                      int skip_mask) {
+  if (!gpu_available() || len <= 0) return std::nullopt;
+  const int64_t pages = (len + device::kKvPage - 1) / device::kKvPage, stride = (heads + 2 * kv_heads) * head_dim;
+  const size_t kv_bytes = size_t(pages * device::kKvPage * kv_heads * head_dim) * 2;
+  device::QkvParams shape{};
+  shape.heads = heads;
+  shape.kv_heads = kv_heads;
+  shape.head_dim = head_dim;
+  const size_t partial_floats = size_t(device::attention_scratch_floats(1, shape, len));
+  std::vector<void*> buffers;
+  auto alloc = [&](size_t bytes) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, std::max<size_t>(bytes, 256)) != cudaSuccess) return static_cast<void*>(nullptr);
+    cudaMemset(p, 0, std::max<size_t>(bytes, 256));
+    buffers.push_back(p);
+    return p;
+  };
+  auto* keys = alloc(kv_bytes);
+  auto* values = alloc(kv_bytes);
+  auto* qkv = static_cast<float*>(alloc(size_t(stride) * 4));
+  auto* partial = static_cast<float*>(alloc(partial_floats * 4));
+  auto* out = static_cast<float*>(alloc(size_t(heads * head_dim) * 4));
+  auto* arrivals = static_cast<int32_t*>(alloc(size_t(kv_heads) * 4));
+  auto* inv_freq = static_cast<float*>(alloc(size_t(head_dim / 2) * 4));
+  auto* ints = static_cast<int32_t*>(alloc(size_t(2 + pages) * 4));  // position, sequence of the row, page table
+  std::optional<double> result;
+  if (keys && values && qkv && partial && out && arrivals && inv_freq && ints) {
+    std::vector<int32_t> host(size_t(2 + pages));
+    host[0] = int32_t(len - 1);
+    host[1] = 0;
+    for (int64_t i = 0; i < pages; ++i) host[size_t(2 + i)] = int32_t(i);
+    cudaMemcpy(ints, host.data(), host.size() * 4, cudaMemcpyHostToDevice);
+    std::vector<float> freq(size_t(head_dim / 2));
+    for (size_t i = 0; i < freq.size(); ++i) freq[i] = std::pow(10000.0f, -2.0f * float(i) / float(head_dim));
+    cudaMemcpy(inv_freq, freq.data(), freq.size() * 4, cudaMemcpyHostToDevice);
+    shape.inv_freq = inv_freq;
+    shape.eps = 1e-6f;
+    device::KvRef kv;
+    kv.keys = keys;
+    kv.values = values;
+    const device::PageTables tables{ints + 2, pages, ints + 1};
+    cudaStream_t stream;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    device::set_attention_debug(skip_mask);
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+    constexpr int kLaunches = 16;
+    for (int i = 0; i < kLaunches; ++i)
+      device::attention(qkv, 1, shape, ints, kv, tables, len, fused, partial, arrivals, out, stream);
+    cudaStreamEndCapture(stream, &graph);
+    cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    device::set_attention_debug(0);
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    float best = 1e30f;
+    for (int rep = 0; rep < 10; ++rep) {
+      cudaEventRecord(a, stream);
+      cudaGraphLaunch(exec, stream);
+      cudaEventRecord(b, stream);
+      cudaEventSynchronize(b);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, a, b);
+      if (rep > 1) best = std::min(best, ms);
+    }
+    result = 1e3 * double(best) / kLaunches;
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaGraphExecDestroy(exec);
+    cudaStreamDestroy(stream);
+  }
+  for (void* p : buffers) cudaFree(p);
+  cudaGetLastError();
+  return result;
+}
+
 }  // namespace tierlm::gpu
 
 #else
@@ -195,7 +280,8 @@ namespace tierlm::gpu {
 bool gpu_available() { return false; }
 std::string gpu_unavailable_reason() { return "built without CUDA (no CUDA toolkit was found at configure time)"; }
 std::optional<GpuProbe> probe_gpu(bool) { return std::nullopt; }
-std::optional<KernelChainProbe> probe_kernel_chain(int64_t, int64_t, int) { return std::nullopt; }
+std::optional<KernelChainProbe> probe_kernel_chain(int64_t, int64_t, int, int) { return std::nullopt; }
+std::optional<double> probe_attention(int64_t, int64_t, int64_t, int64_t, bool, int) { return std::nullopt; }
 
 }  // namespace tierlm::gpu
 

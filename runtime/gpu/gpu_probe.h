@@ -36,6 +36,13 @@ struct KernelChainProbe {
   double plain_us = 0, programmatic_us = 0;
   double bytes = 0;  // weight bytes per kernel
 };
-std::optional<KernelChainProbe> probe_kernel_chain(int64_t rows, int64_t cols, int count = 16);
+// mode 0: y = W x; 1: y = W rmsnorm(x) (the norm fused into the kernel); 2: y = W (silu(g) * u) (gate fused).
+std::optional<KernelChainProbe> probe_kernel_chain(int64_t rows, int64_t cols, int count = 16, int mode = 0);
+
+// Decode attention (one row, f16 device KV of `len` positions, heads / kv_heads / head_dim) replayed 16 times as
+// one CUDA graph: device microseconds per launch, fused (RoPE/KV store inside) or not, with phases skipped for
+// diagnostics (device::set_attention_debug's mask). nullopt without a GPU.
+std::optional<double> probe_attention(int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t len, bool fused,
+                                      int skip_mask = 0);
 
 }  // namespace tierlm::gpu

@@ -1,7 +1,10 @@
 #include "runtime/engine/sampler.h"
 
 #include <cmath>
+#include <algorithm>
 #include <map>
+#include <random>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -84,4 +87,23 @@ TEST(Sampler, RejectsOutOfRangeParameters) {
   p = {};
   p.temperature = NAN;
   EXPECT_THROW(Sampler{p}, std::invalid_argument);
+}
+
+// The fast argmax against std::max_element (first maximum on ties) on every length up to 70 and a 128K vocabulary,
+// with ties, negative values and -inf; NaNs are skipped.
+TEST(Sampler, ArgmaxMatchesMaxElement) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> small(-6, 6);  // many ties
+  for (int64_t n : {1, 2, 15, 16, 17, 31, 32, 33, 47, 64, 70, 128256}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<float> v(static_cast<size_t>(n));
+      for (float& x : v) x = float(small(rng)) - (trial % 3 == 0 ? 100.0f : 0.0f);
+      if (trial % 5 == 0) v[size_t(rng() % size_t(n))] = -INFINITY;
+      EXPECT_EQ(tierlm::engine::argmax(v), std::max_element(v.begin(), v.end()) - v.begin()) << "n=" << n;
+    }
+  }
+  std::vector<float> with_nan = {std::nanf(""), 1.0f, 3.0f, std::nanf(""), 3.0f, 2.0f};
+  for (int i = 0; i < 20; ++i) with_nan.push_back(-1.0f);
+  EXPECT_EQ(tierlm::engine::argmax(with_nan), 2);
+  EXPECT_EQ(tierlm::engine::argmax(std::vector<float>(20, std::nanf(""))), 0);
 }

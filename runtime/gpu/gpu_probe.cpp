@@ -41,6 +41,36 @@ double best_seconds(Fn&& fn, int reps) {
   return double(best) / 1e3;
 }
 
+// Captures enqueue() (which launches `launches` kernels on `stream`) into a CUDA graph and replays it: the best
+// device microseconds per launch over 10 replays after 2 warm-ups.
+template <class Enqueue>
+double graph_us_per_launch(cudaStream_t stream, int launches, Enqueue&& enqueue) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+  enqueue();
+  cudaStreamEndCapture(stream, &graph);
+  cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  float best = 1e30f;
+  for (int rep = 0; rep < 12; ++rep) {
+    cudaEventRecord(a, stream);
+    cudaGraphLaunch(exec, stream);
+    cudaEventRecord(b, stream);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    if (rep > 1) best = std::min(best, ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(exec);
+  return 1e3 * double(best) / launches;
+}
+
 }  // namespace
 
 std::string gpu_unavailable_reason() {
@@ -146,42 +176,21 @@ std::optional<KernelChainProbe> probe_kernel_chain(int64_t rows, int64_t cols, i
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   for (bool programmatic : {false, true}) {
     device::set_programmatic_launch(programmatic);
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
-    for (int i = 0; i < count; ++i) {
-      device::MatrixRef m;
-      m.format = 2;  // bf16
-      m.rows = rows;
-      m.cols = cols;
-      m.data = weights + matrix * size_t(i);
-      if (mode == 1)
-        device::matvec_normed(m, x, x, 1e-6f, y + rows * i, false, stream);
-      else if (mode == 2)
-        device::matvec_gated(m, x, y + rows * i, false, stream);
-      else
-        device::matvec(m, x, cols, 1, y + rows * i, rows, false, stream);
-    }
-    cudaStreamEndCapture(stream, &graph);
-    cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    float best = 1e30f;
-    for (int rep = 0; rep < 12; ++rep) {
-      cudaEventRecord(a, stream);
-      cudaGraphLaunch(exec, stream);
-      cudaEventRecord(b, stream);
-      cudaEventSynchronize(b);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, a, b);
-      if (rep > 1) best = std::min(best, ms);
-    }
-    (programmatic ? r.programmatic_us : r.plain_us) = 1e3 * double(best) / count;
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    cudaGraphExecDestroy(exec);
+    (programmatic ? r.programmatic_us : r.plain_us) = graph_us_per_launch(stream, count, [&] {
+      for (int i = 0; i < count; ++i) {
+        device::MatrixRef m;
+        m.format = 2;  // bf16
+        m.rows = rows;
+        m.cols = cols;
+        m.data = weights + matrix * size_t(i);
+        if (mode == 1)
+          device::matvec_normed(m, x, x, 1e-6f, y + rows * i, false, stream);
+        else if (mode == 2)
+          device::matvec_gated(m, x, y + rows * i, false, stream);
+        else
+          device::matvec(m, x, cols, 1, y + rows * i, rows, false, stream);
+      }
+    });
   }
   device::set_programmatic_launch(true);
   cudaStreamDestroy(stream);
@@ -236,34 +245,13 @@ std::optional<double> probe_attention(int64_t heads, int64_t kv_heads, int64_t h
     const device::PageTables tables{ints + 2, pages, ints + 1};
     cudaStream_t stream;
     cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-    device::set_attention_debug(skip_mask);
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+    device::set_attention_debug(skip_mask);  // read when the launches are captured
     constexpr int kLaunches = 16;
-    for (int i = 0; i < kLaunches; ++i)
-      device::attention(qkv, 1, shape, ints, kv, tables, len, fused, partial, arrivals, out, stream);
-    cudaStreamEndCapture(stream, &graph);
-    cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
+    result = graph_us_per_launch(stream, kLaunches, [&] {
+      for (int i = 0; i < kLaunches; ++i)
+        device::attention(qkv, 1, shape, ints, kv, tables, len, fused, partial, arrivals, out, stream);
+    });
     device::set_attention_debug(0);
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    float best = 1e30f;
-    for (int rep = 0; rep < 10; ++rep) {
-      cudaEventRecord(a, stream);
-      cudaGraphLaunch(exec, stream);
-      cudaEventRecord(b, stream);
-      cudaEventSynchronize(b);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, a, b);
-      if (rep > 1) best = std::min(best, ms);
-    }
-    result = 1e3 * double(best) / kLaunches;
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    cudaGraphExecDestroy(exec);
     cudaStreamDestroy(stream);
   }
   for (void* p : buffers) cudaFree(p);

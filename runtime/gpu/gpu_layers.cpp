@@ -219,7 +219,7 @@ struct GpuLayers::Impl {
   // Paged device KV: a pool per layer (kv_buffers), the same page ids in every layer; sequences' page tables.
   std::vector<DeviceBuffer> kv_buffers;
   std::vector<device::KvRef> kv_refs;  // per layer
-  int64_t pool_pages = 0, pages_per_sequence = 0;
+  int64_t pool_pages = 0;
   std::vector<int32_t> free_pages;
   std::unordered_map<const void*, SequenceKv> sequences;
   uint64_t clock = 0;
@@ -396,7 +396,7 @@ struct GpuLayers::Impl {
   }
 
   // Step metadata (int32): positions, sequence of each row, head rows (max_chunk each), then the page tables of the
-  // step's sequences (max_sequences x pages_per_sequence).
+  // step's sequences (max_sequences x pages_per_context()).
   int64_t pages_per_context() const { return (max_context + device::kKvPage - 1) / device::kKvPage; }
   size_t meta_ints() const { return size_t(3 * max_chunk + options.max_sequences * pages_per_context()); }
   size_t meta_bytes() const { return meta_ints() * 4; }
@@ -411,7 +411,7 @@ struct GpuLayers::Impl {
 
   void allocate_kv_pool() {
     if (gpu_layers == 0) return;
-    pages_per_sequence = pages_per_context();
+    const int64_t pages_per_sequence = pages_per_context();
     const uint64_t page_bytes = kv_page_bytes_per_layer() * uint64_t(gpu_layers);
     int64_t pages = options.kv_pages;
     if (pages <= 0) {
@@ -538,9 +538,14 @@ struct GpuLayers::Impl {
           (victim == sequences.end() || it->second.last_use < victim->second.last_use))
         victim = it;
     if (victim == sequences.end()) return false;
-    free_pages.insert(free_pages.end(), victim->second.pages.rbegin(), victim->second.pages.rend());
-    sequences.erase(victim);
+    drop(victim);
     return true;
+  }
+
+  // Gives a sequence's pages back to the pool (taken again first, in their order) and forgets it.
+  void drop(std::unordered_map<const void*, SequenceKv>::iterator it) {
+    free_pages.insert(free_pages.end(), it->second.pages.rbegin(), it->second.pages.rend());
+    sequences.erase(it);
   }
 
   // The sequence's KV, with pages for positions [0, end). Called with the stream idle (no kernel reads a page
@@ -927,9 +932,7 @@ void GpuLayers::run(float* hidden, int64_t n, std::span<const void* const> seque
 void GpuLayers::forget(const void* sequence) {
   cudaStreamSynchronize(impl_->stream);
   const auto it = impl_->sequences.find(sequence);
-  if (it == impl_->sequences.end()) return;
-  impl_->free_pages.insert(impl_->free_pages.end(), it->second.pages.rbegin(), it->second.pages.rend());
-  impl_->sequences.erase(it);
+  if (it != impl_->sequences.end()) impl_->drop(it);
 }
 int64_t GpuLayers::kv_pages() const { return impl_->pool_pages; }
 int64_t GpuLayers::kv_pages_free() const { return int64_t(impl_->free_pages.size()); }

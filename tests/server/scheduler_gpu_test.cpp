@@ -11,6 +11,7 @@
 #include "runtime/gpu/gpu_layers.h"
 #include "runtime/gpu/gpu_probe.h"
 #include "server/gpu_layers_counters.h"
+#include "tests/runtime/gpu/skip_without_gpu.h"
 
 namespace tierlm::engine {
 namespace {
@@ -65,7 +66,7 @@ const std::vector<int32_t> kFirst = {11, 301, 502, 77, 1024, 9, 640, 33, 1500, 2
 const std::vector<int32_t> kSecond = {12, 400, 13, 815, 99, 1201, 7, 45};
 
 TEST(SchedulerGpu, PrefixReuseOnTheGpuKeepsOutput) {
-  if (!gpu::gpu_available()) GTEST_SKIP() << gpu::gpu_unavailable_reason();
+  SKIP_WITHOUT_GPU();
   tiering::Ledger ledger;
   model::LoadOptions load;
   load.ledger = &ledger;
@@ -97,7 +98,7 @@ TEST(SchedulerGpu, PrefixReuseOnTheGpuKeepsOutput) {
 // slot's device KV, so the first prompt again must be recomputed from position 0 rather than reuse the host's rows
 // (GpuLayers::run refuses a step that starts past what the device holds: "error" without the clamp).
 TEST(SchedulerGpu, DroppedDeviceKvIsNotReused) {
-  if (!gpu::gpu_available()) GTEST_SKIP() << gpu::gpu_unavailable_reason();
+  SKIP_WITHOUT_GPU();
   tiering::Ledger ledger;
   model::LoadOptions load;
   load.ledger = &ledger;

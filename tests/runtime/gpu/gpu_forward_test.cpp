@@ -31,6 +31,7 @@
 #include "runtime/engine/forward.h"
 #include "runtime/gpu/gpu_layers.h"
 #include "runtime/gpu/gpu_probe.h"
+#include "tests/runtime/gpu/skip_without_gpu.h"
 #include "runtime/model/model.h"
 
 using namespace tierlm;
@@ -41,14 +42,6 @@ std::filesystem::path fixture(const std::string& name) {
   if (name == "tierlm-tiny") return std::filesystem::path(TIERLM_SOURCE_DIR) / "profiles/models" / name;  // bf16
   return std::filesystem::path(TIERLM_SOURCE_DIR) / "tests/fixtures/models" / name;
 }
-
-#define SKIP_WITHOUT_GPU()                                                              \
-  do {                                                                                  \
-    if (!gpu::gpu_available()) {                                                        \
-      std::printf("[  SKIP    ] no GPU: %s\n", gpu::gpu_unavailable_reason().c_str());  \
-      GTEST_SKIP() << gpu::gpu_unavailable_reason();                                    \
-    }                                                                                   \
-  } while (0)
 
 // ---- the exact-math oracle -------------------------------------------------------------------------------------
 

@@ -15,19 +15,12 @@
 
 #include "runtime/gpu/device_kernels.cuh"
 #include "runtime/gpu/gpu_probe.h"
+#include "tests/runtime/gpu/skip_without_gpu.h"
 
 using namespace tierlm;
 using gpu::device::MatrixRef;
 
 namespace {
-
-#define SKIP_WITHOUT_GPU()                                                              \
-  do {                                                                                  \
-    if (!gpu::gpu_available()) {                                                        \
-      std::printf("[  SKIP    ] no GPU: %s\n", gpu::gpu_unavailable_reason().c_str());  \
-      GTEST_SKIP() << gpu::gpu_unavailable_reason();                                    \
-    }                                                                                   \
-  } while (0)
 
 uint16_t to_bf16(float f) {
   uint32_t u;

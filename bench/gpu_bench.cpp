@@ -35,9 +35,12 @@ struct Speed {
   double prefill_tps = 0, decode_tps = 0;
 };
 
-// Prefill `prompt` tokens in one chunk, then `decode` greedy steps (after 4 warm-up steps).
+// Prefill `prompt` tokens in one chunk, then `decode` greedy steps (after 4 warm-up steps). The greedy token is
+// asked of Forward (BatchItem::greedy: with a GPU head it is reduced on the device, as the scheduler and the
+// generator do for greedy requests), or, with host_logits, taken by engine::argmax of the logits copied back (the
+// path of sampled requests and of logprobs).
 Speed measure(const model::ModelWeights& w, std::shared_ptr<gpu::GpuLayers> g, int64_t prompt, int decode,
-              int threads, const std::function<void()>& before_decode = {}) {
+              int threads, const std::function<void()>& before_decode = {}, bool host_logits = false) {
   tiering::Ledger ledger;
   kernels::ThreadPool pool(threads);
   const int64_t context = prompt + decode + 8;
@@ -56,9 +59,12 @@ Speed measure(const model::ModelWeights& w, std::shared_ptr<gpu::GpuLayers> g, i
   }
   int64_t pos = prompt;
   int32_t next = 1;
+  int32_t greedy = -1;
   auto step = [&] {
-    forward.run(std::span(&next, 1), pos++, cache, logits.data());
-    next = int32_t(engine::argmax(logits));  // the sampler's greedy path
+    const engine::BatchItem item{std::span(&next, 1), pos++, &cache, logits.data(), false,
+                                 host_logits ? nullptr : &greedy};
+    forward.run_batch(std::span(&item, 1));
+    next = host_logits ? int32_t(engine::argmax(logits)) : greedy;
   };
   for (int i = 0; i < 4; ++i) step();
   if (before_decode) before_decode();
@@ -142,6 +148,7 @@ int main(int argc, char** argv) {
       const char* label;
       bool programmatic;
       int rows;
+      bool host_logits;
     };
     {  // warm-up (clocks, module load, cuBLAS heuristics), not reported
       gpu::GpuOptions o;
@@ -150,9 +157,11 @@ int main(int argc, char** argv) {
       measure(w, g, prompt, decode, threads);
     }
     // Each variant twice, interleaved, so drift shows.
-    for (const Variant& v : {Variant{"all GPU (16/16 + head)", true, 0}, Variant{"all GPU, plain launches", false, 0},
-                             Variant{"all GPU, 4 rows a block", true, 4}, Variant{"all GPU (16/16 + head)", true, 0},
-                             Variant{"all GPU, plain launches", false, 0}, Variant{"all GPU, 4 rows a block", true, 4}}) {
+    // "logits to host": the logits come back and the host takes the argmax (sampled requests, logprobs).
+    for (const Variant& v :
+         {Variant{"all GPU (16/16 + head)", true, 0, false}, Variant{"all GPU, logits to host", true, 0, true},
+          Variant{"all GPU, plain launches", false, 0, false}, Variant{"all GPU (16/16 + head)", true, 0, false},
+          Variant{"all GPU, logits to host", true, 0, true}, Variant{"all GPU, plain launches", false, 0, false}}) {
       if (format != kernels::WeightFormat::bf16 && v.rows != 0) continue;
       gpu::GpuOptions o;
       o.layers = w.config.num_layers;
@@ -160,7 +169,7 @@ int main(int argc, char** argv) {
       o.dense_rows_per_block = v.rows;
       o.time_steps = true;
       auto g = std::make_shared<gpu::GpuLayers>(w, o, prompt, prompt + decode + 8);
-      const Speed sp = measure(w, g, prompt, decode, threads, [&] { g->reset_profile(); });
+      const Speed sp = measure(w, g, prompt, decode, threads, [&] { g->reset_profile(); }, v.host_logits);
       row(name.c_str(), v.label, sp, double(g->weight_bytes()), roofline);
       // What the planner's GPU cost model charges beyond bytes / bandwidth (calibrate: kGpuLayerOverheadSeconds).
       const double step = 1.0 / sp.decode_tps, streaming = double(g->weight_bytes()) / roofline;

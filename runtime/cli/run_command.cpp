@@ -92,6 +92,7 @@ void run(const RunOptions& given, const CLI::App& cmd) {
   if (o.gpu_layers > 0) {
     gpu::GpuOptions gpu_options = o.gpu_plan;
     gpu_options.layers = o.gpu_layers;
+    gpu_options.host_ledger = &ledger;
     gpu_layers = std::make_shared<gpu::GpuLayers>(weights, gpu_options, o.prefill_chunk, context);
     forward.use_gpu(gpu_layers);
     std::fprintf(stderr, "gpu: %lld of %lld layers%s, %.1f MB of weights in VRAM\n", (long long)gpu_layers->layers(),

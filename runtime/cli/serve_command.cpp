@@ -84,9 +84,10 @@ void apply_wisdom(ServeOptions& o, const CLI::App& cmd, model::LoadOptions& load
 // max_batch sequences fits). Throws with the reason when there is no usable GPU or the VRAM budget cannot hold the
 // layers; how much KV fits is GpuLayers' own accounting (its VRAM ledger), not estimated here.
 std::shared_ptr<gpu::GpuLayers> make_gpu_layers(const ServeOptions& o, const model::ModelWeights& weights,
-                                                const engine::SchedulerOptions& sched) {
+                                                const engine::SchedulerOptions& sched, tiering::Ledger& ledger) {
   gpu::GpuOptions options = o.gpu_plan;
   options.layers = o.gpu_layers;
+  options.host_ledger = &ledger;  // pinned staging counts against the host budget and shows in /health
   options.max_sequences = sched.max_batch;
   auto gpu = std::make_shared<gpu::GpuLayers>(weights, options, engine::Scheduler::step_rows(sched), sched.context);
   const tiering::Ledger& vram = gpu->vram_ledger();
@@ -130,7 +131,7 @@ void serve(ServeOptions o, const CLI::App& cmd) {
     sched.context = weights.config.max_position_embeddings;
   std::shared_ptr<server::GpuLayersCounters> gpu_counters;
   if (o.gpu_layers > 0) {
-    sched.gpu = make_gpu_layers(o, weights, sched);
+    sched.gpu = make_gpu_layers(o, weights, sched, ledger);
     gpu_counters = std::make_shared<server::GpuLayersCounters>(sched.gpu, weights.config.num_layers);
   }
   std::shared_ptr<server::ExpertTierCounters> tier_counters;

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/engine/sampler.h"
 #include "runtime/gpu/gpu_layers.h"
 
 namespace tierlm::engine {
@@ -83,6 +84,7 @@ void Forward::use_gpu(std::shared_ptr<gpu::GpuLayers> gpu) {
   gpu_keys_.reserve(size_t(max_chunk_));
   gpu_head_rows_.reserve(size_t(max_chunk_));
   gpu_head_out_.reserve(size_t(max_chunk_));
+  gpu_head_ids_.reserve(size_t(max_chunk_));
 }
 
 void Forward::run(std::span<const int32_t> tokens, int64_t pos, KVCache& cache, float* logits, bool all_logits) {
@@ -117,35 +119,71 @@ void Forward::run_batch(std::span<const BatchItem> items) {
     n += len;
   }
   if (n == 0) throw std::invalid_argument("forward: empty batch");
+  // The embedding lookup: on the device when the GPU holds the table (its tied output head), else here.
+  const bool device_embed = gpu_ && gpu_->embeds_on_device();
+  if (device_embed) step_tokens_.clear();
   {
     int64_t r = 0;
     for (const BatchItem& item : items)
       for (size_t i = 0; i < item.tokens.size(); ++i, ++r) {
         row_cache_[size_t(r)] = item.cache;
         row_pos_[size_t(r)] = item.pos + int64_t(i);
-        kernels::dequantize_row(w_.embed.view, item.tokens[i], hidden + r * H);
+        if (device_embed)
+          step_tokens_.push_back(item.tokens[i]);
+        else
+          kernels::dequantize_row(w_.embed.view, item.tokens[i], hidden + r * H);
       }
   }
   int64_t first_layer = 0;
   if (gpu_) {
-    // Layers [0, gpu layers) on the GPU: the embedded rows go up once; the hidden state comes back once, or the
-    // logits do when the GPU also holds the output head.
+    // Layers [0, gpu layers) on the GPU: the embedded rows (or their token ids) go up once; the hidden state comes
+    // back once, or the logits do when the GPU also holds the output head, or only the greedy tokens when every
+    // item is greedy.
     gpu_keys_.assign(row_cache_.begin(), row_cache_.begin() + n);
     gpu_head_rows_.clear();
     gpu_head_out_.clear();
     if (gpu_->runs_head()) {
+      bool logits_wanted = false, greedy_wanted = false;
+      for (const BatchItem& item : items) {
+        logits_wanted |= item.all_logits || !item.greedy;
+        greedy_wanted |= item.greedy != nullptr;
+      }
       int64_t r = 0;
       for (const BatchItem& item : items) {
         const int64_t len = int64_t(item.tokens.size());
         for (int64_t i = item.all_logits ? 0 : len - 1; i < len; ++i) {
           gpu_head_rows_.push_back(int32_t(r + i));
-          gpu_head_out_.push_back(item.logits + (item.all_logits ? i * V : 0));
+          if (logits_wanted) gpu_head_out_.push_back(item.logits + (item.all_logits ? i * V : 0));
         }
         r += len;
       }
+      gpu_head_ids_.resize(greedy_wanted ? gpu_head_rows_.size() : 0);
+      gpu::GpuStep step;
+      step.hidden = device_embed ? nullptr : hidden;
+      step.rows = n;
+      step.tokens = step_tokens_;
+      step.sequence = gpu_keys_;
+      step.positions = std::span(row_pos_.data(), size_t(n));
+      step.head_rows = gpu_head_rows_;
+      step.head_out = gpu_head_out_;
+      step.head_argmax = gpu_head_ids_;
+      gpu_->run(step);
+      if (greedy_wanted) {
+        size_t at = 0;
+        for (const BatchItem& item : items) {
+          at += item.all_logits ? item.tokens.size() : 1;
+          if (item.greedy) *item.greedy = gpu_head_ids_[at - 1];  // the item's last head row
+        }
+      }
+      return;
     }
-    gpu_->run(hidden, n, gpu_keys_, std::span(row_pos_.data(), size_t(n)), gpu_head_rows_, gpu_head_out_);
-    if (gpu_->runs_head()) return;
+    gpu::GpuStep step;
+    step.hidden = hidden;
+    step.rows = n;
+    step.tokens = step_tokens_;
+    step.sequence = gpu_keys_;
+    step.positions = std::span(row_pos_.data(), size_t(n));
+    gpu_->run(step);
     first_layer = gpu_->layers();
   }
   // Per-row elementwise work: split across the pool only when there is enough of it.
@@ -197,8 +235,21 @@ void Forward::run_batch(std::span<const BatchItem> items) {
     for (int64_t j = 0; j < n * H; ++j) hidden[j] += normed[j];
   }
 
-  // Output head: items that want every row's logits write straight into their buffer; the last rows of the
-  // others are gathered so the head is read once for all of them.
+  head(items);
+  for (const BatchItem& item : items)
+    if (item.greedy) {
+      const int64_t last = item.all_logits ? int64_t(item.tokens.size()) - 1 : 0;
+      *item.greedy = int32_t(argmax(std::span<const float>(item.logits + last * V, size_t(V))));
+    }
+}
+
+// Output head: items that want every row's logits write straight into their buffer; the last rows of the others
+// are gathered so the head is read once for all of them.
+void Forward::head(std::span<const BatchItem> items) {
+  const auto& c = w_.config;
+  const int64_t H = c.hidden_size, V = c.vocab_size;
+  float* hidden = hidden_.as<float>();
+  float* normed = normed_.as<float>();
   int64_t r = 0, gathered = 0;
   for (const BatchItem& item : items) {
     const int64_t len = int64_t(item.tokens.size());
@@ -213,11 +264,9 @@ void Forward::run_batch(std::span<const BatchItem> items) {
     r += len;
   }
   if (gathered == 0) return;
-  float* out = nullptr;
   if (gathered == 1) {
     for (const BatchItem& item : items)
-      if (!item.all_logits) out = item.logits;
-    kernels::matvec(w_.output(), normed, out, pool_);
+      if (!item.all_logits) kernels::matvec(w_.output(), normed, item.logits, pool_);
     return;
   }
   if (logits_.size() < size_t(gathered * V) * sizeof(float))

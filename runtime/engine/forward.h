@@ -29,6 +29,10 @@ struct BatchItem {
   KVCache* cache = nullptr;
   float* logits = nullptr;  // vocab floats for the last token, or tokens.size() * vocab when all_logits
   bool all_logits = false;
+  // Greedy decoding: when set, the last token's argmax (engine::argmax of its logits) is written here. Unless
+  // all_logits, `logits` is then scratch that may be left unwritten: when the GPU runs the head, the logits are
+  // reduced on the device and only the token id comes back.
+  int32_t* greedy = nullptr;
 };
 
 class Forward {
@@ -52,6 +56,7 @@ class Forward {
 
  private:
   void attention(int64_t layer, int64_t n);
+  void head(std::span<const BatchItem> items);
 
   const model::ModelWeights& w_;
   kernels::ThreadPool& pool_;
@@ -68,6 +73,8 @@ class Forward {
   std::vector<const void*> gpu_keys_;  // the device KV of a row's sequence is keyed by its KVCache
   std::vector<int32_t> gpu_head_rows_;
   std::vector<float*> gpu_head_out_;
+  std::vector<int32_t> gpu_head_ids_;
+  std::vector<int32_t> step_tokens_;   // the step's token ids, when the GPU looks up their embeddings
 };
 
 }  // namespace tierlm::engine

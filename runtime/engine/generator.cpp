@@ -28,11 +28,19 @@ GenerationStats Generator::generate(const GenerationRequest& request, const std:
   Sampler sampler(request.sampling);
   std::vector<int32_t> history(request.prompt);
 
+  // Greedy decoding asks Forward for the argmax itself (a GPU head then sends back the token, not the logits).
+  const bool greedy = sampler.plain_greedy();
+  int32_t greedy_token = -1;
+  auto forward = [&](std::span<const int32_t> tokens, int64_t pos) {
+    const BatchItem item{tokens, pos, &cache_, logits_.data(), false, greedy ? &greedy_token : nullptr};
+    forward_.run_batch(std::span(&item, 1));
+  };
+
   auto t0 = std::chrono::steady_clock::now();
   const int64_t chunk = forward_.max_chunk();
   for (int64_t i = 0; i < n; i += chunk) {
     const int64_t len = std::min(chunk, n - i);
-    forward_.run(std::span(request.prompt).subspan(size_t(i), size_t(len)), i, cache_, logits_.data());
+    forward(std::span(request.prompt).subspan(size_t(i), size_t(len)), i);
   }
   stats.prompt_tokens = n;
   stats.prefill_seconds = seconds_since(t0);
@@ -41,7 +49,7 @@ GenerationStats Generator::generate(const GenerationRequest& request, const std:
   int64_t pos = n;
   stats.finish_reason = "length";
   while (stats.generated_tokens < request.max_tokens) {
-    const int32_t token = sampler.sample(logits_, history);
+    const int32_t token = greedy ? greedy_token : sampler.sample(logits_, history);
     history.push_back(token);
     ++stats.generated_tokens;
     const bool is_stop = !request.ignore_stop_tokens &&
@@ -56,7 +64,7 @@ GenerationStats Generator::generate(const GenerationRequest& request, const std:
     }
     if (stats.generated_tokens == request.max_tokens) break;
     if (pos + 1 > cache_.capacity()) break;  // context full: finish with "length"
-    forward_.run(std::span(&token, 1), pos, cache_, logits_.data());
+    forward(std::span(&token, 1), pos);
     ++pos;
   }
   stats.decode_seconds = seconds_since(t0);

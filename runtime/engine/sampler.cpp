@@ -56,9 +56,9 @@ Sampler::Sampler(const SamplingParams& params) : params_(params) {
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
   const int64_t n = int64_t(logits.size());
   if (n == 0) throw std::invalid_argument("sampler: empty logits");
+  if (plain_greedy()) return int32_t(argmax(logits));  // no copy
   const bool penalties =
       params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
-  if (params_.temperature == 0.0f && !penalties) return int32_t(argmax(logits));  // greedy: no copy
   work_.assign(logits.begin(), logits.end());
   if (penalties) {
     std::unordered_map<int32_t, int> counts;

@@ -36,6 +36,11 @@ class Sampler {
   // history: tokens seen so far (prompt + generated) for the penalties.
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
   const SamplingParams& params() const { return params_; }
+  // True when sample() is the plain argmax of the logits (temperature 0, no penalties).
+  bool plain_greedy() const {
+    return params_.temperature == 0.0f && params_.repetition_penalty == 1.0f && params_.presence_penalty == 0.0f &&
+           params_.frequency_penalty == 0.0f;
+  }
 
  private:
   SamplingParams params_;

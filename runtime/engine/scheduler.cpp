@@ -60,6 +60,7 @@ struct Scheduler::Sequence {
   std::vector<int32_t> generated;
   std::vector<float> logits;
   int32_t next_token = -1;      // sampled, not yet fed (decode phase)
+  int32_t greedy_token = -1;    // the step's argmax, when the sequence decodes greedily (Forward fills it)
   bool decoding = false;
   bool done = false;
   int64_t cached = 0;
@@ -254,7 +255,7 @@ bool Scheduler::step() {
     if (!seq->decoding) continue;
     if (seq->logits.empty()) seq->logits.resize(size_t(vocab));
     items.push_back({std::span(&seq->next_token, 1), int64_t(seq->slot->tokens.size()), &seq->slot->cache,
-                     seq->logits.data(), false});
+                     seq->logits.data(), false, greedy_target(*seq)});
     owners.push_back(seq.get());
     fed.push_back(1);
   }
@@ -268,7 +269,7 @@ bool Scheduler::step() {
     if (seq->logits.empty()) seq->logits.resize(size_t(vocab));
     if (!seq->started) seq->started = t0;
     items.push_back({std::span(prompt).subspan(size_t(done), size_t(len)), done, &seq->slot->cache,
-                     seq->logits.data(), false});
+                     seq->logits.data(), false, greedy_target(*seq)});
     owners.push_back(seq.get());
     fed.push_back(len);
     budget -= len;
@@ -301,7 +302,7 @@ bool Scheduler::step() {
       prefilled += chunk.size();
       if (tokens.size() < seq.params.prompt.size()) continue;  // more prompt to feed next step
     }
-    emit(seq, *seq.slot, seq.logits.data());
+    emit(seq, *seq.slot, seq.logits.data(), items[i].greedy);
   }
   std::erase_if(active_, [](const auto& s) { return s->done; });
 
@@ -319,12 +320,19 @@ bool Scheduler::step() {
   return true;
 }
 
-// Samples the sequence's next token from `logits` and reports it, or finishes the sequence.
-void Scheduler::emit(Sequence& seq, Slot& slot, const float* logits) {
+// Where Forward should put the sequence's greedy token: only when the sampler would take the plain argmax of the
+// logits and nothing else reads them (no logprobs), so a GPU head can send back the token instead of the logits.
+int32_t* Scheduler::greedy_target(Sequence& seq) {
+  return seq.sampler->plain_greedy() && seq.params.top_logprobs < 0 ? &seq.greedy_token : nullptr;
+}
+
+// Samples the sequence's next token from `logits` (or takes `greedy`, the argmax Forward already computed) and
+// reports it, or finishes the sequence.
+void Scheduler::emit(Sequence& seq, Slot& slot, const float* logits, const int32_t* greedy) {
   const int64_t vocab = weights_.config.vocab_size;
   TokenOutput out;
   // OpenAI-style penalties count the tokens generated so far (not the prompt), as vLLM does.
-  out.token = seq.sampler->sample(std::span(logits, size_t(vocab)), seq.generated);
+  out.token = greedy ? *greedy : seq.sampler->sample(std::span(logits, size_t(vocab)), seq.generated);
   if (seq.params.top_logprobs >= 0) fill_logprobs(logits, vocab, seq.params.top_logprobs, out);
   if (!seq.first_token) seq.first_token = Clock::now();
   seq.generated.push_back(out.token);

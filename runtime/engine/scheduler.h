@@ -151,7 +151,8 @@ class Scheduler {
   void run_loop();
   void admit_locked();
   bool step();
-  void emit(Sequence& seq, Slot& slot, const float* logits);
+  void emit(Sequence& seq, Slot& slot, const float* logits, const int32_t* greedy = nullptr);
+  static int32_t* greedy_target(Sequence& seq);
   void finish(Sequence& seq, const std::string& reason, const std::string& error = {});
 
   const model::ModelWeights& weights_;

@@ -341,30 +341,106 @@ void launch_matvec(const MatrixRef& w, const float* x, int64_t ldx, float* y, in
   }
 }
 
+// Element (r, c) of a weight in its host layout, as f32.
+__device__ __forceinline__ float weight_element(const MatrixRef& w, int64_t r, int64_t c) {
+  if (w.format <= 2) return load_dense(w.data, w.format, r * w.cols + c);
+  const int64_t panel = r / 16, lane = r % 16, groups = w.cols / w.group_size;
+  const uint8_t* p = static_cast<const uint8_t*>(w.data) + panel * w.cols * 16 * w.bits / 8;
+  uint32_t code;
+  if (w.bits == 8) {
+    code = p[(c / 4) * 64 + lane * 4 + c % 4];
+  } else {
+    const int64_t block = c / 32, quad = (c % 32) / 4;
+    const uint8_t byte = p[block * 256 + (quad % 4) * 64 + lane * 4 + c % 4];
+    code = quad >= 4 ? byte >> 4 : byte & 0xf;
+  }
+  const int64_t si = (panel * groups + c / w.group_size) * 16 + lane;
+  const float d = load_scale(w.scales, w.scale_type, si);
+  return w.biases ? d * float(code) + load_scale(w.biases, w.scale_type, si) : d * (float(code) - 128.0f);
+}
+
 __global__ void dequantize_kernel(MatrixRef w, int64_t r0, int64_t count, __half* out) {
   kernel_entry();
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= count * w.cols) return;
-  const int64_t r = r0 + idx / w.cols, c = idx % w.cols;
-  float v;
-  if (w.format <= 2) {
-    v = load_dense(w.data, w.format, r * w.cols + c);
-  } else {
-    const int64_t panel = r / 16, lane = r % 16, groups = w.cols / w.group_size;
-    const uint8_t* p = static_cast<const uint8_t*>(w.data) + panel * w.cols * 16 * w.bits / 8;
-    uint32_t code;
-    if (w.bits == 8) {
-      code = p[(c / 4) * 64 + lane * 4 + c % 4];
-    } else {
-      const int64_t block = c / 32, quad = (c % 32) / 4;
-      const uint8_t byte = p[block * 256 + (quad % 4) * 64 + lane * 4 + c % 4];
-      code = quad >= 4 ? byte >> 4 : byte & 0xf;
-    }
-    const int64_t si = (panel * groups + c / w.group_size) * 16 + lane;
-    const float d = load_scale(w.scales, w.scale_type, si);
-    v = w.biases ? d * float(code) + load_scale(w.biases, w.scale_type, si) : d * (float(code) - 128.0f);
+  out[idx] = __float2half(weight_element(w, r0 + idx / w.cols, idx % w.cols));
+}
+
+__global__ void embed_kernel(MatrixRef w, const int32_t* tokens, int64_t rows, float* out) {
+  kernel_entry();
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= rows * w.cols) return;
+  out[idx] = weight_element(w, tokens[idx / w.cols], idx % w.cols);
+}
+
+// Greedy argmax of logit rows: kArgmaxBlocks blocks per row each reduce a slice to (value, index); the last block
+// of a row to finish reduces the slices. NaN is skipped; the first index wins ties (as engine::argmax).
+constexpr int kArgmaxBlocks = 32, kArgmaxThreads = 256;
+constexpr int32_t kNoIndex = 0x7fffffff;
+
+__device__ __forceinline__ void argmax_take(float& best, int32_t& at, float v, int32_t i) {
+  if (v > best || (v == best && i < at)) best = v, at = i;
+}
+
+// Block-wide (value, index) reduction; the result is valid in thread 0.
+__device__ void block_argmax(float& best, int32_t& at) {
+  __shared__ float values[32];
+  __shared__ int32_t indices[32];
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v = __shfl_xor_sync(0xffffffffu, best, o);
+    const int32_t i = __shfl_xor_sync(0xffffffffu, at, o);
+    argmax_take(best, at, v, i);
   }
-  out[idx] = __float2half(v);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) values[warp] = best, indices[warp] = at;
+  __syncthreads();
+  if (warp == 0) {
+    const int warps = blockDim.x / 32;
+    best = lane < warps ? values[lane] : -INFINITY;
+    at = lane < warps ? indices[lane] : kNoIndex;
+    for (int o = 16; o > 0; o >>= 1) {
+      const float v = __shfl_xor_sync(0xffffffffu, best, o);
+      const int32_t i = __shfl_xor_sync(0xffffffffu, at, o);
+      argmax_take(best, at, v, i);
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float* logits, int64_t vocab, float* part_value,
+                                                                int32_t* part_index, int32_t* arrivals, int32_t* out) {
+  kernel_entry();
+  const int64_t row = blockIdx.x / kArgmaxBlocks;
+  const int slice = blockIdx.x % kArgmaxBlocks;
+  const int64_t per = (vocab + kArgmaxBlocks - 1) / kArgmaxBlocks;
+  const int64_t begin = slice * per, end = begin + per < vocab ? begin + per : vocab;
+  const float* x = logits + row * vocab;
+  float best = -INFINITY;
+  int32_t at = kNoIndex;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const float v = x[i];
+    if (v == v) argmax_take(best, at, v, int32_t(i));
+  }
+  block_argmax(best, at);
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    part_value[blockIdx.x] = best;
+    part_index[blockIdx.x] = at;
+    __threadfence();
+    last = atomicAdd(&arrivals[row], 1) == kArgmaxBlocks - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  best = -INFINITY;
+  at = kNoIndex;
+  if (threadIdx.x < kArgmaxBlocks)
+    best = __ldcg(&part_value[row * kArgmaxBlocks + threadIdx.x]),
+    at = __ldcg(&part_index[row * kArgmaxBlocks + threadIdx.x]);
+  block_argmax(best, at);
+  if (threadIdx.x == 0) {
+    out[row] = at == kNoIndex ? 0 : at;  // every logit NaN: index 0, as the host argmax
+    arrivals[row] = 0;
+  }
 }
 
 __global__ void to_f16_kernel(const float* x, int64_t count, __half* out) {
@@ -978,6 +1054,24 @@ void matvec(const MatrixRef& w, const float* x, int64_t ldx, int64_t n, float* y
 void dequantize_f16(const MatrixRef& w, int64_t r0, int64_t count, void* out, cudaStream_t stream) {
   const int64_t total = count * w.cols;
   if (total > 0) launch(dequantize_kernel, blocks_for(total), 256, 0, stream, w, r0, count, static_cast<__half*>(out));
+}
+
+void embed_rows(const MatrixRef& w, const int32_t* tokens, int64_t rows, float* out, cudaStream_t stream) {
+  const int64_t total = rows * w.cols;
+  if (total > 0) launch(embed_kernel, blocks_for(total), 256, 0, stream, w, tokens, rows, out);
+}
+
+int64_t argmax_scratch_bytes(int64_t max_rows) { return max_rows * 4 + max_rows * kArgmaxBlocks * 8; }
+
+void argmax_rows(const float* logits, int64_t rows, int64_t vocab, void* scratch, int64_t max_rows, int32_t* out,
+                 cudaStream_t stream) {
+  if (rows <= 0) return;
+  // The counters first, at the same place whatever the rows (they must stay zero between calls).
+  int32_t* arrivals = static_cast<int32_t*>(scratch);
+  float* part_value = reinterpret_cast<float*>(arrivals + max_rows);
+  int32_t* part_index = reinterpret_cast<int32_t*>(part_value + max_rows * kArgmaxBlocks);
+  launch(argmax_kernel, unsigned(rows * kArgmaxBlocks), kArgmaxThreads, 0, stream, logits, vocab, part_value,
+         part_index, arrivals, out);
 }
 
 void to_f16(const float* x, int64_t count, void* out, cudaStream_t stream) {

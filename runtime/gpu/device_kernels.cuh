@@ -49,6 +49,14 @@ void matvec_normed(const MatrixRef& w, const float* x, const float* norm_weight,
 void matvec_gated(const MatrixRef& w, const float* gate_up, float* y, bool accumulate, cudaStream_t stream);
 // out[r*cols + c] = W[r0 + r, c] as f16, for rows [r0, r0 + count) (the GEMM path of packed/f32 weights).
 void dequantize_f16(const MatrixRef& w, int64_t r0, int64_t count, void* out, cudaStream_t stream);
+// out[i*cols + c] = W[tokens[i], c] as f32 (the embedding lookup; same arithmetic as kernels::dequantize_row).
+void embed_rows(const MatrixRef& w, const int32_t* tokens, int64_t rows, float* out, cudaStream_t stream);
+// out[i] = index of the largest of logits[i*vocab .. +vocab) (first on ties, NaN skipped, 0 if all are NaN: as
+// engine::argmax), rows <= max_rows. scratch: argmax_scratch_bytes(max_rows), zeroed before the first call (each
+// call leaves its counters zero again), the same max_rows in every call.
+int64_t argmax_scratch_bytes(int64_t max_rows);
+void argmax_rows(const float* logits, int64_t rows, int64_t vocab, void* scratch, int64_t max_rows, int32_t* out,
+                 cudaStream_t stream);
 // Dense f32 -> f16 (activations for the GEMM path).
 void to_f16(const float* x, int64_t count, void* out, cudaStream_t stream);
 

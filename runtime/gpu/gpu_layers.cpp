@@ -86,27 +86,44 @@ class DeviceBuffer {
   size_t size_ = 0;
 };
 
-// Pinned host memory (staging of transfers).
+// Pinned host memory (staging of transfers), charged to the host ledger when there is one.
 class PinnedBuffer {
  public:
   PinnedBuffer() = default;
-  explicit PinnedBuffer(size_t bytes) {
-    check(cudaMallocHost(&data_, std::max<size_t>(bytes, 64)), "cudaMallocHost");
+  PinnedBuffer(tiering::Ledger* ledger, size_t bytes) : ledger_(ledger) {
+    bytes = std::max<size_t>(bytes, 64);
+    if (ledger_) ledger_->charge("gpu_staging", bytes);
+    if (cudaMallocHost(&data_, bytes) != cudaSuccess) {
+      cudaGetLastError();
+      if (ledger_) ledger_->release("gpu_staging", bytes);
+      throw tiering::LedgerError("gpu: cudaMallocHost of " + std::to_string(bytes) + " bytes of pinned staging failed");
+    }
     size_ = bytes;
   }
-  ~PinnedBuffer() {
-    if (data_) cudaFreeHost(data_);
-  }
-  PinnedBuffer(PinnedBuffer&& o) noexcept { std::swap(data_, o.data_), std::swap(size_, o.size_); }
+  ~PinnedBuffer() { reset(); }
+  PinnedBuffer(PinnedBuffer&& o) noexcept { *this = std::move(o); }
   PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
-    std::swap(data_, o.data_);
-    std::swap(size_, o.size_);
+    if (this != &o) {
+      reset();
+      std::swap(ledger_, o.ledger_);
+      std::swap(data_, o.data_);
+      std::swap(size_, o.size_);
+    }
     return *this;
+  }
+  void reset() noexcept {
+    if (data_) {
+      cudaFreeHost(data_);
+      if (ledger_) ledger_->release("gpu_staging", size_);
+    }
+    data_ = nullptr;
+    size_ = 0;
   }
   template <class T = void> T* as() const { return static_cast<T*>(data_); }
   size_t size() const { return size_; }
 
  private:
+  tiering::Ledger* ledger_ = nullptr;
   void* data_ = nullptr;
   size_t size_ = 0;
 };
@@ -213,7 +230,10 @@ struct GpuLayers::Impl {
   DeviceBuffer hidden, normed, qkv, attn, gathered, ffn, act, out, scores, arrivals, x16, w16, logits, meta_dev, moe_dev, router_dev;
   int64_t w16_rows_cap = 0;  // elements of w16
   // Pinned staging of transfers.
-  PinnedBuffer hidden_host, meta_host, logits_host, router_host, moe_host;
+  PinnedBuffer hidden_host, meta_host, logits_host, ids_host, router_host, moe_host;
+  DeviceBuffer argmax_scratch, ids_dev;
+  int64_t head_pass_rows = 0;       // head rows computed (and staged) at once
+  bool embed_on_device = false;     // the embedding table is the device copy of the (tied) output head
   std::vector<PinnedBuffer> expert_staging;
   std::vector<cudaEvent_t> staging_done;
   // Paged device KV: a pool per layer (kv_buffers), the same page ids in every layer; sequences' page tables.
@@ -240,8 +260,9 @@ struct GpuLayers::Impl {
   std::vector<const char*> mark_labels;
   size_t marks_used = 0;
   std::vector<std::pair<std::string, std::pair<double, uint64_t>>> profile_totals;  // label -> (ms, count)
-  // (rows, head rows, one row per sequence) -> the decode step's graph
-  std::vector<std::pair<std::tuple<int64_t, int64_t, bool>, cudaGraphExec_t>> graphs;
+  // (rows, head rows, one row per sequence, argmax on the device, embedding on the device) -> the step's graph
+  using GraphKey = std::tuple<int64_t, int64_t, bool, bool, bool>;
+  std::vector<std::pair<GraphKey, cudaGraphExec_t>> graphs;
   uint64_t profiled_steps = 0;
   cudaEvent_t step_begin = nullptr, step_end = nullptr;  // options.time_steps
   double step_ms_total = 0;
@@ -263,22 +284,30 @@ struct GpuLayers::Impl {
     if (c.head_dim % 16 != 0 || c.head_dim > 256)
       throw std::invalid_argument("gpu: head_dim " + std::to_string(c.head_dim) +
                                   " is not supported (a multiple of 16, at most 256)");
-    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
-    if (options.time_steps) {
-      check(cudaEventCreate(&step_begin), "event");
-      check(cudaEventCreate(&step_end), "event");
+    try {
+      check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+      if (options.time_steps) {
+        check(cudaEventCreate(&step_begin), "event");
+        check(cudaEventCreate(&step_end), "event");
+      }
+      check(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking), "copy stream");
+      check(cublas()->create(&blas), "cublasCreate");
+      check(cublas()->set_stream(blas, stream), "cublasSetStream");
+      upload_weights();
+      allocate_scratch();
+      if (c.arch.moe && gpu_layers > 0) setup_experts();
+      allocate_kv_pool();
+      check(cudaDeviceSynchronize(), "setup");  // uploads and memsets (legacy stream) done before `stream` runs
+    } catch (...) {
+      release_handles();  // (the buffers release themselves, and their ledger charges, as members)
+      throw;
     }
-    check(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking), "copy stream");
-    check(cublas()->create(&blas), "cublasCreate");
-    check(cublas()->set_stream(blas, stream), "cublasSetStream");
-    upload_weights();
-    allocate_scratch();
-    if (c.arch.moe && gpu_layers > 0) setup_experts();
-    allocate_kv_pool();
-    check(cudaDeviceSynchronize(), "setup");  // uploads and memsets (legacy stream) done before `stream` runs
   }
 
-  ~Impl() {
+  ~Impl() { release_handles(); }
+
+  // Streams, events, graphs and the cuBLAS handle (after the work queued on the streams).
+  void release_handles() noexcept {
     if (stream) cudaStreamSynchronize(stream);
     if (copy_stream) cudaStreamSynchronize(copy_stream);
     for (auto e : staging_done) cudaEventDestroy(e);
@@ -291,6 +320,10 @@ struct GpuLayers::Impl {
     if (blas) cublas()->destroy(blas);
     if (stream) cudaStreamDestroy(stream);
     if (copy_stream) cudaStreamDestroy(copy_stream);
+    staging_done.clear(), marks.clear(), graphs.clear(), slot_free.clear(), slot_ready.clear();
+    step_begin = step_end = nullptr;
+    blas = nullptr;
+    stream = copy_stream = nullptr;
   }
 
   void mark(const char* label) {
@@ -343,6 +376,7 @@ struct GpuLayers::Impl {
     if (head) {
       output = upload(w.output(), vram, "weights");
       final_norm = upload_floats(w.final_norm, vram, "weights");
+      embed_on_device = w.lm_head.view.rows == 0;  // tied: output() is the embedding table
     }
     engine::Rope rope(c.rope, c.head_dim);
     inv_freq = upload_floats(rope.inverse_frequencies(), vram, "weights");
@@ -386,19 +420,29 @@ struct GpuLayers::Impl {
     if (c.arch.moe) largest = std::max(largest, 2 * c.moe_intermediate_size * H);
     w16_rows_cap = std::min<int64_t>(largest, int64_t(32) << 20);
     w16 = DeviceBuffer(vram, "scratch", size_t(w16_rows_cap) * 2);
-    meta_host = PinnedBuffer(meta_bytes());
+    meta_host = PinnedBuffer(options.host_ledger, meta_bytes());
     meta_dev = DeviceBuffer(vram, "scratch", meta_bytes());
-    hidden_host = PinnedBuffer(size_t(n * H) * 4);
+    hidden_host = PinnedBuffer(options.host_ledger, size_t(n * H) * 4);
     if (head) {
-      logits = floats(n * c.vocab_size);
-      logits_host = PinnedBuffer(size_t(n * c.vocab_size) * 4);
+      // The head runs in passes of head_pass_rows rows, so the logits staging stays small on a large vocabulary
+      // (a 512-row chunk of 128K logits would be 262 MB of pinned memory, and as much VRAM).
+      head_pass_rows = options.head_rows_per_pass > 0
+                           ? std::min(options.head_rows_per_pass, n)
+                           : std::clamp<int64_t>((16ll << 20) / (c.vocab_size * 4), device::kMaxMatvecRows, n);
+      logits = floats(head_pass_rows * c.vocab_size);
+      logits_host = PinnedBuffer(options.host_ledger, size_t(head_pass_rows * c.vocab_size) * 4);
+      argmax_scratch = DeviceBuffer(vram, "scratch", size_t(device::argmax_scratch_bytes(head_pass_rows)));
+      check(cudaMemset(argmax_scratch.as(), 0, argmax_scratch.size()), "argmax scratch");
+      ids_dev = DeviceBuffer(vram, "scratch", size_t(head_pass_rows) * 4);
+      ids_host = PinnedBuffer(options.host_ledger, size_t(head_pass_rows) * 4);
     }
   }
 
-  // Step metadata (int32): positions, sequence of each row, head rows (max_chunk each), then the page tables of the
-  // step's sequences (max_sequences x pages_per_context()).
+  // Step metadata (int32): positions, sequence of each row, head rows, token ids (max_chunk each), then the page
+  // tables of the step's sequences (max_sequences x pages_per_context()).
+  static constexpr int64_t kMetaRowArrays = 4;
   int64_t pages_per_context() const { return (max_context + device::kKvPage - 1) / device::kKvPage; }
-  size_t meta_ints() const { return size_t(3 * max_chunk + options.max_sequences * pages_per_context()); }
+  size_t meta_ints() const { return size_t(kMetaRowArrays * max_chunk + options.max_sequences * pages_per_context()); }
   size_t meta_bytes() const { return meta_ints() * 4; }
 
   uint64_t kv_page_bytes_per_layer() const {
@@ -476,17 +520,17 @@ struct GpuLayers::Impl {
       slot_ready.push_back(b);
     }
     for (int s = 0; s < 4; ++s) {
-      expert_staging.emplace_back(expert_layout.bytes);
+      expert_staging.emplace_back(options.host_ledger, expert_layout.bytes);
       cudaEvent_t e;
       check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
       staging_done.push_back(e);
     }
     router_dev = DeviceBuffer(vram, "scratch", size_t(max_chunk * E) * 4);
-    router_host = PinnedBuffer(size_t(max_chunk * E) * 4);
+    router_host = PinnedBuffer(options.host_ledger, size_t(max_chunk * E) * 4);
     // Per layer: row index and weight of every (row, choice), grouped by expert.
     const size_t route = size_t(max_chunk * c.num_experts_per_tok) * 8;
     moe_dev = DeviceBuffer(vram, "scratch", route);
-    moe_host = PinnedBuffer(route);
+    moe_host = PinnedBuffer(options.host_ledger, route);
   }
 
   // Host block of an expert (from the host expert cache: resident, cached, or read from NVMe now).
@@ -572,11 +616,23 @@ struct GpuLayers::Impl {
   }
 
   // ---- one step -------------------------------------------------------------------------------------------
-  void run(float* host_hidden, int64_t n, std::span<const void* const> sequence, std::span<const int64_t> positions,
-           std::span<const int32_t> head_rows, std::span<float* const> head_out) {
+  void run(const GpuStep& step) {
+    const int64_t n = step.rows;
     if (n <= 0 || n > max_chunk) throw std::invalid_argument("gpu: batch rows outside [1, max_chunk]");
-    if (int64_t(sequence.size()) < n || int64_t(positions.size()) < n)
+    if (int64_t(step.sequence.size()) < n || int64_t(step.positions.size()) < n)
       throw std::invalid_argument("gpu: sequence/position spans shorter than the batch");
+    const bool device_embed = embed_on_device && int64_t(step.tokens.size()) >= n;
+    if (!device_embed && !step.hidden) throw std::invalid_argument("gpu: a step without embedded rows or token ids");
+    if (!head && !step.hidden) throw std::invalid_argument("gpu: a step that ends on the host needs hidden rows");
+    const int64_t head_count = head ? int64_t(step.head_rows.size()) : 0;
+    const bool argmax = head_count > 0 && !step.head_argmax.empty();
+    if (head_count > 0 && ((!step.head_out.empty() && int64_t(step.head_out.size()) < head_count) ||
+                           (argmax && int64_t(step.head_argmax.size()) < head_count) ||
+                           (step.head_out.empty() && !argmax)))
+      throw std::invalid_argument("gpu: head outputs do not match the head rows");
+    for (int64_t i = 0; i < head_count; ++i)
+      if (step.head_rows[size_t(i)] < 0 || step.head_rows[size_t(i)] >= n)
+        throw std::invalid_argument("gpu: a head row outside the step");
     const int64_t H = c.hidden_size;
     // Metadata: one pinned block, one copy.
     check(cudaStreamSynchronize(stream), "sync before staging");  // the pinned staging is free again
@@ -584,20 +640,27 @@ struct GpuLayers::Impl {
     int32_t* pos = ints;
     int32_t* cache_of_row = ints + max_chunk;
     int32_t* heads = ints + 2 * max_chunk;
-    int32_t* tables = ints + 3 * max_chunk;
+    int32_t* token_ids = ints + 3 * max_chunk;
+    int32_t* tables = ints + kMetaRowArrays * max_chunk;
     const int64_t stride = pages_per_context();
     std::vector<const void*> batch;
     for (int64_t i = 0; i < n; ++i) {
-      if (positions[size_t(i)] < 0 || positions[size_t(i)] >= max_context)
+      if (step.positions[size_t(i)] < 0 || step.positions[size_t(i)] >= max_context)
         throw std::out_of_range("gpu: position beyond the device KV capacity");
-      pos[i] = int32_t(positions[size_t(i)]);
-      auto at = std::find(batch.begin(), batch.end(), sequence[size_t(i)]);
+      pos[i] = int32_t(step.positions[size_t(i)]);
+      auto at = std::find(batch.begin(), batch.end(), step.sequence[size_t(i)]);
       if (at == batch.end()) {
-        batch.push_back(sequence[size_t(i)]);
+        batch.push_back(step.sequence[size_t(i)]);
         at = batch.end() - 1;
       }
       cache_of_row[i] = int32_t(at - batch.begin());
     }
+    if (device_embed)
+      for (int64_t i = 0; i < n; ++i) {
+        const int32_t t = step.tokens[size_t(i)];
+        if (t < 0 || t >= c.vocab_size) throw std::out_of_range("gpu: token id outside the vocabulary");
+        token_ids[i] = t;
+      }
     if (int64_t(batch.size()) > options.max_sequences)
       throw std::invalid_argument("gpu: " + std::to_string(batch.size()) + " sequences in one step, more than max_sequences (" +
                                   std::to_string(options.max_sequences) + ")");
@@ -620,40 +683,51 @@ struct GpuLayers::Impl {
       s.filled = last + 1;
       std::copy(s.pages.begin(), s.pages.end(), tables + int64_t(b) * stride);
     }
-    const int64_t head_count = head ? int64_t(head_rows.size()) : 0;
     const bool one_row_per_sequence = int64_t(batch.size()) == n;  // decode: attention may do the rope/KV store
-    for (int64_t i = 0; i < head_count; ++i) heads[i] = head_rows[size_t(i)];
-    std::memcpy(hidden_host.as(), host_hidden, size_t(n * H) * 4);
-    mark("upload meta + hidden");
+    for (int64_t i = 0; i < head_count; ++i) heads[i] = step.head_rows[size_t(i)];
+    if (!device_embed) std::memcpy(hidden_host.as(), step.hidden, size_t(n * H) * 4);
+    mark(device_embed ? "upload meta + embed" : "upload meta + hidden");
     if (step_begin) check(cudaEventRecord(step_begin, stream), "step event");
-    const size_t meta_used = size_t(3 * max_chunk + int64_t(batch.size()) * stride) * 4;
+    const size_t meta_used = size_t(kMetaRowArrays * max_chunk + int64_t(batch.size()) * stride) * 4;
     check(cudaMemcpyAsync(meta_dev.as(), meta_host.as(), meta_used, cudaMemcpyHostToDevice, stream), "meta up");
-    check(cudaMemcpyAsync(hidden.as(), hidden_host.as(), size_t(n * H) * 4, cudaMemcpyHostToDevice, stream),
-          "hidden up");
+    if (!device_embed)
+      check(cudaMemcpyAsync(hidden.as(), hidden_host.as(), size_t(n * H) * 4, cudaMemcpyHostToDevice, stream),
+            "hidden up");
     const int32_t* pos_dev = meta_dev.as<int32_t>();
     const int32_t* row_cache_dev = pos_dev + max_chunk;
     const int32_t* heads_dev = pos_dev + 2 * max_chunk;
-    const device::PageTables tables_dev{pos_dev + 3 * max_chunk, stride, row_cache_dev};
+    const int32_t* tokens_dev = pos_dev + 3 * max_chunk;
+    const device::PageTables tables_dev{pos_dev + kMetaRowArrays * max_chunk, stride, row_cache_dev};
 
-    auto kernels = [&] {
-      for (int64_t l = 0; l < gpu_layers; ++l) layer(l, n, pos_dev, tables_dev, one_row_per_sequence);
-      if (head && head_count > 0) {
-        mark("head: gather + final norm");
-        device::gather_rows(hidden.as<float>(), heads_dev, head_count, H, normed.as<float>(), stream);
-        device::rms_norm(normed.as<float>(), H, final_norm.as<float>(), head_count, H, H, float(c.rms_norm_eps),
-                         normed.as<float>(), H, stream);
-        mark("head: output matrix");
-        multiply(output.ref, normed.as<float>(), head_count, logits.as<float>(), c.vocab_size, false);
+    // Head rows [r0, r0 + count): final norm, output matrix, then the greedy argmax when asked for.
+    auto head_pass = [&](int64_t r0, int64_t count) {
+      mark("head: gather + final norm");
+      device::gather_rows(hidden.as<float>(), heads_dev + r0, count, H, normed.as<float>(), stream);
+      device::rms_norm(normed.as<float>(), H, final_norm.as<float>(), count, H, H, float(c.rms_norm_eps),
+                       normed.as<float>(), H, stream);
+      mark("head: output matrix");
+      multiply(output.ref, normed.as<float>(), count, logits.as<float>(), c.vocab_size, false);
+      if (argmax) {
+        mark("head: argmax");
+        device::argmax_rows(logits.as<float>(), count, c.vocab_size, argmax_scratch.as(), head_pass_rows,
+                            ids_dev.as<int32_t>(), stream);
       }
     };
-    // A dense decode step is the same launches every time (positions, KV tables and head rows are read from
-    // device memory), so it is captured once per (rows, head rows) into a CUDA graph and replayed: one launch
-    // instead of ~10 per layer. MoE layers route on the host mid-step, and the cuBLAS path (> kMaxMatvecRows rows)
-    // may allocate workspace, so those run eagerly, as do profiled runs (events per operation).
+    const int64_t first_pass = std::min(head_count, head_pass_rows);
+    auto kernels = [&] {
+      if (device_embed) device::embed_rows(output.ref, tokens_dev, n, hidden.as<float>(), stream);
+      for (int64_t l = 0; l < gpu_layers; ++l) layer(l, n, pos_dev, tables_dev, one_row_per_sequence);
+      if (first_pass > 0) head_pass(0, first_pass);
+    };
+    // A dense decode step is the same launches every time (positions, KV tables, tokens and head rows are read
+    // from device memory), so it is captured once per shape into a CUDA graph and replayed: one launch instead of
+    // ~10 per layer. MoE layers route on the host mid-step, and the cuBLAS path (> kMaxMatvecRows rows) may
+    // allocate workspace, so those run eagerly, as do profiled runs (events per operation).
     if (!c.arch.moe && n <= device::kMaxMatvecRows && !options.profile && use_graph) {
+      const GraphKey key{n, first_pass, one_row_per_sequence, argmax, device_embed};
       cudaGraphExec_t exec = nullptr;
-      for (const auto& [key, e] : graphs)
-        if (key == std::tuple(n, head_count, one_row_per_sequence)) exec = e;
+      for (const auto& [k, e] : graphs)
+        if (k == key) exec = e;
       if (!exec) {
         check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
         kernels();
@@ -662,7 +736,7 @@ struct GpuLayers::Impl {
         const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
         cudaGraphDestroy(graph);
         check(made, "graph instantiate");
-        graphs.push_back({std::tuple(n, head_count, one_row_per_sequence), exec});
+        graphs.push_back({key, exec});
       }
       check(cudaGraphLaunch(exec, stream), "graph launch");
     } else {
@@ -670,21 +744,37 @@ struct GpuLayers::Impl {
     }
 
     if (head) {
-      if (head_count > 0) {
-        mark("head: logits down");
-        const size_t bytes = size_t(head_count * c.vocab_size) * 4;
-        check(cudaMemcpyAsync(logits_host.as(), logits.as(), bytes, cudaMemcpyDeviceToHost, stream), "logits down");
-        mark("end");
-        end_step();
+      // Each pass's results come down through the staging; passes after the first run once it is copied out.
+      for (int64_t r0 = 0; r0 < head_count; r0 += head_pass_rows) {
+        const int64_t count = std::min(head_pass_rows, head_count - r0);
+        if (r0 > 0) head_pass(r0, count);
+        mark("head: results down");
+        if (argmax)
+          check(cudaMemcpyAsync(ids_host.as(), ids_dev.as(), size_t(count) * 4, cudaMemcpyDeviceToHost, stream),
+                "ids down");
+        if (!step.head_out.empty())
+          check(cudaMemcpyAsync(logits_host.as(), logits.as(), size_t(count * c.vocab_size) * 4,
+                                cudaMemcpyDeviceToHost, stream),
+                "logits down");
+        if (r0 + count < head_count) {
+          check(cudaStreamSynchronize(stream), "head pass");
+        } else {
+          mark("end");
+          end_step();
+        }
         check(cudaGetLastError(), "kernels");
-        collect_profile();
-        for (int64_t i = 0; i < head_count; ++i)
-          std::memcpy(head_out[size_t(i)], logits_host.as<float>() + i * c.vocab_size, size_t(c.vocab_size) * 4);
-      } else {
+        for (int64_t i = 0; i < count; ++i) {
+          if (argmax) step.head_argmax[size_t(r0 + i)] = ids_host.as<int32_t>()[i];
+          if (!step.head_out.empty())
+            std::memcpy(step.head_out[size_t(r0 + i)], logits_host.as<float>() + i * c.vocab_size,
+                        size_t(c.vocab_size) * 4);
+        }
+      }
+      if (head_count == 0) {
         mark("end");
         end_step();
-        collect_profile();
       }
+      collect_profile();
       return;
     }
     mark("hidden down");
@@ -694,7 +784,7 @@ struct GpuLayers::Impl {
     end_step();
     check(cudaGetLastError(), "kernels");
     collect_profile();
-    std::memcpy(host_hidden, hidden_host.as(), size_t(n * H) * 4);
+    std::memcpy(step.hidden, hidden_host.as(), size_t(n * H) * 4);
   }
 
   // Waits for the step; with options.time_steps adds its device time.
@@ -925,10 +1015,8 @@ GpuLayers::GpuLayers(const model::ModelWeights& weights, const GpuOptions& optio
 GpuLayers::~GpuLayers() = default;
 int64_t GpuLayers::layers() const { return impl_->gpu_layers; }
 bool GpuLayers::runs_head() const { return impl_->head; }
-void GpuLayers::run(float* hidden, int64_t n, std::span<const void* const> sequence, std::span<const int64_t> positions,
-                    std::span<const int32_t> head_rows, std::span<float* const> head_out) {
-  impl_->run(hidden, n, sequence, positions, head_rows, head_out);
-}
+void GpuLayers::run(const GpuStep& step) { impl_->run(step); }
+bool GpuLayers::embeds_on_device() const { return impl_->embed_on_device; }
 void GpuLayers::forget(const void* sequence) {
   cudaStreamSynchronize(impl_->stream);
   const auto it = impl_->sequences.find(sequence);
@@ -982,8 +1070,8 @@ GpuLayers::GpuLayers(const model::ModelWeights&, const GpuOptions&, int64_t, int
 GpuLayers::~GpuLayers() = default;
 int64_t GpuLayers::layers() const { return 0; }
 bool GpuLayers::runs_head() const { return false; }
-void GpuLayers::run(float*, int64_t, std::span<const void* const>, std::span<const int64_t>, std::span<const int32_t>,
-                    std::span<float* const>) {}
+void GpuLayers::run(const GpuStep&) {}
+bool GpuLayers::embeds_on_device() const { return false; }
 void GpuLayers::forget(const void*) {}
 int64_t GpuLayers::cached_positions(const void*) const { return 0; }
 int64_t GpuLayers::kv_pages() const { return 0; }

@@ -42,11 +42,36 @@ struct GpuOptions {
   // for A/B measurements.
   bool programmatic_launch = true;
   int dense_rows_per_block = 0;       // decode matvec tuning for A/B runs: 0 automatic, 4 or 8
+  // Head rows computed and staged at once (the logits staging holds this many rows, in VRAM and pinned RAM).
+  // 0: as many as fit in 16 MiB (32 rows of a 128K vocabulary), at least 4, at most the chunk.
+  int64_t head_rows_per_pass = 0;
   // Diagnostics: device time of whole steps (events at the first upload and after the last copy back), see
   // device_step_us().
   bool time_steps = false;
   // Diagnostics: device time per operation (CUDA events around each launch group), see profile_report().
   bool profile = false;
+  // The host ledger: the pinned host memory the backend stages transfers in (hidden rows, step metadata, logits,
+  // greedy ids, MoE routing and expert blocks) is charged to it, account "gpu_staging", so the host budget and
+  // /health include it (the constructor throws tiering::LedgerError when it does not fit). Null: charged nowhere.
+  tiering::Ledger* host_ledger = nullptr;
+};
+
+// One step's rows (see GpuLayers::run).
+struct GpuStep {
+  // n x hidden_size host floats. In: the embedded rows (not read when `tokens` is given and embeds_on_device()).
+  // Out: the hidden state after the GPU layers, when !runs_head() (left as it was otherwise).
+  float* hidden = nullptr;
+  int64_t rows = 0;
+  std::span<const int32_t> tokens;            // the rows' token ids (optional)
+  std::span<const void* const> sequence;      // rows' sequences (any distinct key each, e.g. their KVCache)
+  std::span<const int64_t> positions;
+  // When runs_head(): head_rows lists the rows whose output is wanted; head_out their logits' destinations (vocab
+  // floats each; empty: no logits come back) and head_argmax (empty, or one per head row) the index of each
+  // row's largest logit (first on ties, NaN skipped: engine::argmax), reduced on the device so that greedy decode
+  // copies back 4 bytes a row instead of the logits.
+  std::span<const int32_t> head_rows;
+  std::span<float* const> head_out;
+  std::span<int32_t> head_argmax;
 };
 
 // VRAM expert tier counters.
@@ -65,11 +90,12 @@ class GpuLayers {
   int64_t layers() const;
   bool runs_head() const;  // layers() == model layers and options.head
 
-  // hidden: n x hidden_size (host), rows of sequences keyed by `sequence[i]` at `positions[i]`. Runs the GPU layers
-  // in place. When runs_head(), also writes logits: head_rows lists the rows whose logits are wanted, head_out
-  // their destinations (vocab floats each), and hidden is left as it was uploaded.
-  void run(float* hidden, int64_t n, std::span<const void* const> sequence, std::span<const int64_t> positions,
-           std::span<const int32_t> head_rows = {}, std::span<float* const> head_out = {});
+  // Runs the GPU layers on step.rows rows of sequences keyed by `sequence[i]` at `positions[i]` (see GpuStep).
+  void run(const GpuStep& step);
+  // True when the token embedding table is in VRAM anyway (tied to the output head, which is on the GPU), so that
+  // run() looks rows up on the device from GpuStep::tokens. Otherwise the host looks them up (one row a token) and
+  // uploads them: an untied table is not copied to VRAM for a lookup that reads hidden_size values a token.
+  bool embeds_on_device() const;
   // Drops a sequence's device KV (optional: sets past max_sequences are dropped least recently used first).
   void forget(const void* sequence);
   // Positions [0, n) of `sequence` whose K/V the device holds (0 when it holds none, e.g. after the sequence was

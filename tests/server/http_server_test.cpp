@@ -446,6 +446,9 @@ TEST(HttpServer, QueueLimitAnswers429) {
                        std::to_string(body.size()) + "\r\n\r\n" + body);
   char buf[256];
   ASSERT_GT(::recv(holder, buf, sizeof buf, 0), 0);
+  // (The stream's headers can come before the scheduler admits it: wait until it holds the slot, or the next
+  // request would find the holder itself in the queue and be refused.)
+  ASSERT_TRUE(eventually([&] { return s.scheduler().stats().active == 1 && s.scheduler().stats().waiting == 0; }));
   // One more waits in the queue...
   auto queued = std::async(std::launch::async, [&] {
     return post(s.port(), "/v1/completions", R"({"prompt":"q","max_tokens":2})");

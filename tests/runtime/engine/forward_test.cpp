@@ -196,6 +196,30 @@ TEST(Forward, BatchOfSequencesEqualsEachAlone) {
   }
 }
 
+// BatchItem::greedy on the CPU: the argmax of the item's (last) logits, for a plain item, an all_logits one and
+// one batched with an item that does not ask.
+TEST(Forward, GreedyIsTheArgmaxOfTheLastLogits) {
+  tiering::Ledger ledger;
+  model::LoadOptions options;
+  options.ledger = &ledger;
+  auto w = model::load_model(fixture("qwen3"), options);
+  kernels::ThreadPool pool(2);
+  const int64_t V = w.config.vocab_size;
+  engine::Forward f(w, pool, ledger, 32, 64);
+  const std::vector<int32_t> a = {5, 17, 200, 33, 4}, b = {99, 150, 7};
+  engine::KVCache ca(w.config, 64, ledger), cb(w.config, 64, ledger);
+  std::vector<float> la(static_cast<size_t>(V) * a.size()), lb(static_cast<size_t>(V));
+  int32_t ga = -1, gb = -1;
+  std::vector<engine::BatchItem> items = {{a, 0, &ca, la.data(), true, &ga}, {b, 0, &cb, lb.data(), false, nullptr}};
+  f.run_batch(items);
+  EXPECT_EQ(ga, argmax(la.data() + (int64_t(a.size()) - 1) * V, V));
+  const int32_t next_a = ga, next_b = 7;
+  items = {{std::span(&next_a, 1), 5, &ca, la.data(), false, &ga}, {std::span(&next_b, 1), 3, &cb, lb.data(), false, &gb}};
+  f.run_batch(items);
+  EXPECT_EQ(ga, argmax(la.data(), V));
+  EXPECT_EQ(gb, argmax(lb.data(), V));
+}
+
 }  // namespace
 
 namespace {

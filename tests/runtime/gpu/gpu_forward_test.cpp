@@ -435,6 +435,102 @@ TEST(GpuPagedKv, DroppedSequenceCannotContinue) {
   EXPECT_EQ(g->cached_positions(&cache_a), 10);
 }
 
+// ---- the head: device greedy argmax, passes, pinned staging in the host ledger --------------------------------
+
+// Greedy decoding with the head on the GPU: Forward's BatchItem::greedy (the argmax reduced on the device, only the
+// id copied back) picks the argmax of the logits the same GPU layers return, step by step, alone and batched with
+// a sequence that wants its logits; tied fixtures look their embeddings up on the device, untied ones on the host.
+TEST(GpuHead, DeviceGreedyIsTheArgmaxOfTheLogits) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string name : {"qwen3", "llama3", "tierlm-tiny"}) {
+    tiering::Ledger ledger;
+    model::LoadOptions options;
+    options.ledger = &ledger;
+    const model::ModelWeights w = model::load_model(fixture(name), options);
+    const int64_t V = w.config.vocab_size;
+    kernels::ThreadPool pool(2);
+    gpu::GpuOptions o;
+    o.layers = w.config.num_layers;
+    auto g = std::make_shared<gpu::GpuLayers>(w, o, 32, 64);
+    EXPECT_EQ(g->embeds_on_device(), w.lm_head.view.rows == 0) << name;
+    engine::Forward forward(w, pool, ledger, 32, 64);
+    forward.use_gpu(g);
+    engine::KVCache greedy_cache(w.config, 64, ledger), logits_cache(w.config, 64, ledger);
+    std::vector<float> scratch(static_cast<size_t>(V)), logits(static_cast<size_t>(V));
+    int32_t greedy_token = -1;
+    engine::BatchItem greedy_item{kPrompt, 0, &greedy_cache, scratch.data(), false, &greedy_token};
+    forward.run_batch(std::span(&greedy_item, 1));
+    forward.run(kPrompt, 0, logits_cache, logits.data());
+    int32_t a = greedy_token, b = argmax(logits.data(), V);
+    ASSERT_EQ(a, b) << name << " prompt";
+    const int64_t n = int64_t(kPrompt.size());
+    for (int s = 0; s < 12; ++s) {
+      if (s % 2 == 0) {  // each alone: the greedy step copies back only the id
+        const engine::BatchItem item{std::span(&a, 1), n + s, &greedy_cache, scratch.data(), false, &greedy_token};
+        forward.run_batch(std::span(&item, 1));
+        forward.run(std::span(&b, 1), n + s, logits_cache, logits.data());
+      } else {  // batched with one that wants logits: ids and logits both come back
+        const engine::BatchItem items[2] = {
+            {std::span(&a, 1), n + s, &greedy_cache, scratch.data(), false, &greedy_token},
+            {std::span(&b, 1), n + s, &logits_cache, logits.data(), false, nullptr}};
+        forward.run_batch(items);
+      }
+      a = greedy_token;
+      b = argmax(logits.data(), V);
+      ASSERT_EQ(a, b) << name << " step " << s;
+    }
+  }
+}
+
+// A prompt whose every row's logits are wanted, through head passes of 3 rows (4 passes for 10 rows), gives the
+// logits of one pass; the pinned staging is charged to the host ledger ("gpu_staging") while the layers live, and
+// a host budget too small for it fails the constructor with a LedgerError instead of pinning memory unaccounted.
+TEST(GpuHead, PassesAndPinnedStagingInTheHostLedger) {
+  SKIP_WITHOUT_GPU();
+  tiering::Ledger ledger;
+  model::LoadOptions options;
+  options.ledger = &ledger;
+  const model::ModelWeights w = model::load_model(fixture("qwen3"), options);
+  const int64_t V = w.config.vocab_size, n = int64_t(kPrompt.size());
+  kernels::ThreadPool pool(2);
+  std::vector<std::vector<float>> out;
+  for (int64_t per_pass : {0, 3}) {
+    tiering::Ledger host;
+    {
+      gpu::GpuOptions o;
+      o.layers = w.config.num_layers;
+      o.head_rows_per_pass = per_pass;
+      o.host_ledger = &host;
+      auto g = std::make_shared<gpu::GpuLayers>(w, o, 32, 64);
+      const uint64_t staged = host.used("gpu_staging");
+      // Hidden rows, metadata, the logits of one pass, the greedy ids: nothing more.
+      const uint64_t logits_rows = uint64_t(per_pass ? per_pass : 32);
+      std::printf("[ STAGING  ] head rows per pass %lld: %llu bytes of pinned staging in the host ledger\n",
+                  (long long)per_pass, (unsigned long long)staged);
+      EXPECT_GE(staged, logits_rows * uint64_t(V) * 4);
+      EXPECT_LE(staged, logits_rows * uint64_t(V) * 4 + 32 * uint64_t(w.config.hidden_size) * 4 + (64 << 10));
+      engine::Forward forward(w, pool, ledger, 32, 64);
+      forward.use_gpu(g);
+      engine::KVCache cache(w.config, 64, ledger);
+      out.emplace_back(size_t(n * V));
+      forward.run(kPrompt, 0, cache, out.back().data(), /*all_logits=*/true);
+    }
+    EXPECT_EQ(host.used("gpu_staging"), 0u);
+  }
+  for (int64_t r = 0; r < n; ++r) {
+    const std::vector<float> a(out[0].begin() + r * V, out[0].begin() + (r + 1) * V),
+        b(out[1].begin() + r * V, out[1].begin() + (r + 1) * V);
+    EXPECT_LE(relative_diff(b, a), 1e-3) << "row " << r;  // cuBLAS may pick another algorithm for 3 rows
+    EXPECT_EQ(argmax(b.data(), V), argmax(a.data(), V)) << "row " << r;
+  }
+  tiering::Ledger small(4 << 10);  // below the staging printed above
+  gpu::GpuOptions o;
+  o.layers = w.config.num_layers;
+  o.host_ledger = &small;
+  EXPECT_THROW(gpu::GpuLayers(w, o, 32, 64), tiering::LedgerError);
+  EXPECT_EQ(small.used(), 0u);
+}
+
 TEST(GpuProbe, ReportsMemoryAndRates) {
   SKIP_WITHOUT_GPU();
   const auto p = gpu::probe_gpu(/*quick=*/true);

@@ -1,19 +1,25 @@
 // The CUDA decode kernels one at a time against plain double-precision math on the host, on the shapes the models
 // use (the tiny default model, the llama-1B bench shape) and odd ones: the f16/bf16 decode matvec (x as is, with the
-// RMSNorm fused into its load, with the SiLU gate fused), the few-row matvec (2-4 x rows) and the packed q8_0 one.
+// RMSNorm fused into its load, with the SiLU gate fused), the few-row matvec (2-4 x rows) and the packed q8_0 one;
+// the device embedding lookup against the host's (kernels::dequantize_row) in every format, and the device greedy
+// argmax against engine::argmax (ties, NaN, a vocabulary that does not split evenly).
 // The inputs are exactly representable in the weight format, so the only difference is f32 summation order.
 // Without a GPU every test skips with the reason.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
+#include <span>
 #include <vector>
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include "runtime/engine/sampler.h"
 #include "runtime/gpu/device_kernels.cuh"
+#include "runtime/kernels/weights.h"
 #include "runtime/gpu/gpu_probe.h"
 #include "tests/runtime/gpu/skip_without_gpu.h"
 
@@ -158,6 +164,96 @@ TEST(FewRowMatvec, MatchesHostMath) {
         EXPECT_LE(max_relative(y.get(want.size()), want), 1e-5)
             << "format " << format << " " << s.rows << "x" << s.cols << " n=" << n;
       }
+}
+
+// The device embedding lookup gives the host's rows (kernels::dequantize_row) in every weight format.
+TEST(EmbedRows, MatchesHostLookup) {
+  SKIP_WITHOUT_GPU();
+  const int64_t rows = 40, cols = 256;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> table(size_t(rows * cols));
+  for (float& x : table) x = d(rng);
+  const std::vector<int32_t> tokens = {0, 17, 39, 5, 17, 16, 31};
+  using kernels::WeightFormat;
+  for (WeightFormat f : {WeightFormat::f32, WeightFormat::f16, WeightFormat::bf16, WeightFormat::q8_0, WeightFormat::q4}) {
+    tiering::Ledger ledger;
+    const kernels::Weight w = kernels::make_weight(table.data(), kernels::SourceType::f32, rows, cols, f, ledger, "w");
+    auto bytes = [](const tiering::LedgerBuffer& b) {  // (one byte for a part the format does not have)
+      return b.empty() ? std::vector<uint8_t>(1) : std::vector<uint8_t>(b.as<uint8_t>(), b.as<uint8_t>() + b.size());
+    };
+    const Device<uint8_t> data(bytes(w.data)), scales(bytes(w.scales)), biases(bytes(w.biases));
+    MatrixRef m;
+    m.format = int(w.view.format);
+    m.rows = rows;
+    m.cols = cols;
+    m.data = data.p;
+    m.scales = w.view.scales ? scales.p : nullptr;
+    m.biases = w.view.biases ? biases.p : nullptr;
+    m.scale_type = w.view.scale_type == kernels::SourceType::f32 ? 0 : w.view.scale_type == kernels::SourceType::f16 ? 1 : 2;
+    m.group_size = w.view.group_size;
+    m.bits = w.view.bits;
+    const Device<int32_t> ids(tokens);
+    Device<float> out(std::vector<float>(tokens.size() * size_t(cols), -1.0f));
+    gpu::device::embed_rows(m, ids.p, int64_t(tokens.size()), out.p, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> got = out.get(tokens.size() * size_t(cols));
+    double worst = 0;
+    std::vector<float> want(static_cast<size_t>(cols));
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      kernels::dequantize_row(w.view, tokens[i], want.data());
+      for (int64_t c = 0; c < cols; ++c)
+        worst = std::max(worst, double(std::fabs(got[i * size_t(cols) + size_t(c)] - want[size_t(c)])) /
+                                    std::max(1e-6, double(std::fabs(want[size_t(c)]))));
+    }
+    EXPECT_LE(worst, 1e-6) << kernels::format_name(f);
+  }
+}
+
+// The device greedy argmax is engine::argmax: the first index on ties (across the slices the blocks take), NaN
+// skipped (a leading one too), index 0 when every value is NaN; twice in a row (its counters reset themselves).
+TEST(ArgmaxRows, MatchesHostArgmax) {
+  SKIP_WITHOUT_GPU();
+  const int64_t vocab = 151937;  // not a multiple of the block count or the warp width
+  const int64_t rows = 5;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> d(0.0f, 3.0f);
+  std::vector<float> logits(size_t(rows * vocab));
+  for (float& x : logits) x = d(rng);
+  auto row = [&](int64_t r) { return logits.data() + r * vocab; };
+  row(1)[vocab - 1] = 40.0f;  // a tie between the last slice and an earlier one: the earlier index wins
+  row(1)[70001] = 40.0f;
+  row(1)[70000] = 39.0f;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  row(2)[0] = nan;  // a leading NaN, and NaNs around the maximum
+  row(2)[123] = 50.0f;
+  row(2)[124] = nan;
+  for (int64_t j = 0; j < vocab; ++j) row(3)[j] = nan;
+  for (int64_t j = 0; j < vocab; ++j) row(4)[j] = -std::numeric_limits<float>::infinity();
+  std::vector<int32_t> want(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r)
+    want[size_t(r)] = int32_t(engine::argmax(std::span<const float>(row(r), size_t(vocab))));
+  EXPECT_EQ(want[1], 70001);
+  EXPECT_EQ(want[2], 123);
+  EXPECT_EQ(want[3], 0);
+  const Device<float> dev(logits);
+  Device<uint8_t> scratch(std::vector<uint8_t>(size_t(gpu::device::argmax_scratch_bytes(rows)), 0));
+  Device<int32_t> out(std::vector<int32_t>(size_t(rows), -1));
+  for (int pass = 0; pass < 2; ++pass) {
+    gpu::device::argmax_rows(dev.p, rows, vocab, scratch.p, rows, out.p, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(out.get(size_t(rows)), want) << "pass " << pass;
+  }
+  // One row at a time, on the counters the batch left (fewer rows than the scratch is for, as the head's last
+  // pass), then all again.
+  for (int64_t r = 0; r < rows; ++r) {
+    gpu::device::argmax_rows(dev.p + r * vocab, 1, vocab, scratch.p, rows, out.p, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(out.get(1)[0], want[size_t(r)]) << "row " << r;
+  }
+  gpu::device::argmax_rows(dev.p, rows, vocab, scratch.p, rows, out.p, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(out.get(size_t(rows)), want) << "after single rows";
 }
 
 }  // namespace

@@ -103,18 +103,22 @@ int main(int argc, char** argv) {
               probe->name.c_str(), probe->compute_capability, probe->multiprocessors,
               double(probe->total_bytes) / (1 << 30), roofline / 1e9, probe->h2d_pinned_bytes_per_second / 1e9,
               probe->gemm_f16_flops / 1e12);
-  // Per-kernel cost of the decode matvec alone, on the llama-1B shapes (qkv, o, gate_up, down, head).
-  std::printf("decode matvec chains (bf16, one CUDA graph of distinct matrices): us per kernel, plain / "
-              "programmatic launch, vs bytes at the roofline\n");
-  for (const auto& [rows, cols, count, mode] :
-       {std::tuple<int64_t, int64_t, int, int>{3072, 2048, 16, 0}, {3072, 2048, 16, 1}, {2048, 2048, 16, 0},
-        {16384, 2048, 8, 0}, {16384, 2048, 8, 1}, {2048, 8192, 8, 0}, {2048, 8192, 8, 2}, {128256, 2048, 2, 0}}) {
+  // Per-kernel cost of the decode matvec alone, on the llama-1B shapes (qkv, o, gate_up, down, head), bf16 and the
+  // packed q8_0 / q4 (mode: plain, normed = RMSNorm fused, gated = SiLU gate fused).
+  std::printf("decode matvec chains (one CUDA graph of distinct matrices): us per kernel, plain / programmatic "
+              "launch, vs bytes at the roofline\n");
+  for (const auto& [rows, cols, count, mode, format] :
+       {std::tuple<int64_t, int64_t, int, int, int>{3072, 2048, 16, 0, 2}, {3072, 2048, 16, 1, 2}, {2048, 2048, 16, 0, 2},
+        {16384, 2048, 8, 0, 2}, {16384, 2048, 8, 1, 2}, {2048, 8192, 8, 0, 2}, {2048, 8192, 8, 2, 2},
+        {128256, 2048, 2, 0, 2}, {3072, 2048, 16, 0, 3}, {3072, 2048, 16, 1, 3}, {2048, 2048, 16, 0, 3}, {16384, 2048, 8, 0, 3},
+        {16384, 2048, 8, 1, 3}, {2048, 8192, 8, 0, 3}, {2048, 8192, 8, 2, 3}, {16384, 2048, 8, 1, 4}, {2048, 8192, 8, 2, 4}}) {
     if (!chains) break;
-    if (const auto c = gpu::probe_kernel_chain(rows, cols, count, mode))
-      std::printf("    %6lld x %-5lld %-6s %8.2f / %8.2f us  (streaming %7.2f us: %5.1f%% / %5.1f%% of roofline)\n",
-                  (long long)rows, (long long)cols, mode == 1 ? "normed" : mode == 2 ? "gated" : "", c->plain_us,
-                  c->programmatic_us, 1e6 * c->bytes / roofline,
-                  100.0 * 1e6 * c->bytes / roofline / c->plain_us, 100.0 * 1e6 * c->bytes / roofline / c->programmatic_us);
+    if (const auto c = gpu::probe_kernel_chain(rows, cols, count, mode, format))
+      std::printf("    %-4s %6lld x %-5lld %-6s %8.2f / %8.2f us  (streaming %7.2f us: %5.1f%% / %5.1f%% of roofline)\n",
+                  format == 2 ? "bf16" : format == 3 ? "q8_0" : "q4", (long long)rows, (long long)cols,
+                  mode == 1 ? "normed" : mode == 2 ? "gated" : "", c->plain_us, c->programmatic_us,
+                  1e6 * c->bytes / roofline, 100.0 * 1e6 * c->bytes / roofline / c->plain_us,
+                  100.0 * 1e6 * c->bytes / roofline / c->programmatic_us);
   }
   // Decode attention alone (llama-1B shape), and with phases skipped, to see where its time goes.
   if (chains) {

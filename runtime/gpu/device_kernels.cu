@@ -121,6 +121,17 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+__device__ float block_sum(float v, float* shared /* 32 */) {
+  v = warp_sum(v);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = (blockDim.x + 31) / 32;
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  float t = 0;
+  for (int k = 0; k < warps; ++k) t += shared[k];
+  return t;
+}
+
 // Eight consecutive dense elements as floats.
 __device__ __forceinline__ void load8(const void* base, int format, int64_t i, float* out) {
   if (format == 0) {
@@ -208,11 +219,25 @@ __global__ void __launch_bounds__(kThreads) dense_matvec(MatrixRef w, const floa
   }
 }
 
+// Byte K of `word` as a float, exactly: the byte goes into the mantissa of 2^23 (one byte permute) and 2^23 is
+// subtracted (one add). Integer-to-float conversions run at a fraction of the FMA rate and bounded the packed
+// decode matvec (q8_0 at ~50% of the memory roofline on the H100 with plain conversions).
+template <int K>
+__device__ __forceinline__ float byte_as_float(uint32_t word) {
+  return __uint_as_float(__byte_perm(word, 0x4b000000u, 0x7540u | K)) - 8388608.0f;
+}
+
 // One block per 16-row panel. A step of one lane: 16 bytes = 4 rows x 4 columns (8-bit) or 4 rows x 8 columns
 // (4-bit: quad c in the low nibbles, quad c+4 in the high ones). Lanes with the same (lane % 4) share rows.
-template <int NX, int BITS, int WARPS>
+// XMODE (one x row only): 0 x as is; 1 x rms-normed by norm_weight (normalized as it is read); 2 x = silu(gate) *
+// up of a [gate | up] row of 2 cols floats (staged once per block in cols floats of dynamic shared memory). The norm
+// and gate kernels, and a round trip of the activations through memory, go away.
+template <int NX, int BITS, int WARPS, int XMODE = 0>
 __global__ void __launch_bounds__(WARPS * 32) packed_matvec(MatrixRef w, const float* x, int64_t ldx,
-                                                          float* y, int64_t ldy, bool accumulate) {
+                                                          const float* norm_weight, float eps, float* y,
+                                                          int64_t ldy, bool accumulate) {
+  static_assert(XMODE == 0 || NX == 1, "the fused x transforms take one x row");
+  extern __shared__ float staged_x[];        // XMODE 2: the gated x row
   __shared__ float shared[WARPS * NX * 16];  // [warp][x row][16 panel rows]
   const int64_t panel = blockIdx.x;
   const int64_t cols = w.cols, groups = cols / w.group_size;
@@ -241,7 +266,25 @@ __global__ void __launch_bounds__(WARPS * 32) packed_matvec(MatrixRef w, const f
     prefetch_l2(static_cast<const char*>(w.scales) + uint64_t(panel) * bytes, bytes);
     if (affine) prefetch_l2(static_cast<const char*>(w.biases) + uint64_t(panel) * bytes, bytes);
   }
+  if (XMODE == 1) prefetch_l2(norm_weight, uint64_t(cols) * 4);
   wait_for_previous_kernel();
+  // XMODE 1: y = W (nw * x) * inv_rms(x), and inv_rms is a scalar, so the loop multiplies by nw * x and sums the
+  // squares of x on the side (the lanes with j == 0 see every column exactly once); the scale is applied to the
+  // block's totals at the end. No pass over x before the loop: a prologue that computed the norm first (in shared
+  // memory, or per warp) cost 3 us of a 6.6 us 3072 x 2048 q8_0 matvec (H100).
+  float squares = 0;
+  if constexpr (XMODE == 2) {
+    // The gated row once per block into shared memory (each of its values is read by 4 lanes).
+    const int64_t quads = cols / 4;
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    float4* staged4 = reinterpret_cast<float4*>(staged_x);
+    for (int64_t q = threadIdx.x; q < quads; q += blockDim.x) {
+      const float4 g = x4[q], u = x4[quads + q];  // as dense_rows_matvec: the fast exp and divide
+      staged4[q] = make_float4(__fdividef(g.x, 1.0f + __expf(-g.x)) * u.x, __fdividef(g.y, 1.0f + __expf(-g.y)) * u.y,
+                               __fdividef(g.z, 1.0f + __expf(-g.z)) * u.z, __fdividef(g.w, 1.0f + __expf(-g.w)) * u.w);
+    }
+    __syncthreads();
+  }
   for (int64_t u0 = threadIdx.x; u0 < units; u0 += kStep) {
     uint4 cur[kUnroll];
 #pragma unroll
@@ -272,22 +315,35 @@ __global__ void __launch_bounds__(WARPS * 32) packed_matvec(MatrixRef w, const f
       }
 #pragma unroll
       for (int i = 0; i < NX; ++i) {
-        const float* xi = x + i * ldx;
-        const float4 xl = *reinterpret_cast<const float4*>(xi + c_lo);
+        const float* xi = XMODE == 2 ? staged_x : x + i * ldx;
+        float4 xl = *reinterpret_cast<const float4*>(xi + c_lo);
         float4 xh = make_float4(0, 0, 0, 0);
         if (BITS == 4) xh = *reinterpret_cast<const float4*>(xi + c_hi);
+        if (XMODE == 1) {
+          if (j == 0) {
+            squares += xl.x * xl.x + xl.y * xl.y + xl.z * xl.z + xl.w * xl.w;
+            if (BITS == 4) squares += xh.x * xh.x + xh.y * xh.y + xh.z * xh.z + xh.w * xh.w;
+          }
+          const float4 nl = *reinterpret_cast<const float4*>(norm_weight + c_lo);
+          xl = make_float4(nl.x * xl.x, nl.y * xl.y, nl.z * xl.z, nl.w * xl.w);
+          if (BITS == 4) {
+            const float4 nh = *reinterpret_cast<const float4*>(norm_weight + c_hi);
+            xh = make_float4(nh.x * xh.x, nh.y * xh.y, nh.z * xh.z, nh.w * xh.w);
+          }
+        }
         const float xsum = xl.x + xl.y + xl.z + xl.w + (BITS == 4 ? xh.x + xh.y + xh.z + xh.w : 0.0f);
 #pragma unroll
         for (int t = 0; t < 4; ++t) {
           const uint32_t wd = words[t];
           float dot;
           if (BITS == 8) {
-            dot = float(wd & 0xff) * xl.x + float((wd >> 8) & 0xff) * xl.y + float((wd >> 16) & 0xff) * xl.z +
-                  float(wd >> 24) * xl.w;
+            dot = byte_as_float<0>(wd) * xl.x + byte_as_float<1>(wd) * xl.y + byte_as_float<2>(wd) * xl.z +
+                  byte_as_float<3>(wd) * xl.w;
           } else {
-            dot = float(wd & 0xf) * xl.x + float((wd >> 8) & 0xf) * xl.y + float((wd >> 16) & 0xf) * xl.z +
-                  float((wd >> 24) & 0xf) * xl.w + float((wd >> 4) & 0xf) * xh.x + float((wd >> 12) & 0xf) * xh.y +
-                  float((wd >> 20) & 0xf) * xh.z + float((wd >> 28) & 0xf) * xh.w;
+            const uint32_t lo = wd & 0x0f0f0f0fu, hi = (wd >> 4) & 0x0f0f0f0fu;
+            dot = byte_as_float<0>(lo) * xl.x + byte_as_float<1>(lo) * xl.y + byte_as_float<2>(lo) * xl.z +
+                  byte_as_float<3>(lo) * xl.w + byte_as_float<0>(hi) * xh.x + byte_as_float<1>(hi) * xh.y +
+                  byte_as_float<2>(hi) * xh.z + byte_as_float<3>(hi) * xh.w;
           }
           acc[i][t] += d[t] * dot + m[t] * xsum;
         }
@@ -306,11 +362,21 @@ __global__ void __launch_bounds__(WARPS * 32) packed_matvec(MatrixRef w, const f
       v += __shfl_xor_sync(0xffffffffu, v, 16);
       if (lane < 4) shared[((warp * NX + i) * 4 + lane) * 4 + t] = v;  // lane == j here
     }
+  __shared__ float warp_squares[XMODE == 1 ? WARPS : 1];
+  if (XMODE == 1) {
+    const float sq = warp_sum(squares);
+    if (lane == 0) warp_squares[warp] = sq;
+  }
   __syncthreads();
   if (threadIdx.x < NX * 16) {
     const int i = threadIdx.x / 16, r = threadIdx.x % 16;
     float total = 0;
     for (int k = 0; k < WARPS; ++k) total += shared[((k * NX + i) * 4 + r / 4) * 4 + r % 4];
+    if (XMODE == 1) {
+      float sum = 0;
+      for (int k = 0; k < WARPS; ++k) sum += warp_squares[k];
+      total *= rsqrtf(sum / float(cols) + eps);
+    }
     const int64_t row = panel * 16 + r;
     if (row < w.rows) {
       float& out = y[i * ldy + row];
@@ -319,26 +385,51 @@ __global__ void __launch_bounds__(WARPS * 32) packed_matvec(MatrixRef w, const f
   }
 }
 
+// The packed matvec's launch: few panels (a short, wide matrix such as down) get 32 warps a block, so the SMs still
+// have loads enough in flight. (8 words in flight a lane instead of kUnroll = 4 was slower on every llama-1B shape:
+// H100, 3072 x 2048 q8_0 6.6 -> 11.8 us.)
+template <int NX, int XMODE = 0>
+void launch_packed(const MatrixRef& w, const float* x, int64_t ldx, const float* norm_weight, float eps, float* y,
+                   int64_t ldy, bool accumulate, size_t shared, cudaStream_t stream) {
+  const unsigned panels = unsigned((w.rows + 15) / 16);
+  if constexpr (NX == 1) {
+    if (panels < 2 * 132) {
+      auto kernel = w.bits == 8 ? packed_matvec<1, 8, 32, XMODE> : packed_matvec<1, 4, 32, XMODE>;
+      launch(kernel, panels, 1024, shared, stream, w, x, ldx, norm_weight, eps, y, ldy, accumulate);
+      return;
+    }
+  }
+  auto kernel = w.bits == 8 ? packed_matvec<NX, 8, kWarps, XMODE> : packed_matvec<NX, 4, kWarps, XMODE>;
+  launch(kernel, panels, kThreads, shared, stream, w, x, ldx, norm_weight, eps, y, ldy, accumulate);
+}
+
 template <int NX>
 void launch_matvec(const MatrixRef& w, const float* x, int64_t ldx, float* y, int64_t ldy, bool accumulate,
                    cudaStream_t stream) {
-  if (w.format <= 2) {
+  if (w.format <= 2)
     launch(dense_matvec<NX>, unsigned((w.rows + kWarps - 1) / kWarps), kThreads, 0, stream, w, x, ldx, y, ldy, accumulate);
-  } else {
-    // Few panels (a short, wide matrix such as down): 32 warps a block, so the SMs still have loads enough in flight.
-    const unsigned panels = unsigned((w.rows + 15) / 16);
-    if constexpr (NX == 1) {
-      if (panels < 2 * 132) {
-        if (w.bits == 8) launch(packed_matvec<1, 8, 32>, panels, 1024, 0, stream, w, x, ldx, y, ldy, accumulate);
-        else launch(packed_matvec<1, 4, 32>, panels, 1024, 0, stream, w, x, ldx, y, ldy, accumulate);
-        return;
-      }
+  else
+    launch_packed<NX>(w, x, ldx, nullptr, 0.0f, y, ldy, accumulate, 0, stream);
+}
+
+// Largest packed row the fused decode kernels stage in shared memory (floats; the H100 allows 227 KiB a block).
+constexpr int64_t kMaxStagedCols = 40960;
+
+// One x row of a packed weight with the x transform fused (XMODE 1 or 2; see packed_matvec).
+template <int XMODE>
+void launch_packed_fused(const MatrixRef& w, const float* x, const float* norm_weight, float eps, float* y,
+                         bool accumulate, cudaStream_t stream) {
+  const size_t shared = XMODE == 2 ? size_t(w.cols) * 4 : 0;
+  if constexpr (XMODE == 2) {
+    static size_t allowed = 48 << 10;  // raised once for every variant it launches
+    if (shared > allowed) {
+      for (auto k : {packed_matvec<1, 8, 32, XMODE>, packed_matvec<1, 4, 32, XMODE>, packed_matvec<1, 8, kWarps, XMODE>,
+                     packed_matvec<1, 4, kWarps, XMODE>})
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxStagedCols * 4));
+      allowed = size_t(kMaxStagedCols) * 4;
     }
-    if (w.bits == 8)
-      launch(packed_matvec<NX, 8, kWarps>, panels, kThreads, 0, stream, w, x, ldx, y, ldy, accumulate);
-    else
-      launch(packed_matvec<NX, 4, kWarps>, panels, kThreads, 0, stream, w, x, ldx, y, ldy, accumulate);
   }
+  launch_packed<1, XMODE>(w, x, 0, norm_weight, eps, y, 0, accumulate, shared, stream);
 }
 
 // Element (r, c) of a weight in its host layout, as f32.
@@ -447,17 +538,6 @@ __global__ void to_f16_kernel(const float* x, int64_t count, __half* out) {
   kernel_entry();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < count) out[i] = __float2half(x[i]);
-}
-
-__device__ float block_sum(float v, float* shared /* 32 */) {
-  v = warp_sum(v);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = (blockDim.x + 31) / 32;
-  __syncthreads();
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  float t = 0;
-  for (int k = 0; k < warps; ++k) t += shared[k];
-  return t;
 }
 
 // Eight f16/bf16 elements of a 16-byte word as floats.
@@ -1028,13 +1108,23 @@ bool dense_fusable(const MatrixRef& w) {
   return (w.format == 1 || w.format == 2) && w.cols % 8 == 0 && w.cols <= 8 * kThreads * 8;
 }
 
+bool decode_fusable(const MatrixRef& w) {
+  return dense_fusable(w) || (w.format >= 3 && w.cols <= kMaxStagedCols && w.cols % 32 == 0);
+}
+
 void matvec_normed(const MatrixRef& w, const float* x, const float* norm_weight, float eps, float* y,
                    bool accumulate, cudaStream_t stream) {
-  launch_dense_rows_any<1>(w, x, norm_weight, eps, y, accumulate, stream);
+  if (w.format >= 3)
+    launch_packed_fused<1>(w, x, norm_weight, eps, y, accumulate, stream);
+  else
+    launch_dense_rows_any<1>(w, x, norm_weight, eps, y, accumulate, stream);
 }
 
 void matvec_gated(const MatrixRef& w, const float* gate_up, float* y, bool accumulate, cudaStream_t stream) {
-  launch_dense_rows_any<2>(w, gate_up, nullptr, 0.0f, y, accumulate, stream);
+  if (w.format >= 3)
+    launch_packed_fused<2>(w, gate_up, nullptr, 0.0f, y, accumulate, stream);
+  else
+    launch_dense_rows_any<2>(w, gate_up, nullptr, 0.0f, y, accumulate, stream);
 }
 
 void matvec(const MatrixRef& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy, bool accumulate,

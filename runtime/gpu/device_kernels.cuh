@@ -40,10 +40,12 @@ struct MatrixRef {
 inline constexpr int kMaxMatvecRows = 4;
 void matvec(const MatrixRef& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy, bool accumulate,
             cudaStream_t stream);
-// The decode path (n == 1) of f16/bf16 weights up to 16384 columns, with the input transform fused: true when w
-// qualifies. matvec_normed: y (+)= W · rms_norm(x) (x one row of w.cols, norm weight w.cols floats); matvec_gated:
-// y (+)= W · (silu(gate) * up) of one [gate | up] row of 2 * w.cols floats.
+// The decode path (n == 1) with the input transform fused: f16/bf16 weights up to 16384 columns (dense_fusable),
+// and the packed formats (q8_0, q4, MLX) up to 40960 columns (decode_fusable covers both). matvec_normed:
+// y (+)= W · rms_norm(x) (x one row of w.cols, norm weight w.cols floats); matvec_gated: y (+)= W · (silu(gate) *
+// up) of one [gate | up] row of 2 * w.cols floats.
 bool dense_fusable(const MatrixRef& w);
+bool decode_fusable(const MatrixRef& w);
 void matvec_normed(const MatrixRef& w, const float* x, const float* norm_weight, float eps, float* y,
                    bool accumulate, cudaStream_t stream);
 void matvec_gated(const MatrixRef& w, const float* gate_up, float* y, bool accumulate, cudaStream_t stream);

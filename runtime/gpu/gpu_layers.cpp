@@ -808,8 +808,8 @@ struct GpuLayers::Impl {
     const float eps = float(c.rms_norm_eps);
     float* h = hidden.as<float>();
     float* x = normed.as<float>();
-    // Decode of f16/bf16 weights: the norms and the SiLU gate are fused into the next matvec's load of x.
-    if (n == 1 && fused_matvec && device::dense_fusable(d.qkv.ref)) {
+    // Decode (one row): the norms and the SiLU gate are fused into the next matvec's load of x.
+    if (n == 1 && fused_matvec && device::decode_fusable(d.qkv.ref)) {
       mark("input norm + qkv matrix");
       device::matvec_normed(d.qkv.ref, h, d.input_norm.as<float>(), eps, qkv.as<float>(), false, stream);
     } else {
@@ -840,8 +840,8 @@ struct GpuLayers::Impl {
     mark("o matrix");
     multiply(d.o.ref, attn.as<float>(), n, h, H, true);
     const int64_t I = c.intermediate_size;
-    if (!c.arch.moe && n == 1 && fused_matvec && device::dense_fusable(d.gate_up.ref) &&
-        device::dense_fusable(d.down.ref)) {
+    if (!c.arch.moe && n == 1 && fused_matvec && device::decode_fusable(d.gate_up.ref) &&
+        device::decode_fusable(d.down.ref)) {
       mark("post-attention norm + gate_up matrix");
       device::matvec_normed(d.gate_up.ref, h, d.post_norm.as<float>(), eps, ffn.as<float>(), false, stream);
       mark("silu gate + down matrix");

@@ -154,13 +154,20 @@ std::optional<GpuProbe> probe_gpu(bool quick) {
   return p;
 }
 
-std::optional<KernelChainProbe> probe_kernel_chain(int64_t rows, int64_t cols, int count, int mode) {
-  if (!gpu_available() || rows <= 0 || cols <= 0 || cols % 8 != 0 || count <= 0) return std::nullopt;
+std::optional<KernelChainProbe> probe_kernel_chain(int64_t rows, int64_t cols, int count, int mode, int format) {
+  if (!gpu_available() || rows <= 0 || cols <= 0 || cols % 32 != 0 || count <= 0) return std::nullopt;
+  if (format != 1 && format != 2 && format != 3 && format != 4) return std::nullopt;
   KernelChainProbe r;
   r.rows = rows;
   r.cols = cols;
-  r.bytes = double(rows) * double(cols) * 2;
-  const size_t matrix = size_t(rows * cols) * 2;
+  // Packed formats: 16-row panels, f16 scales (and biases for q4) per group of 32, as kernels::make_weight lays out.
+  const bool packed = format >= 3;
+  const int bits = format == 3 ? 8 : format == 4 ? 4 : 16;
+  const int64_t padded = packed ? (rows + 15) / 16 * 16 : rows;
+  const size_t data = size_t(padded * cols) * size_t(bits) / 8;
+  const size_t scales = packed ? size_t(padded * (cols / 32)) * 2 : 0, biases = format == 4 ? scales : 0;
+  const size_t matrix = (data + scales + biases + 255) / 256 * 256;
+  r.bytes = double(data + scales + biases);
   char* weights = nullptr;
   float *x = nullptr, *y = nullptr;
   if (cudaMalloc(&weights, matrix * size_t(count)) != cudaSuccess || cudaMalloc(&x, size_t(cols) * 8) != cudaSuccess ||
@@ -170,7 +177,7 @@ std::optional<KernelChainProbe> probe_kernel_chain(int64_t rows, int64_t cols, i
     cudaGetLastError();
     return std::nullopt;
   }
-  cudaMemset(weights, 0x3c, matrix * size_t(count));  // bf16 0x3c3c: about 0.0115
+  cudaMemset(weights, 0x3c, matrix * size_t(count));  // bf16 0x3c3c: about 0.0115; f16 scales: about 1.06
   cudaMemset(x, 0, size_t(cols) * 8);
   cudaStream_t stream;
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
@@ -179,10 +186,17 @@ std::optional<KernelChainProbe> probe_kernel_chain(int64_t rows, int64_t cols, i
     (programmatic ? r.programmatic_us : r.plain_us) = graph_us_per_launch(stream, count, [&] {
       for (int i = 0; i < count; ++i) {
         device::MatrixRef m;
-        m.format = 2;  // bf16
+        m.format = format;
         m.rows = rows;
         m.cols = cols;
         m.data = weights + matrix * size_t(i);
+        if (packed) {
+          m.scales = weights + matrix * size_t(i) + data;
+          m.biases = format == 4 ? weights + matrix * size_t(i) + data + scales : nullptr;
+          m.scale_type = 1;
+          m.group_size = 32;
+          m.bits = bits;
+        }
         if (mode == 1)
           device::matvec_normed(m, x, x, 1e-6f, y + rows * i, false, stream);
         else if (mode == 2)
@@ -268,7 +282,7 @@ namespace tierlm::gpu {
 bool gpu_available() { return false; }
 std::string gpu_unavailable_reason() { return "built without CUDA (no CUDA toolkit was found at configure time)"; }
 std::optional<GpuProbe> probe_gpu(bool) { return std::nullopt; }
-std::optional<KernelChainProbe> probe_kernel_chain(int64_t, int64_t, int, int) { return std::nullopt; }
+std::optional<KernelChainProbe> probe_kernel_chain(int64_t, int64_t, int, int, int) { return std::nullopt; }
 std::optional<double> probe_attention(int64_t, int64_t, int64_t, int64_t, bool, int) { return std::nullopt; }
 
 }  // namespace tierlm::gpu

@@ -28,7 +28,8 @@ std::string gpu_unavailable_reason();
 // Measures device 0. `quick` shrinks the transfers (for tests). nullopt when !gpu_available().
 std::optional<GpuProbe> probe_gpu(bool quick = false);
 
-// A chain of `count` decode matvecs (bf16 rows x cols, one x row, distinct matrices so nothing stays in L2)
+// A chain of `count` decode matvecs (rows x cols in `format`: 1 f16, 2 bf16, 3 q8_0, 4 q4 (kernels::WeightFormat
+// codes), one x row, distinct matrices so nothing stays in L2)
 // replayed as one CUDA graph: device microseconds per kernel with plain launches and with programmatic dependent
 // launch, next to the time its bytes take at the d2d rate. What a decode step pays per kernel beyond streaming.
 struct KernelChainProbe {
@@ -37,7 +38,8 @@ struct KernelChainProbe {
   double bytes = 0;  // weight bytes per kernel
 };
 // mode 0: y = W x; 1: y = W rmsnorm(x) (the norm fused into the kernel); 2: y = W (silu(g) * u) (gate fused).
-std::optional<KernelChainProbe> probe_kernel_chain(int64_t rows, int64_t cols, int count = 16, int mode = 0);
+std::optional<KernelChainProbe> probe_kernel_chain(int64_t rows, int64_t cols, int count = 16, int mode = 0,
+                                                   int format = 2);
 
 // Decode attention (one row, f16 device KV of `len` positions, heads / kv_heads / head_dim) replayed 16 times as
 // one CUDA graph: device microseconds per launch, fused (RoPE/KV store inside) or not, with phases skipped for

@@ -246,9 +246,10 @@ int main(int argc, char** argv) {
     row(name.c_str(), c.placement, s, c.layers == spec.layers ? per_token : 0,
         c.layers == spec.layers ? roofline : 0);
     const gpu::GpuExpertStats st = g->expert_stats();
-    std::printf("    vram tier: resident %.0f MB, hits resident %llu slot %llu, misses %llu, copied %.1f MB\n",
+    std::printf("    vram tier: resident %.0f MB, hits resident %llu slot %llu, misses %llu, copied %.1f MB; %llu layer "
+                "steps routed on the device\n",
                 double(resident) / 1e6, (unsigned long long)st.resident_hits, (unsigned long long)st.slot_hits,
-                (unsigned long long)st.misses, double(st.bytes_copied) / 1e6);
+                (unsigned long long)st.misses, double(st.bytes_copied) / 1e6, (unsigned long long)st.device_routed);
   }
   return 0;
 }

@@ -25,6 +25,7 @@ void GpuLayersCounters::refresh() {
   c.expert_slot_hits = experts.slot_hits;
   c.expert_misses = experts.misses;
   c.expert_bytes_copied = experts.bytes_copied;
+  c.expert_device_routed = experts.device_routed;
   std::lock_guard lock(mutex_);
   copy_ = std::move(c);
 }

@@ -182,7 +182,7 @@ json::object Telemetry::health() const {
     device["vram"] = std::move(vram);
     device["experts"] = json::object{{"resident_hits", g.expert_resident_hits}, {"slot_hits", g.expert_slot_hits},
                                   {"misses", g.expert_misses},             {"bytes_copied", g.expert_bytes_copied},
-                                  {"hit_rate", g.expert_hit_rate()}};
+                                  {"hit_rate", g.expert_hit_rate()},       {"device_routed_layer_steps", g.expert_device_routed}};
   }
   h["gpu"] = std::move(device);
 
@@ -286,6 +286,9 @@ std::string Telemetry::metrics() const {
     e.sample("tierlm_gpu_expert_misses_total", double(g.expert_misses));
     e.family("tierlm_gpu_expert_copied_bytes_total", "counter", "Expert bytes copied from host memory to VRAM.");
     e.sample("tierlm_gpu_expert_copied_bytes_total", double(g.expert_bytes_copied));
+    e.family("tierlm_gpu_moe_device_routed_total", "counter",
+             "MoE layer steps on the GPU routed on the device (decode with every expert of the layer in VRAM).");
+    e.sample("tierlm_gpu_moe_device_routed_total", double(g.expert_device_routed));
   }
 
   e.family("tierlm_requests_in_flight", "gauge", "Generation requests admitted or queued.");

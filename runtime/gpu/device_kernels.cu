@@ -232,14 +232,15 @@ __device__ __forceinline__ float byte_as_float(uint32_t word) {
 // XMODE (one x row only): 0 x as is; 1 x rms-normed by norm_weight (normalized as it is read); 2 x = silu(gate) *
 // up of a [gate | up] row of 2 cols floats (staged once per block in cols floats of dynamic shared memory). The norm
 // and gate kernels, and a round trip of the activations through memory, go away.
-template <int NX, int BITS, int WARPS, int XMODE = 0>
-__global__ void __launch_bounds__(WARPS * 32) packed_matvec(MatrixRef w, const float* x, int64_t ldx,
-                                                          const float* norm_weight, float eps, float* y,
-                                                          int64_t ldy, bool accumulate) {
+// The body, for one panel; EXPERT: called after the wait by expert_matvec (whose weights' address depends on the
+// previous kernels), the outputs scaled by out_scale.
+template <int NX, int BITS, int WARPS, int XMODE, bool EXPERT>
+__device__ __forceinline__ void packed_matvec_body(const MatrixRef& w, int64_t panel, const float* x, int64_t ldx,
+                                                   const float* norm_weight, float eps, float* y, int64_t ldy,
+                                                   bool accumulate, float out_scale) {
   static_assert(XMODE == 0 || NX == 1, "the fused x transforms take one x row");
   extern __shared__ float staged_x[];        // XMODE 2: the gated x row
   __shared__ float shared[WARPS * NX * 16];  // [warp][x row][16 panel rows]
-  const int64_t panel = blockIdx.x;
   const int64_t cols = w.cols, groups = cols / w.group_size;
   const uint8_t* data = static_cast<const uint8_t*>(w.data) + panel * cols * 16 * BITS / 8;
   const bool affine = w.biases != nullptr;
@@ -258,7 +259,7 @@ __global__ void __launch_bounds__(WARPS * 32) packed_matvec(MatrixRef w, const f
       if (unit < units) raw[u] = __ldcs(reinterpret_cast<const uint4*>(data + unit * 16));
     }
   };
-  let_next_kernel_start();
+  if constexpr (!EXPERT) let_next_kernel_start();
   load(threadIdx.x);
   if (units > kStep) prefetch_l2(data + kStep * 16, uint64_t(units - kStep) * 16);
   {
@@ -267,7 +268,7 @@ __global__ void __launch_bounds__(WARPS * 32) packed_matvec(MatrixRef w, const f
     if (affine) prefetch_l2(static_cast<const char*>(w.biases) + uint64_t(panel) * bytes, bytes);
   }
   if (XMODE == 1) prefetch_l2(norm_weight, uint64_t(cols) * 4);
-  wait_for_previous_kernel();
+  if constexpr (!EXPERT) wait_for_previous_kernel();
   // XMODE 1: y = W (nw * x) * inv_rms(x), and inv_rms is a scalar, so the loop multiplies by nw * x and sums the
   // squares of x on the side (the lanes with j == 0 see every column exactly once); the scale is applied to the
   // block's totals at the end. No pass over x before the loop: a prologue that computed the norm first (in shared
@@ -377,12 +378,108 @@ __global__ void __launch_bounds__(WARPS * 32) packed_matvec(MatrixRef w, const f
       for (int k = 0; k < WARPS; ++k) sum += warp_squares[k];
       total *= rsqrtf(sum / float(cols) + eps);
     }
+    if (EXPERT) total *= out_scale;
     const int64_t row = panel * 16 + r;
     if (row < w.rows) {
       float& out = y[i * ldy + row];
       out = accumulate ? out + total : total;
     }
   }
+}
+
+template <int NX, int BITS, int WARPS, int XMODE = 0>
+__global__ void __launch_bounds__(WARPS * 32) packed_matvec(MatrixRef w, const float* x, int64_t ldx,
+                                                          const float* norm_weight, float eps, float* y,
+                                                          int64_t ldy, bool accumulate) {
+  packed_matvec_body<NX, BITS, WARPS, XMODE, false>(w, blockIdx.x, x, ldx, norm_weight, eps, y, ldy, accumulate,
+                                                    1.0f);
+}
+
+// One x row through the k routed experts of a MoE layer, all resident in VRAM (the device routing of decode):
+// block b takes panel b % panels of the expert ids[b / panels], whose block is blocks[ids[...]] (the matrix at
+// e.data / e.scales / e.biases bytes into it). Slot s reads x + s * x_stride and writes y + s * y_stride, scaled by
+// weights[s] when weights is given. The ids come from the previous kernel, so it waits before any load.
+template <int BITS, int WARPS, int XMODE>
+__global__ void __launch_bounds__(WARPS * 32) expert_matvec(ExpertMatrixRef e, const void* const* blocks,
+                                                          const int32_t* ids, int64_t panels, const float* x,
+                                                          int64_t x_stride, const float* weights, float* y,
+                                                          int64_t y_stride) {
+  kernel_entry();
+  const int64_t slot = blockIdx.x / panels, panel = blockIdx.x % panels;
+  const char* base = static_cast<const char*>(blocks[ids[slot]]);
+  MatrixRef w = e.shape;
+  w.data = base + e.data;
+  w.scales = base + e.scales;
+  w.biases = e.has_biases ? base + e.biases : nullptr;
+  packed_matvec_body<1, BITS, WARPS, XMODE, true>(w, panel, x + slot * x_stride, 0, nullptr, 0.0f,
+                                                  y + slot * y_stride, 0, false, weights ? weights[slot] : 1.0f);
+}
+
+// Routing of one row (decode) on one warp: softmax over the router's E logits, the k largest (first index on
+// ties), renormalized when asked: the host's arithmetic (GpuLayers::top_k, engine::softmax: float exps, a double
+// sum). Up to kRouteMaxPerLane * 32 experts.
+constexpr int kRouteMaxPerLane = 16;
+__global__ void route_topk_kernel(const float* logits, int E, int k, bool renormalize, int32_t* ids, float* weights) {
+  kernel_entry();
+  const int lane = threadIdx.x;
+  float p[kRouteMaxPerLane];
+  float mx = -INFINITY;
+#pragma unroll
+  for (int t = 0; t < kRouteMaxPerLane; ++t) {
+    const int i = lane + 32 * t;
+    p[t] = i < E ? logits[i] : -INFINITY;
+    mx = fmaxf(mx, p[t]);
+  }
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  double sum = 0;
+#pragma unroll
+  for (int t = 0; t < kRouteMaxPerLane; ++t) {
+    const int i = lane + 32 * t;
+    p[t] = i < E ? expf(p[t] - mx) : 0.0f;
+    sum += p[t];
+  }
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  const float inv = float(1.0 / sum);
+#pragma unroll
+  for (int t = 0; t < kRouteMaxPerLane; ++t) p[t] *= inv;
+  float chosen_sum = 0;
+  float chosen[32];
+  int32_t chosen_id[32];
+  for (int j = 0; j < k; ++j) {
+    float best = -1.0f;
+    int32_t at = 0x7fffffff;
+#pragma unroll
+    for (int t = 0; t < kRouteMaxPerLane; ++t) {
+      const int i = lane + 32 * t;
+      if (i < E && p[t] >= 0.0f && (p[t] > best || (p[t] == best && i < at))) best = p[t], at = i;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float v = __shfl_xor_sync(0xffffffffu, best, o);
+      const int32_t i = __shfl_xor_sync(0xffffffffu, at, o);
+      if (v > best || (v == best && i < at)) best = v, at = i;
+    }
+#pragma unroll
+    for (int t = 0; t < kRouteMaxPerLane; ++t)
+      if (lane + 32 * t == at) p[t] = -1.0f;  // taken
+    chosen[j] = best;
+    chosen_id[j] = at;
+    chosen_sum += best;
+  }
+  if (lane == 0)
+    for (int j = 0; j < k; ++j) {
+      ids[j] = chosen_id[j];
+      weights[j] = renormalize && chosen_sum > 0 ? chosen[j] / chosen_sum : chosen[j];
+    }
+}
+
+// h[c] += sum over slots s of y[s * width + c] (the weighted expert outputs; slots in order: deterministic).
+__global__ void moe_combine_kernel(const float* y, int k, int64_t width, float* h) {
+  kernel_entry();
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= width) return;
+  float sum = 0;
+  for (int s = 0; s < k; ++s) sum += y[s * width + c];
+  h[c] += sum;
 }
 
 // The packed matvec's launch: few panels (a short, wide matrix such as down) get 32 warps a block, so the SMs still
@@ -1212,6 +1309,48 @@ void attention(const float* qkv, int64_t rows, const QkvParams& p, const int32_t
   launch(kernel, unsigned(rows * p.kv_heads * chunks),
          kSplitThreads, shared, stream, qkv, p, positions, kv, tables, chunk, chunks, partial, arrivals, out,
          g_attention_debug);
+}
+
+bool experts_routable(const ExpertMatrixRef& gate_up, const ExpertMatrixRef& down, int64_t experts, int64_t k) {
+  return decode_fusable(gate_up.shape) && decode_fusable(down.shape) && gate_up.shape.format >= 3 &&
+         down.shape.format >= 3 && experts <= 32 * kRouteMaxPerLane && k >= 1 && k <= 32 && k <= experts;
+}
+
+void route_topk(const float* logits, int64_t experts, int64_t k, bool renormalize, int32_t* ids, float* weights,
+                cudaStream_t stream) {
+  launch(route_topk_kernel, 1, 32, 0, stream, logits, int(experts), int(k), renormalize, ids, weights);
+}
+
+void routed_experts(const ExpertMatrixRef& gate_up, const ExpertMatrixRef& down, const void* const* blocks,
+                    const int32_t* ids, const float* weights, int64_t k, const float* x, float* gate_up_out,
+                    float* down_out, float* hidden, cudaStream_t stream) {
+  const int64_t inter = down.shape.cols, width = down.shape.rows;
+  {  // gate_up of every routed expert: k x 2I outputs
+    const int64_t panels = (gate_up.shape.rows + 15) / 16;
+    const bool wide = panels * k < 2 * 132;
+    auto kernel = gate_up.shape.bits == 8 ? (wide ? expert_matvec<8, 32, 0> : expert_matvec<8, kWarps, 0>)
+                                          : (wide ? expert_matvec<4, 32, 0> : expert_matvec<4, kWarps, 0>);
+    launch(kernel, unsigned(panels * k), wide ? 1024 : kThreads, 0, stream, gate_up, blocks, ids, panels, x,
+           int64_t(0), static_cast<const float*>(nullptr), gate_up_out, 2 * inter);
+  }
+  {  // down with the SiLU gate fused and the routing weight applied: k x H outputs
+    const int64_t panels = (down.shape.rows + 15) / 16;
+    const bool wide = panels * k < 2 * 132;
+    const size_t shared = size_t(inter) * 4;
+    auto kernel = down.shape.bits == 8 ? (wide ? expert_matvec<8, 32, 2> : expert_matvec<8, kWarps, 2>)
+                                       : (wide ? expert_matvec<4, 32, 2> : expert_matvec<4, kWarps, 2>);
+    static size_t allowed = 48 << 10;
+    if (shared > allowed) {
+      for (auto f : {expert_matvec<8, 32, 2>, expert_matvec<8, kWarps, 2>, expert_matvec<4, 32, 2>,
+                     expert_matvec<4, kWarps, 2>})
+        cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxStagedCols * 4));
+      allowed = size_t(kMaxStagedCols) * 4;
+    }
+    launch(kernel, unsigned(panels * k), wide ? 1024 : kThreads, shared, stream, down, blocks, ids, panels,
+           static_cast<const float*>(gate_up_out), 2 * inter, weights, down_out, width);
+  }
+  launch(moe_combine_kernel, blocks_for(width), 256, 0, stream, static_cast<const float*>(down_out), int(k), width,
+         hidden);
 }
 
 void silu_gate(const float* gate_up, int64_t rows, int64_t intermediate, float* out, cudaStream_t stream) {

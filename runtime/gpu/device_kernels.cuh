@@ -114,6 +114,25 @@ inline bool attention_can_fuse(const QkvParams& p) {
 void attention(const float* qkv, int64_t rows, const QkvParams& p, const int32_t* positions, const KvRef& kv,
                const PageTables& tables, int64_t max_len, bool fused, float* partial, int32_t* arrivals, float* out,
                cudaStream_t stream);
+// ---- MoE routing on the device (decode: one row, every expert of the layer resident in VRAM) ----
+// A packed expert matrix as a shape plus byte offsets into an expert's VRAM block (tiering::ExpertLayout parts).
+struct ExpertMatrixRef {
+  MatrixRef shape;          // format, rows, cols, scale type, group size, bits (its pointers unused)
+  uint64_t data = 0, scales = 0, biases = 0;
+  bool has_biases = false;
+};
+// True when routed_experts can run these (packed formats the fused decode kernels take, at most 512 experts and
+// k <= 32).
+bool experts_routable(const ExpertMatrixRef& gate_up, const ExpertMatrixRef& down, int64_t experts, int64_t k);
+// ids[j], weights[j] (j < k): the k most probable experts of softmax(logits[0..experts)), first index on ties,
+// weights renormalized to sum 1 when asked (the host's top_k).
+void route_topk(const float* logits, int64_t experts, int64_t k, bool renormalize, int32_t* ids, float* weights,
+                cudaStream_t stream);
+// hidden += sum_j weights[j] * down_j(silu(gate_j x) * up_j x) over the k routed experts, whose VRAM blocks are
+// blocks[ids[j]]; gate_up_out: k x 2I floats and down_out: k x H floats of scratch.
+void routed_experts(const ExpertMatrixRef& gate_up, const ExpertMatrixRef& down, const void* const* blocks,
+                    const int32_t* ids, const float* weights, int64_t k, const float* x, float* gate_up_out,
+                    float* down_out, float* hidden, cudaStream_t stream);
 // out[i][j] = silu(gu[i][j]) * gu[i][I + j]
 void silu_gate(const float* gate_up, int64_t rows, int64_t intermediate, float* out, cudaStream_t stream);
 // y[i] += x[i]

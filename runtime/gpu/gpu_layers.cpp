@@ -252,6 +252,12 @@ struct GpuLayers::Impl {
   std::vector<cudaEvent_t> slot_free;  // recorded on the compute stream after the last use of a slot
   std::vector<cudaEvent_t> slot_ready; // recorded on the copy stream after a fill
   std::unordered_map<int64_t, int64_t> slot_of;
+  // Device routing (decode of layers whose experts are all resident): a table of every (layer, expert)'s VRAM block
+  // (null where not resident), the expert matrices as offsets into a block, and scratch for the routed rows.
+  std::vector<bool> routes_on_device;  // per GPU layer
+  DeviceBuffer expert_table, route_ids, route_weights, routed_gate_up_out, routed_down_out;
+  device::ExpertMatrixRef routed_gate_up, routed_down;
+  bool device_routing = env_on("TIERLM_GPU_DEVICE_ROUTING");  // "0": always route on the host (A/B runs)
   GpuExpertStats stats;
   uint64_t weight_bytes = 0;
   // Profiling (options.profile): an event before each operation; after the step's sync, the time to the next event
@@ -531,6 +537,51 @@ struct GpuLayers::Impl {
     const size_t route = size_t(max_chunk * c.num_experts_per_tok) * 8;
     moe_dev = DeviceBuffer(vram, "scratch", route);
     moe_host = PinnedBuffer(options.host_ledger, route);
+    setup_device_routing();
+  }
+
+  // Layers whose experts are all resident route decode rows on the device, when the kernels take the format.
+  void setup_device_routing() {
+    const int64_t E = c.num_experts, k = c.num_experts_per_tok;
+    routes_on_device.assign(size_t(gpu_layers), false);
+    if (!device_routing || resident.empty()) return;
+    const char* some = static_cast<const char*>(resident.begin()->second.as());
+    const tiering::ExpertViews v = expert_layout.views(some);
+    auto as_offsets = [&](const kernels::WeightView& m) {
+      device::ExpertMatrixRef r;
+      r.shape = matrix_ref(m, nullptr, nullptr, nullptr);
+      r.data = uint64_t(static_cast<const char*>(m.data) - some);
+      r.scales = m.scales ? uint64_t(static_cast<const char*>(m.scales) - some) : 0;
+      r.has_biases = m.biases != nullptr && m.format != kernels::WeightFormat::q8_0;
+      r.biases = r.has_biases ? uint64_t(static_cast<const char*>(m.biases) - some) : 0;
+      return r;
+    };
+    routed_gate_up = as_offsets(v.gate_up);
+    routed_down = as_offsets(v.down);
+    if (!device::experts_routable(routed_gate_up, routed_down, E, k)) return;
+    std::vector<const void*> table(size_t(gpu_layers * E), nullptr);
+    bool any = false;
+    for (int64_t l = 0; l < gpu_layers; ++l) {
+      bool all = true;
+      for (int64_t e = 0; e < E; ++e) {
+        const auto it = resident.find(l * E + e);
+        if (it == resident.end()) {
+          all = false;
+        } else {
+          table[size_t(l * E + e)] = it->second.as();
+        }
+      }
+      routes_on_device[size_t(l)] = all;
+      any |= all;
+    }
+    if (!any) return;
+    expert_table = DeviceBuffer(vram, "scratch", table.size() * sizeof(void*));
+    check(cudaMemcpy(expert_table.as(), table.data(), table.size() * sizeof(void*), cudaMemcpyHostToDevice),
+          "expert table");
+    route_ids = DeviceBuffer(vram, "scratch", size_t(k) * 4);
+    route_weights = DeviceBuffer(vram, "scratch", size_t(k) * 4);
+    routed_gate_up_out = DeviceBuffer(vram, "scratch", size_t(k * routed_gate_up.shape.rows) * 4);
+    routed_down_out = DeviceBuffer(vram, "scratch", size_t(k * routed_down.shape.rows) * 4);
   }
 
   // Host block of an expert (from the host expert cache: resident, cached, or read from NVMe now).
@@ -721,13 +772,21 @@ struct GpuLayers::Impl {
     };
     // A dense decode step is the same launches every time (positions, KV tables, tokens and head rows are read
     // from device memory), so it is captured once per shape into a CUDA graph and replayed: one launch instead of
-    // ~10 per layer. MoE layers route on the host mid-step, and the cuBLAS path (> kMaxMatvecRows rows) may
-    // allocate workspace, so those run eagerly, as do profiled runs (events per operation).
-    if (!c.arch.moe && n <= device::kMaxMatvecRows && !options.profile && use_graph) {
+    // ~10 per layer; so is a MoE decode step whose layers all route on the device. MoE layers that route on the
+    // host mid-step, and the cuBLAS path (> kMaxMatvecRows rows), which may allocate workspace, run eagerly, as do
+    // profiled runs (events per operation).
+    const bool host_free = !c.arch.moe || (n == 1 && gpu_layers > 0 &&
+                                           std::all_of(routes_on_device.begin(), routes_on_device.end(),
+                                                       [](bool b) { return b; }));
+    if (host_free && n <= device::kMaxMatvecRows && !options.profile && use_graph) {
       const GraphKey key{n, first_pass, one_row_per_sequence, argmax, device_embed};
       cudaGraphExec_t exec = nullptr;
       for (const auto& [k, e] : graphs)
         if (k == key) exec = e;
+      if (exec && c.arch.moe) {  // a replay: what kernels() counts when it records the routed layers
+        stats.resident_hits += uint64_t(gpu_layers * c.num_experts_per_tok);
+        stats.device_routed += uint64_t(gpu_layers);
+      }
       if (!exec) {
         check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
         kernels();
@@ -895,7 +954,38 @@ struct GpuLayers::Impl {
     const int64_t H = c.hidden_size, E = c.num_experts, k = c.num_experts_per_tok;
     float* h = hidden.as<float>();
     const float* x = normed.as<float>();
-    // Routing needs the router's output on the host: one small download per MoE layer.
+    if (n == 1 && routes_on_device[size_t(l)]) {
+      // Decode with every expert of the layer in VRAM: routing, the k experts and their weighted sum on the device
+      // (4 kernels, no host round trip, so the step can be one CUDA graph).
+      mark("moe: router + device routing + experts");
+      multiply(d.router.ref, x, 1, router_dev.as<float>(), E, false);
+      device::route_topk(router_dev.as<float>(), E, k, c.arch.moe_renormalize || c.norm_topk_prob,
+                         route_ids.as<int32_t>(), route_weights.as<float>(), stream);
+      device::routed_experts(routed_gate_up, routed_down, expert_table.as<const void* const>() + l * E,
+                             route_ids.as<int32_t>(), route_weights.as<float>(), k, x, routed_gate_up_out.as<float>(),
+                             routed_down_out.as<float>(), h, stream);
+      stats.resident_hits += uint64_t(k);
+      ++stats.device_routed;
+    } else {
+      host_routed(l, n);
+    }
+    if (c.arch.shared_expert) {
+      mark("moe: shared expert");
+      const int64_t S = c.shared_expert_intermediate_size;
+      multiply(d.shared_gate_up.ref, x, n, ffn.as<float>(), 2 * S, false);
+      device::silu_gate(ffn.as<float>(), n, S, act.as<float>(), stream);
+      multiply(d.shared_down.ref, act.as<float>(), n, out.as<float>(), H, false);
+      device::sigmoid_gate_add(x, d.shared_expert_gate.as<float>(), out.as<float>(), n, H, h, stream);
+    }
+  }
+
+  // The routed experts with routing on the host: the router's output comes down (one small download and a sync per
+  // MoE layer), and experts missing in VRAM are copied from the host expert cache through pinned staging.
+  void host_routed(int64_t l, int64_t n) {
+    const DeviceLayer& d = layers[size_t(l)];
+    const int64_t H = c.hidden_size, E = c.num_experts, k = c.num_experts_per_tok;
+    float* h = hidden.as<float>();
+    const float* x = normed.as<float>();
     mark("moe: router + host routing");
     multiply(d.router.ref, x, n, router_dev.as<float>(), E, false);
     check(cudaMemcpyAsync(router_host.as(), router_dev.as(), size_t(n * E) * 4, cudaMemcpyDeviceToHost, stream),
@@ -995,14 +1085,6 @@ struct GpuLayers::Impl {
       multiply(down, act.as<float>(), m, out.as<float>(), H, false);
       device::scatter_add_rows(out.as<float>(), idx, weights_dev + offset[size_t(e)], m, H, h, stream);
       if (slot >= 0) check(cudaEventRecord(slot_free[size_t(slot)], stream), "slot free");
-    }
-    if (c.arch.shared_expert) {
-      mark("moe: shared expert");
-      const int64_t S = c.shared_expert_intermediate_size;
-      multiply(d.shared_gate_up.ref, x, n, ffn.as<float>(), 2 * S, false);
-      device::silu_gate(ffn.as<float>(), n, S, act.as<float>(), stream);
-      multiply(d.shared_down.ref, act.as<float>(), n, out.as<float>(), H, false);
-      device::sigmoid_gate_add(x, d.shared_expert_gate.as<float>(), out.as<float>(), n, H, h, stream);
     }
   }
 };

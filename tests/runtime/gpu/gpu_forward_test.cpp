@@ -181,8 +181,9 @@ Comparison compare_traces(const Trace& ours, const Trace& oracle, int64_t V, dou
   return c;
 }
 
+// all_resident: every expert of the GPU layers resident in VRAM, so decode rows route on the device.
 void compare(const std::string& name, std::optional<kernels::WeightFormat> format, gpu::GpuKvCodec codec,
-             double tolerance) {
+             double tolerance, bool all_resident = false) {
   tiering::Ledger ledger;
   model::LoadOptions options;
   options.ledger = &ledger;
@@ -212,7 +213,10 @@ void compare(const std::string& name, std::optional<kernels::WeightFormat> forma
     gpu::GpuOptions o;
     o.layers = layers;
     o.kv_codec = codec;
-    if (q.config.arch.moe) {
+    if (q.config.arch.moe && all_resident) {
+      for (int64_t l = 0; l < layers; ++l)
+        for (int64_t e = 0; e < q.config.num_experts; ++e) o.resident_experts.push_back({l, e});
+    } else if (q.config.arch.moe) {
       for (int64_t e = 0; e < q.config.num_experts / 2; ++e) o.resident_experts.push_back({0, e});
       o.expert_slots = q.config.num_experts_per_tok;  // the fewest: misses copy from the host cache
     }
@@ -221,20 +225,26 @@ void compare(const std::string& name, std::optional<kernels::WeightFormat> forma
     const Comparison c = compare_traces(ours, oracle, V, tolerance, &undecided, /*allow_near_ties=*/q8);
     const gpu::GpuExpertStats st = g->expert_stats();
     std::printf("[ GPU-EXACT] %-12s %-6s kv=%s gpu_layers=%lld: max relative logit error %.3g, top-1 same %d/%d "
-                "(%d undecided rows left out, %d near-ties); experts resident %llu slot %llu miss %llu; vram peak %.2f MB\n",
+                "(%d undecided rows left out, %d near-ties); experts resident %llu slot %llu miss %llu, %llu layer "
+                "steps routed on the device; vram peak %.2f MB\n",
                 name.c_str(), format ? kernels::format_name(*format) : "stored", q8 ? "q8" : "f16",
                 (long long)layers, c.worst, c.same_top1, c.rows, c.skipped, c.near_ties, (unsigned long long)st.resident_hits,
                 (unsigned long long)st.slot_hits, (unsigned long long)st.misses,
-                double(g->vram_ledger().peak()) / 1e6);
+                (unsigned long long)st.device_routed, double(g->vram_ledger().peak()) / 1e6);
     std::string bad_rows;
     for (size_t r = 0; r < c.bad.size(); ++r)
       if (c.bad[r]) bad_rows += (bad_rows.empty() ? "" : ",") + std::to_string(r);
     if (!bad_rows.empty()) std::printf("[ BAD ROWS ] %s (rows 0-%zu prompt, then decode)\n", bad_rows.c_str(), kPrompt.size() - 1);
     EXPECT_EQ(c.same_top1, c.rows) << name << " gpu_layers=" << layers;
     EXPECT_LE(c.worst, tolerance) << name << " gpu_layers=" << layers;
-    if (q.config.arch.moe && layers == q.config.num_layers) {
+    if (q.config.arch.moe && all_resident) {
+      // Every decode step routes every GPU layer on the device (the prompt routes on the host: 10 rows).
+      EXPECT_EQ(st.device_routed, uint64_t(kSteps * layers)) << name;
+      EXPECT_EQ(st.misses, 0u);
+    } else if (q.config.arch.moe && layers == q.config.num_layers) {
       EXPECT_GT(st.resident_hits, 0u);
       EXPECT_GT(st.misses, 0u);
+      EXPECT_EQ(st.device_routed, 0u);
     }
   }
 }
@@ -263,6 +273,20 @@ TEST_P(GpuFixture, Q4MatchesExactMath) {
   SKIP_WITHOUT_GPU();
   if (GetParam().find("mlx") != std::string::npos) GTEST_SKIP() << "MLX files stay MLX";
   compare(GetParam(), kernels::WeightFormat::q4, gpu::GpuKvCodec::f16, 1e-2);
+}
+
+// MoE with every expert in VRAM: decode routes on the device (top-k, the k experts and their weighted sum in
+// kernels, the step one CUDA graph), against the same oracle.
+TEST_P(GpuFixture, Q4AllExpertsInVramMatchesExactMath) {
+  SKIP_WITHOUT_GPU();
+  if (GetParam().find("moe") == std::string::npos && GetParam() != "mixtral") GTEST_SKIP() << "dense model";
+  compare(GetParam(), kernels::WeightFormat::q4, gpu::GpuKvCodec::f16, 1e-2, /*all_resident=*/true);
+}
+
+TEST_P(GpuFixture, Q8AllExpertsInVramMatchesExactMath) {
+  SKIP_WITHOUT_GPU();
+  if (GetParam().find("moe") == std::string::npos && GetParam() != "mixtral") GTEST_SKIP() << "dense model";
+  compare(GetParam(), kernels::WeightFormat::q8_0, gpu::GpuKvCodec::f16, 1e-2, /*all_resident=*/true);
 }
 
 TEST_P(GpuFixture, Q8KvMatchesExactMath) {

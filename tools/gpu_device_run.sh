@@ -31,7 +31,7 @@ grep -E "Failure|Which is|FAILED|PASSED|error" "$OUT/kernels.log" | head -30
 # QUICK=1: one correctness pass, no sanitizers, no benchmarks.
 for i in $([ "${QUICK:-0}" = 1 ] && echo 1 || echo 1 2); do
   timeout 200 /tmp/devlibs/gpu_forward_test 2>&1 | grep -vE '^\[ +(RUN|OK) ' > "$OUT/test$i.log"
-  grep -E "GPU-EXACT|PAGED-KV|STAGING|PROBE|FAILED|PASSED|Failure" "$OUT/test$i.log" | grep -vE "top-1 same ([0-9]+)/\1 \(" | cut -c1-200 | tail -40
+  grep -E "GPU-EXACT|PAGED-KV|STAGING|MOE-ROUTE|PROBE|FAILED|PASSED|Failure" "$OUT/test$i.log" | grep -vE "top-1 same ([0-9]+)/\1 \(" | cut -c1-200 | tail -40
 done
 cases='*StoredPrecisionMatchesExactMath/8:*Q8KvMatchesExactMath/0:*Q8MatchesExactMath/6:*StoredPrecisionMatchesExactMath/9:GpuPagedKv.*'
 for tool in $([ "${QUICK:-0}" = 1 ] || echo memcheck initcheck racecheck); do

@@ -395,15 +395,16 @@ __global__ void __launch_bounds__(WARPS * 32) packed_matvec(MatrixRef w, const f
                                                     1.0f);
 }
 
-// One x row through the k routed experts of a MoE layer, all resident in VRAM (the device routing of decode):
-// block b takes panel b % panels of the expert ids[b / panels], whose block is blocks[ids[...]] (the matrix at
-// e.data / e.scales / e.biases bytes into it). Slot s reads x + s * x_stride and writes y + s * y_stride, scaled by
-// weights[s] when weights is given. The ids come from the previous kernel, so it waits before any load.
+// Rows through their routed experts of a MoE layer, all resident in VRAM (the device routing of decode): block b
+// takes panel b % panels of slot s = b / panels, the expert ids[s], whose block is blocks[ids[s]] (the matrix at
+// e.data / e.scales / e.biases bytes into it). Slot s reads x + (s / x_group) * x_stride (gate_up: the slots of a
+// row share its x; down: each slot its own gate_up output) and writes y + s * y_stride, scaled by weights[s] when
+// weights is given. The ids come from the previous kernel, so it waits before any load.
 template <int BITS, int WARPS, int XMODE>
 __global__ void __launch_bounds__(WARPS * 32) expert_matvec(ExpertMatrixRef e, const void* const* blocks,
                                                           const int32_t* ids, int64_t panels, const float* x,
-                                                          int64_t x_stride, const float* weights, float* y,
-                                                          int64_t y_stride) {
+                                                          int64_t x_group, int64_t x_stride, const float* weights,
+                                                          float* y, int64_t y_stride) {
   kernel_entry();
   const int64_t slot = blockIdx.x / panels, panel = blockIdx.x % panels;
   const char* base = static_cast<const char*>(blocks[ids[slot]]);
@@ -411,17 +412,20 @@ __global__ void __launch_bounds__(WARPS * 32) expert_matvec(ExpertMatrixRef e, c
   w.data = base + e.data;
   w.scales = base + e.scales;
   w.biases = e.has_biases ? base + e.biases : nullptr;
-  packed_matvec_body<1, BITS, WARPS, XMODE, true>(w, panel, x + slot * x_stride, 0, nullptr, 0.0f,
+  packed_matvec_body<1, BITS, WARPS, XMODE, true>(w, panel, x + (slot / x_group) * x_stride, 0, nullptr, 0.0f,
                                                   y + slot * y_stride, 0, false, weights ? weights[slot] : 1.0f);
 }
 
-// Routing of one row (decode) on one warp: softmax over the router's E logits, the k largest (first index on
-// ties), renormalized when asked: the host's arithmetic (GpuLayers::top_k, engine::softmax: float exps, a double
-// sum). Up to kRouteMaxPerLane * 32 experts.
+// Routing of one row per block (one warp): softmax over the router's E logits, the k largest (first index on ties),
+// renormalized when asked: the host's arithmetic (GpuLayers::top_k, engine::softmax: float exps, a double sum).
+// Up to kRouteMaxPerLane * 32 experts.
 constexpr int kRouteMaxPerLane = 16;
 __global__ void route_topk_kernel(const float* logits, int E, int k, bool renormalize, int32_t* ids, float* weights) {
   kernel_entry();
   const int lane = threadIdx.x;
+  logits += int64_t(blockIdx.x) * E;
+  ids += int64_t(blockIdx.x) * k;
+  weights += int64_t(blockIdx.x) * k;
   float p[kRouteMaxPerLane];
   float mx = -INFINITY;
 #pragma unroll
@@ -472,14 +476,16 @@ __global__ void route_topk_kernel(const float* logits, int E, int k, bool renorm
     }
 }
 
-// h[c] += sum over slots s of y[s * width + c] (the weighted expert outputs; slots in order: deterministic).
-__global__ void moe_combine_kernel(const float* y, int k, int64_t width, float* h) {
+// h[r * width + c] += sum over the row's slots s of y[(r * k + s) * width + c] (the weighted expert outputs, in
+// slot order: deterministic), for rows * width elements.
+__global__ void moe_combine_kernel(const float* y, int k, int64_t rows, int64_t width, float* h) {
   kernel_entry();
-  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= width) return;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * width) return;
+  const int64_t r = i / width, c = i % width;
   float sum = 0;
-  for (int s = 0; s < k; ++s) sum += y[s * width + c];
-  h[c] += sum;
+  for (int s = 0; s < k; ++s) sum += y[(r * k + s) * width + c];
+  h[i] += sum;
 }
 
 // The packed matvec's launch: few panels (a short, wide matrix such as down) get 32 warps a block, so the SMs still
@@ -1316,22 +1322,22 @@ bool experts_routable(const ExpertMatrixRef& gate_up, const ExpertMatrixRef& dow
          down.shape.format >= 3 && experts <= 32 * kRouteMaxPerLane && k >= 1 && k <= 32 && k <= experts;
 }
 
-void route_topk(const float* logits, int64_t experts, int64_t k, bool renormalize, int32_t* ids, float* weights,
-                cudaStream_t stream) {
-  launch(route_topk_kernel, 1, 32, 0, stream, logits, int(experts), int(k), renormalize, ids, weights);
+void route_topk(const float* logits, int64_t rows, int64_t experts, int64_t k, bool renormalize, int32_t* ids,
+                float* weights, cudaStream_t stream) {
+  launch(route_topk_kernel, unsigned(rows), 32, 0, stream, logits, int(experts), int(k), renormalize, ids, weights);
 }
 
 void routed_experts(const ExpertMatrixRef& gate_up, const ExpertMatrixRef& down, const void* const* blocks,
-                    const int32_t* ids, const float* weights, int64_t k, const float* x, float* gate_up_out,
-                    float* down_out, float* hidden, cudaStream_t stream) {
-  const int64_t inter = down.shape.cols, width = down.shape.rows;
+                    const int32_t* ids, const float* weights, int64_t rows, int64_t k_per_row, const float* x,
+                    float* gate_up_out, float* down_out, float* hidden, cudaStream_t stream) {
+  const int64_t inter = down.shape.cols, width = down.shape.rows, k = rows * k_per_row;
   {  // gate_up of every routed expert: k x 2I outputs
     const int64_t panels = (gate_up.shape.rows + 15) / 16;
     const bool wide = panels * k < 2 * 132;
     auto kernel = gate_up.shape.bits == 8 ? (wide ? expert_matvec<8, 32, 0> : expert_matvec<8, kWarps, 0>)
                                           : (wide ? expert_matvec<4, 32, 0> : expert_matvec<4, kWarps, 0>);
     launch(kernel, unsigned(panels * k), wide ? 1024 : kThreads, 0, stream, gate_up, blocks, ids, panels, x,
-           int64_t(0), static_cast<const float*>(nullptr), gate_up_out, 2 * inter);
+           k_per_row, width, static_cast<const float*>(nullptr), gate_up_out, 2 * inter);
   }
   {  // down with the SiLU gate fused and the routing weight applied: k x H outputs
     const int64_t panels = (down.shape.rows + 15) / 16;
@@ -1347,10 +1353,10 @@ void routed_experts(const ExpertMatrixRef& gate_up, const ExpertMatrixRef& down,
       allowed = size_t(kMaxStagedCols) * 4;
     }
     launch(kernel, unsigned(panels * k), wide ? 1024 : kThreads, shared, stream, down, blocks, ids, panels,
-           static_cast<const float*>(gate_up_out), 2 * inter, weights, down_out, width);
+           static_cast<const float*>(gate_up_out), int64_t(1), 2 * inter, weights, down_out, width);
   }
-  launch(moe_combine_kernel, blocks_for(width), 256, 0, stream, static_cast<const float*>(down_out), int(k), width,
-         hidden);
+  launch(moe_combine_kernel, blocks_for(rows * width), 256, 0, stream, static_cast<const float*>(down_out),
+         int(k_per_row), rows, width, hidden);
 }
 
 void silu_gate(const float* gate_up, int64_t rows, int64_t intermediate, float* out, cudaStream_t stream) {

@@ -124,15 +124,16 @@ struct ExpertMatrixRef {
 // True when routed_experts can run these (packed formats the fused decode kernels take, at most 512 experts and
 // k <= 32).
 bool experts_routable(const ExpertMatrixRef& gate_up, const ExpertMatrixRef& down, int64_t experts, int64_t k);
-// ids[j], weights[j] (j < k): the k most probable experts of softmax(logits[0..experts)), first index on ties,
-// weights renormalized to sum 1 when asked (the host's top_k).
-void route_topk(const float* logits, int64_t experts, int64_t k, bool renormalize, int32_t* ids, float* weights,
-                cudaStream_t stream);
-// hidden += sum_j weights[j] * down_j(silu(gate_j x) * up_j x) over the k routed experts, whose VRAM blocks are
-// blocks[ids[j]]; gate_up_out: k x 2I floats and down_out: k x H floats of scratch.
+// Per row r < rows: ids[r*k + j], weights[r*k + j] (j < k): the k most probable experts of softmax(logits[r*experts
+// ..+experts)), first index on ties, weights renormalized to sum 1 when asked (the host's top_k).
+void route_topk(const float* logits, int64_t rows, int64_t experts, int64_t k, bool renormalize, int32_t* ids,
+                float* weights, cudaStream_t stream);
+// hidden[r] += sum_j weights[r*k + j] * down_j(silu(gate_j x[r]) * up_j x[r]) over each row's k routed experts,
+// whose VRAM blocks are blocks[ids[r*k + j]]; gate_up_out: rows*k x 2I floats and down_out: rows*k x H floats of
+// scratch. x and hidden: rows x H.
 void routed_experts(const ExpertMatrixRef& gate_up, const ExpertMatrixRef& down, const void* const* blocks,
-                    const int32_t* ids, const float* weights, int64_t k, const float* x, float* gate_up_out,
-                    float* down_out, float* hidden, cudaStream_t stream);
+                    const int32_t* ids, const float* weights, int64_t rows, int64_t k, const float* x,
+                    float* gate_up_out, float* down_out, float* hidden, cudaStream_t stream);
 // out[i][j] = silu(gu[i][j]) * gu[i][I + j]
 void silu_gate(const float* gate_up, int64_t rows, int64_t intermediate, float* out, cudaStream_t stream);
 // y[i] += x[i]

@@ -578,10 +578,11 @@ struct GpuLayers::Impl {
     expert_table = DeviceBuffer(vram, "scratch", table.size() * sizeof(void*));
     check(cudaMemcpy(expert_table.as(), table.data(), table.size() * sizeof(void*), cudaMemcpyHostToDevice),
           "expert table");
-    route_ids = DeviceBuffer(vram, "scratch", size_t(k) * 4);
-    route_weights = DeviceBuffer(vram, "scratch", size_t(k) * 4);
-    routed_gate_up_out = DeviceBuffer(vram, "scratch", size_t(k * routed_gate_up.shape.rows) * 4);
-    routed_down_out = DeviceBuffer(vram, "scratch", size_t(k * routed_down.shape.rows) * 4);
+    const int64_t slots = device::kMaxMatvecRows * k;  // (row, choice) pairs of the largest routed step
+    route_ids = DeviceBuffer(vram, "scratch", size_t(slots) * 4);
+    route_weights = DeviceBuffer(vram, "scratch", size_t(slots) * 4);
+    routed_gate_up_out = DeviceBuffer(vram, "scratch", size_t(slots * routed_gate_up.shape.rows) * 4);
+    routed_down_out = DeviceBuffer(vram, "scratch", size_t(slots * routed_down.shape.rows) * 4);
   }
 
   // Host block of an expert (from the host expert cache: resident, cached, or read from NVMe now).
@@ -775,16 +776,16 @@ struct GpuLayers::Impl {
     // ~10 per layer; so is a MoE decode step whose layers all route on the device. MoE layers that route on the
     // host mid-step, and the cuBLAS path (> kMaxMatvecRows rows), which may allocate workspace, run eagerly, as do
     // profiled runs (events per operation).
-    const bool host_free = !c.arch.moe || (n == 1 && gpu_layers > 0 &&
-                                           std::all_of(routes_on_device.begin(), routes_on_device.end(),
-                                                       [](bool b) { return b; }));
+    const bool host_free = !c.arch.moe || (gpu_layers > 0 && std::all_of(routes_on_device.begin(),
+                                                                         routes_on_device.end(),
+                                                                         [](bool b) { return b; }));
     if (host_free && n <= device::kMaxMatvecRows && !options.profile && use_graph) {
       const GraphKey key{n, first_pass, one_row_per_sequence, argmax, device_embed};
       cudaGraphExec_t exec = nullptr;
       for (const auto& [k, e] : graphs)
         if (k == key) exec = e;
       if (exec && c.arch.moe) {  // a replay: what kernels() counts when it records the routed layers
-        stats.resident_hits += uint64_t(gpu_layers * c.num_experts_per_tok);
+        stats.resident_hits += uint64_t(gpu_layers * n * c.num_experts_per_tok);
         stats.device_routed += uint64_t(gpu_layers);
       }
       if (!exec) {
@@ -954,17 +955,17 @@ struct GpuLayers::Impl {
     const int64_t H = c.hidden_size, E = c.num_experts, k = c.num_experts_per_tok;
     float* h = hidden.as<float>();
     const float* x = normed.as<float>();
-    if (n == 1 && routes_on_device[size_t(l)]) {
-      // Decode with every expert of the layer in VRAM: routing, the k experts and their weighted sum on the device
-      // (4 kernels, no host round trip, so the step can be one CUDA graph).
+    if (n <= device::kMaxMatvecRows && routes_on_device[size_t(l)]) {
+      // Decode (up to kMaxMatvecRows rows) with every expert of the layer in VRAM: routing, the routed experts and
+      // their weighted sum on the device (5 kernels, no host round trip, so the step can be one CUDA graph).
       mark("moe: router + device routing + experts");
-      multiply(d.router.ref, x, 1, router_dev.as<float>(), E, false);
-      device::route_topk(router_dev.as<float>(), E, k, c.arch.moe_renormalize || c.norm_topk_prob,
+      multiply(d.router.ref, x, n, router_dev.as<float>(), E, false);
+      device::route_topk(router_dev.as<float>(), n, E, k, c.arch.moe_renormalize || c.norm_topk_prob,
                          route_ids.as<int32_t>(), route_weights.as<float>(), stream);
       device::routed_experts(routed_gate_up, routed_down, expert_table.as<const void* const>() + l * E,
-                             route_ids.as<int32_t>(), route_weights.as<float>(), k, x, routed_gate_up_out.as<float>(),
-                             routed_down_out.as<float>(), h, stream);
-      stats.resident_hits += uint64_t(k);
+                             route_ids.as<int32_t>(), route_weights.as<float>(), n, k, x,
+                             routed_gate_up_out.as<float>(), routed_down_out.as<float>(), h, stream);
+      stats.resident_hits += uint64_t(n * k);
       ++stats.device_routed;
     } else {
       host_routed(l, n);

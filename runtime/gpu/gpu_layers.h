@@ -78,7 +78,7 @@ struct GpuStep {
 struct GpuExpertStats {
   uint64_t resident_hits = 0, slot_hits = 0, misses = 0;
   uint64_t bytes_copied = 0;          // host -> VRAM expert bytes
-  uint64_t device_routed = 0;         // MoE layer steps routed on the device (decode, every expert resident)
+  uint64_t device_routed = 0;         // MoE layer steps routed on the device (<= 4 rows, every expert resident)
 };
 
 class GpuLayers {

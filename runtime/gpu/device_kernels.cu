@@ -883,10 +883,8 @@ constexpr int kSplitThreads = 128;
 constexpr int kSplitWarps = kSplitThreads / 32;
 
 // Positions per block of the split attention: one KV page (64), more (whole pages) only where max_len would need
-// over 256 blocks per head.
-// Positions per attention block: one page, doubled only to keep the grid at <= 256 chunks. (Chunks of 128 or 256
-// positions were slower at every length on the H100: len 640 decode 15.7 us -> 24.6 / 38.5 us; the block's
-// dependent phases, not the grid, bound it.)
+// over 256 blocks per head. (Chunks of 128 or 256 positions were slower at every length on the H100: len 640
+// decode 15.7 us -> 24.6 / 38.5 us; the block's dependent phases, not the grid, bound it.)
 int64_t attention_chunk(int64_t max_len) {
   int64_t chunk = kKvPage;
   while ((max_len + chunk - 1) / chunk > 256) chunk *= 2;

@@ -131,7 +131,8 @@ int main(int argc, char** argv) {
     for (const auto& [mask, what] : {std::pair<int, const char*>{1, "merge"}, {4, "key loads"}, {8, "value loads"},
                                      {16, "prefetch"}, {32, "rope/store"}, {1 | 4 | 8 | 32, "all but q"},
                                      {64 | 1, "scores loop, merge"}, {128 | 1, "values pass, merge"},
-                                     {512 | 32, "all after q"}, {1024, "all after the wait"}})
+                                     {512 | 32, "all after q"}, {1024, "all after the wait"},
+                                     {2048, "K/V staging (loads from global)"}})
       if (const auto t = gpu::probe_attention(32, 8, 64, 640, true, mask)) std::printf("  %s %.2f", what, *t);
     std::printf("\n");
   }

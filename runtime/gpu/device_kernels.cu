@@ -16,6 +16,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdlib>
 #include <utility>
 
 namespace tierlm::gpu::device {
@@ -28,6 +29,12 @@ constexpr int kUnroll = 4;
 
 bool g_programmatic = true;
 int g_attention_debug = 0;  // diagnostics only (probe_attention): phases to skip
+// Decode attention stages the chunk's K/V in shared memory before the wait; TIERLM_GPU_ATTENTION_STAGE=0 turns it off
+// (A/B runs).
+bool g_attention_stage = [] {
+  const char* v = std::getenv("TIERLM_GPU_ATTENTION_STAGE");
+  return !(v && v[0] == '0' && v[1] == 0);
+}();
 int g_dense_rows = 0;  // rows per block of the decode matvec: 0 auto, 4 or 8; -1: never (diagnostics)
 
 // Launch with the programmatic-stream-serialization attribute (or plainly when switched off).
@@ -932,12 +939,18 @@ __device__ void prepare_head_vector(float* v, int64_t hd, const float* bias, con
   __syncwarp();
 }
 
-// One warp writes a K or V vector (shared memory) at pool row `at` in the codec (rope_store_kernel's arithmetic).
-__device__ void store_kv_vector(const float* v, int64_t hd, const KvRef& kv, bool key, int64_t at) {
+// One warp writes a K or V vector (shared memory) at pool row `at` in the codec (rope_store_kernel's arithmetic),
+// and the same bytes into copy_row / copy_scales (the block's staged chunk) when given.
+__device__ void store_kv_vector(const float* v, int64_t hd, const KvRef& kv, bool key, int64_t at,
+                                void* copy_row = nullptr, float* copy_scales = nullptr) {
   const int lane = threadIdx.x % 32;
   if (kv.codec == 0) {
     __half* dst = static_cast<__half*>(key ? kv.keys : kv.values) + at * hd;
-    for (int64_t j = lane; j < hd; j += 32) dst[j] = __float2half(v[j]);
+    for (int64_t j = lane; j < hd; j += 32) {
+      const __half x = __float2half(v[j]);
+      dst[j] = x;
+      if (copy_row) static_cast<__half*>(copy_row)[j] = x;
+    }
     return;
   }
   const int block = q8_block(hd), nb = int(hd / block);
@@ -948,9 +961,37 @@ __device__ void store_kv_vector(const float* v, int64_t hd, const KvRef& kv, boo
     float amax = 0;
     for (int k = 0; k < block; ++k) amax = fmaxf(amax, fabsf(v[b * block + k]));
     const float scale = __half2float(__float2half_rn(amax / 127.0f)), inv = scale > 0 ? 1.0f / scale : 0.0f;
-    dst[j] = int8_t(fminf(fmaxf(roundf(v[j] * inv), -127.0f), 127.0f));
-    if (j % block == 0) scales[b] = scale;
+    const int8_t code = int8_t(fminf(fmaxf(roundf(v[j] * inv), -127.0f), 127.0f));
+    dst[j] = code;
+    if (copy_row) static_cast<int8_t*>(copy_row)[j] = code;
+    if (j % block == 0) {
+      scales[b] = scale;
+      if (copy_scales) copy_scales[b] = scale;
+    }
   }
+}
+
+// Eight K/V elements of chunk position t from the block's staged copy (rows: chunk x hd in the codec; scales:
+// chunk x hd / q8_block floats for q8), as kv_load8 reads them from the pool.
+__device__ __forceinline__ void staged_load8(const void* rows, const float* scales, int codec, int64_t t, int64_t hd,
+                                             int64_t j, float* out) {
+  if (codec == 0) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const __half*>(rows) + t * hd + j);
+    const __half2* h = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 f = __half22float2(h[k]);
+      out[2 * k] = f.x;
+      out[2 * k + 1] = f.y;
+    }
+    return;
+  }
+  const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const int8_t*>(rows) + t * hd + j);
+  const int8_t* c = reinterpret_cast<const int8_t*>(&raw);
+  const int block = q8_block(hd);
+  const float scale = scales[t * (hd / block) + j / block];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) out[k] = float(c[k]) * scale;
 }
 
 // HD: the head dim at compile time (64, 128) so the key loads of a position go out together; 0: p.head_dim.
@@ -959,10 +1000,44 @@ __global__ void __launch_bounds__(kSplitThreads) attention_group_kernel(const fl
                                                                        const int32_t* positions, KvRef kv,
                                                                        PageTables tables, int64_t chunk,
                                                                        int64_t chunks, float* partial,
-                                                                       int32_t* arrivals, float* out, int debug) {
-  extern __shared__ float dynamic[];  // q[group][hd], scores[group][chunk], sums[kAttentionSums]
+                                                                       int32_t* arrivals, float* out, int debug,
+                                                                       bool stage) {
+  // q[group][hd], scores[group][chunk], sums[kAttentionSums], then with `stage`: the chunk's keys and values in the
+  // codec ([chunk][hd] each) and, for q8, their scales ([chunk][hd / q8_block] each).
+  extern __shared__ float dynamic[];
   let_next_kernel_start();
-  if (!(debug & 16)) {
+  if (FUSED && stage) {
+    // Decode: the chunk's positions before this step's (written by earlier steps) depend on nothing this step
+    // computes, so they are copied into shared memory before the wait, while the qkv matvec finishes; after it,
+    // only this step's position (which this kernel writes) is missing, and the block that writes it adds it here
+    // too. The scores and values passes then read shared memory only.
+    const int64_t hd = HD > 0 ? HD : p.head_dim, group = p.heads / p.kv_heads;
+    const int64_t rkvh = int(blockIdx.x) / int(chunks), r = int(rkvh) / int(p.kv_heads), h = int(rkvh) % int(p.kv_heads);
+    const int64_t t0 = (int(blockIdx.x) % int(chunks)) * chunk;
+    const int64_t older = min(int64_t(positions[r]), t0 + chunk) - t0;
+    const int32_t* table = tables.pages + tables.seq_of_row[r] * tables.stride;
+    const int64_t row_bytes = hd * (kv.codec == 0 ? 2 : 1), words = row_bytes / 16;
+    char* staged_k = reinterpret_cast<char*>(dynamic + group * hd + group * chunk + kAttentionSums);
+    char* staged_v = staged_k + chunk * row_bytes;
+    for (int64_t idx = threadIdx.x; idx < older * words; idx += blockDim.x) {
+      const int64_t t = idx / words, w = idx % words;
+      const int64_t at = kv_row(table, t0 + t, p.kv_heads, h);
+      const uint4 kw = *reinterpret_cast<const uint4*>(static_cast<const char*>(kv.keys) + at * row_bytes + w * 16);
+      const uint4 vw = *reinterpret_cast<const uint4*>(static_cast<const char*>(kv.values) + at * row_bytes + w * 16);
+      *reinterpret_cast<uint4*>(staged_k + t * row_bytes + w * 16) = kw;
+      *reinterpret_cast<uint4*>(staged_v + t * row_bytes + w * 16) = vw;
+    }
+    if (kv.codec != 0) {
+      const int64_t nb = hd / q8_block(hd);
+      float* ks = reinterpret_cast<float*>(staged_v + chunk * row_bytes);
+      float* vs = ks + chunk * nb;
+      for (int64_t idx = threadIdx.x; idx < older * nb; idx += blockDim.x) {
+        const int64_t t = idx / nb, b = idx % nb, at = kv_row(table, t0 + t, p.kv_heads, h);
+        ks[idx] = kv.key_scales[at * nb + b];
+        vs[idx] = kv.value_scales[at * nb + b];
+      }
+    }
+  } else if (!(debug & 16)) {
     // The chunk's keys and values of positions before this step do not depend on the previous kernel: pull their
     // rows into L2 while it finishes (page tables and positions come from the step's upload, before any kernel).
     const int64_t hd = p.head_dim, rkvh = int(blockIdx.x) / int(chunks), r = int(rkvh) / int(p.kv_heads),
@@ -996,6 +1071,12 @@ __global__ void __launch_bounds__(kSplitThreads) attention_group_kernel(const fl
   float* q = dynamic;
   float* sc = q + group * hd;
   float* sums = sc + group * chunk;  // kAttentionSums floats
+  const int64_t row_bytes = hd * (kv.codec == 0 ? 2 : 1), nb = hd / q8_block(hd);
+  char* staged_k = reinterpret_cast<char*>(sums + kAttentionSums);
+  char* staged_v = staged_k + chunk * row_bytes;
+  float* staged_ks = reinterpret_cast<float*>(staged_v + chunk * row_bytes);
+  float* staged_vs = staged_ks + chunk * nb;
+  stage = FUSED && stage;
   const float scale = rsqrtf(float(hd));
   const float* q_src = qkv + row * stride + kvh * group * hd;
   if (FUSED && !(debug & 32)) {
@@ -1015,7 +1096,10 @@ __global__ void __launch_bounds__(kSplitThreads) attention_group_kernel(const fl
       __syncwarp();
       prepare_head_vector(v, hd, p.bias ? p.bias + offset : nullptr, key ? p.k_norm : nullptr, p.eps, key, pos,
                           p.inv_freq);
-      store_kv_vector(v, hd, kv, key, kv_row(table, pos, p.kv_heads, kvh));
+      const int64_t t = int64_t(pos) - t0;  // the chunk position of this step's row
+      store_kv_vector(v, hd, kv, key, kv_row(table, pos, p.kv_heads, kvh),
+                      stage ? (key ? staged_k : staged_v) + t * row_bytes : nullptr,
+                      stage && kv.codec != 0 ? (key ? staged_ks : staged_vs) + t * nb : nullptr);
     }
     __syncthreads();  // the cache writes above are visible to the whole block from here
     for (int64_t j = threadIdx.x; j < group * hd; j += blockDim.x) q[j] *= scale;
@@ -1032,7 +1116,12 @@ __global__ void __launch_bounds__(kSplitThreads) attention_group_kernel(const fl
 #pragma unroll 16
     for (int64_t j = 0; j < hd; j += 8) {
       float k[8] = {};
-      if (!(debug & 4)) kv_load8(kv, true, at, hd, j, k);
+      if (!(debug & 4)) {
+        if (stage)
+          staged_load8(staged_k, staged_ks, kv.codec, t, hd, j, k);
+        else
+          kv_load8(kv, true, at, hd, j, k);
+      }
 #pragma unroll
       for (int e = 0; e < 8; ++e) s += qh[j + e] * k[e];
     }
@@ -1079,7 +1168,10 @@ __global__ void __launch_bounds__(kSplitThreads) attention_group_kernel(const fl
         for (int k = 0; k < 8; ++k) {
           const int64_t t = t_base + k * position_groups;
           if (t < n && !(debug & 8)) {
-            kv_load8(kv, false, row_at(t), hd, slice * 8, v[k]);
+            if (stage)
+              staged_load8(staged_v, staged_vs, kv.codec, t, hd, slice * 8, v[k]);
+            else
+              kv_load8(kv, false, row_at(t), hd, slice * 8, v[k]);
           } else {
 #pragma unroll
             for (int e = 0; e < 8; ++e) v[k][e] = 0.0f;
@@ -1301,7 +1393,12 @@ void attention(const float* qkv, int64_t rows, const QkvParams& p, const int32_t
                cudaStream_t stream) {
   const int64_t chunk = attention_chunk(max_len), chunks = (max_len + chunk - 1) / chunk;
   const int64_t group = p.heads / p.kv_heads;
-  const size_t shared = size_t(group * p.head_dim + group * chunk + kAttentionSums) * 4;
+  size_t shared = size_t(group * p.head_dim + group * chunk + kAttentionSums) * 4;
+  // Decode stages the chunk's K/V in shared memory (see the kernel) where that fits.
+  const size_t row_bytes = size_t(p.head_dim) * (kv.codec == 0 ? 2 : 1);
+  const size_t staged = 2 * size_t(chunk) * row_bytes + (kv.codec == 0 ? 0 : 2 * size_t(chunk) * size_t(p.head_dim / q8_block(p.head_dim)) * 4);
+  const bool stage = fused && g_attention_stage && !(g_attention_debug & 2048) && shared + staged <= (160 << 10);
+  if (stage) shared += staged;
   static size_t shared_allowed = 48 << 10;
   if (shared > shared_allowed) {
     for (auto kernel : {attention_group_kernel<false, 0>, attention_group_kernel<true, 0>,
@@ -1315,7 +1412,7 @@ void attention(const float* qkv, int64_t rows, const QkvParams& p, const int32_t
                                     : (fused ? attention_group_kernel<true, 0> : attention_group_kernel<false, 0>);
   launch(kernel, unsigned(rows * p.kv_heads * chunks),
          kSplitThreads, shared, stream, qkv, p, positions, kv, tables, chunk, chunks, partial, arrivals, out,
-         g_attention_debug);
+         g_attention_debug, stage);
 }
 
 bool experts_routable(const ExpertMatrixRef& gate_up, const ExpertMatrixRef& down, int64_t experts, int64_t k) {

@@ -22,7 +22,7 @@ void set_programmatic_launch(bool on);
 // Rows per block of the f16/bf16 decode matvec: 0 chooses (8 where that still gives every SM a block, else 4).
 void set_dense_rows_per_block(int rows);
 // Diagnostics (gpu::probe_attention only): attention phases to skip, 1 merge, 4 key loads, 8 value loads,
-// 16 the L2 prefetch, 32 the fused bias/norm/RoPE/KV store.
+// 16 the L2 prefetch, 32 the fused bias/norm/RoPE/KV store, 2048 the decode K/V staging in shared memory.
 void set_attention_debug(int mask);
 
 // A weight as the kernels see it (mirrors kernels::WeightView; format codes as kernels::WeightFormat).

@@ -864,10 +864,13 @@ __global__ void rope_store_kernel(float* qkv, QkvParams p, const int32_t* positi
   }
 }
 
-// Eight K/V elements of position `at` starting at dim j (j a multiple of 8), as floats.
-__device__ __forceinline__ void kv_load8(const KvRef& kv, bool key, int64_t at, int64_t hd, int64_t j, float* out) {
-  if (kv.codec == 0) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const __half*>(key ? kv.keys : kv.values) + at * hd + j);
+// Eight K/V elements of row `at` of `rows` (hd elements a row in the codec: f16, or q8 codes with `scales`, hd /
+// q8_block floats a row) starting at dim j (a multiple of 8), as floats. The pool and a block's staged copy of its
+// chunk have this layout.
+__device__ __forceinline__ void codec_load8(const void* rows, const float* scales, int codec, int64_t at, int64_t hd,
+                                            int64_t j, float* out) {
+  if (codec == 0) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const __half*>(rows) + at * hd + j);
     const __half2* h = reinterpret_cast<const __half2*>(&raw);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -877,14 +880,18 @@ __device__ __forceinline__ void kv_load8(const KvRef& kv, bool key, int64_t at, 
     }
     return;
   }
-  const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const int8_t*>(key ? kv.keys : kv.values) + at * hd + j);
+  const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const int8_t*>(rows) + at * hd + j);
   const int8_t* c = reinterpret_cast<const int8_t*>(&raw);
   const int block = q8_block(hd);
-  const float scale = (key ? kv.key_scales : kv.value_scales)[at * (hd / block) + j / block];
+  const float scale = scales[at * (hd / block) + j / block];
 #pragma unroll
   for (int k = 0; k < 8; ++k) out[k] = float(c[k]) * scale;
 }
 
+// Eight K/V elements of pool row `at` starting at dim j, as floats.
+__device__ __forceinline__ void kv_load8(const KvRef& kv, bool key, int64_t at, int64_t hd, int64_t j, float* out) {
+  codec_load8(key ? kv.keys : kv.values, key ? kv.key_scales : kv.value_scales, kv.codec, at, hd, j, out);
+}
 
 constexpr int kSplitThreads = 128;
 constexpr int kSplitWarps = kSplitThreads / 32;
@@ -969,29 +976,6 @@ __device__ void store_kv_vector(const float* v, int64_t hd, const KvRef& kv, boo
       if (copy_scales) copy_scales[b] = scale;
     }
   }
-}
-
-// Eight K/V elements of chunk position t from the block's staged copy (rows: chunk x hd in the codec; scales:
-// chunk x hd / q8_block floats for q8), as kv_load8 reads them from the pool.
-__device__ __forceinline__ void staged_load8(const void* rows, const float* scales, int codec, int64_t t, int64_t hd,
-                                             int64_t j, float* out) {
-  if (codec == 0) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const __half*>(rows) + t * hd + j);
-    const __half2* h = reinterpret_cast<const __half2*>(&raw);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float2 f = __half22float2(h[k]);
-      out[2 * k] = f.x;
-      out[2 * k + 1] = f.y;
-    }
-    return;
-  }
-  const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const int8_t*>(rows) + t * hd + j);
-  const int8_t* c = reinterpret_cast<const int8_t*>(&raw);
-  const int block = q8_block(hd);
-  const float scale = scales[t * (hd / block) + j / block];
-#pragma unroll
-  for (int k = 0; k < 8; ++k) out[k] = float(c[k]) * scale;
 }
 
 // HD: the head dim at compile time (64, 128) so the key loads of a position go out together; 0: p.head_dim.
@@ -1118,7 +1102,7 @@ __global__ void __launch_bounds__(kSplitThreads) attention_group_kernel(const fl
       float k[8] = {};
       if (!(debug & 4)) {
         if (stage)
-          staged_load8(staged_k, staged_ks, kv.codec, t, hd, j, k);
+          codec_load8(staged_k, staged_ks, kv.codec, t, hd, j, k);
         else
           kv_load8(kv, true, at, hd, j, k);
       }
@@ -1169,7 +1153,7 @@ __global__ void __launch_bounds__(kSplitThreads) attention_group_kernel(const fl
           const int64_t t = t_base + k * position_groups;
           if (t < n && !(debug & 8)) {
             if (stage)
-              staged_load8(staged_v, staged_vs, kv.codec, t, hd, slice * 8, v[k]);
+              codec_load8(staged_v, staged_vs, kv.codec, t, hd, slice * 8, v[k]);
             else
               kv_load8(kv, false, row_at(t), hd, slice * 8, v[k]);
           } else {

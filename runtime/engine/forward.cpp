@@ -121,7 +121,7 @@ void Forward::run_batch(std::span<const BatchItem> items) {
   if (n == 0) throw std::invalid_argument("forward: empty batch");
   // The embedding lookup: on the device when the GPU holds the table (its tied output head), else here.
   const bool device_embed = gpu_ && gpu_->embeds_on_device();
-  if (device_embed) step_tokens_.clear();
+  step_tokens_.clear();
   {
     int64_t r = 0;
     for (const BatchItem& item : items)
@@ -140,9 +140,15 @@ void Forward::run_batch(std::span<const BatchItem> items) {
     // back once, or the logits do when the GPU also holds the output head, or only the greedy tokens when every
     // item is greedy.
     gpu_keys_.assign(row_cache_.begin(), row_cache_.begin() + n);
-    gpu_head_rows_.clear();
-    gpu_head_out_.clear();
+    gpu::GpuStep step;
+    step.hidden = device_embed ? nullptr : hidden;
+    step.rows = n;
+    step.tokens = step_tokens_;
+    step.sequence = gpu_keys_;
+    step.positions = std::span(row_pos_.data(), size_t(n));
     if (gpu_->runs_head()) {
+      gpu_head_rows_.clear();
+      gpu_head_out_.clear();
       bool logits_wanted = false, greedy_wanted = false;
       for (const BatchItem& item : items) {
         logits_wanted |= item.all_logits || !item.greedy;
@@ -158,12 +164,6 @@ void Forward::run_batch(std::span<const BatchItem> items) {
         r += len;
       }
       gpu_head_ids_.resize(greedy_wanted ? gpu_head_rows_.size() : 0);
-      gpu::GpuStep step;
-      step.hidden = device_embed ? nullptr : hidden;
-      step.rows = n;
-      step.tokens = step_tokens_;
-      step.sequence = gpu_keys_;
-      step.positions = std::span(row_pos_.data(), size_t(n));
       step.head_rows = gpu_head_rows_;
       step.head_out = gpu_head_out_;
       step.head_argmax = gpu_head_ids_;
@@ -177,13 +177,7 @@ void Forward::run_batch(std::span<const BatchItem> items) {
       }
       return;
     }
-    gpu::GpuStep step;
-    step.hidden = hidden;
-    step.rows = n;
-    step.tokens = step_tokens_;
-    step.sequence = gpu_keys_;
-    step.positions = std::span(row_pos_.data(), size_t(n));
-    gpu_->run(step);
+    gpu_->run(step);  // the hidden state comes back for the CPU layers
     first_layer = gpu_->layers();
   }
   // Per-row elementwise work: split across the pool only when there is enough of it.

@@ -43,6 +43,13 @@ std::filesystem::path fixture(const std::string& name) {
   return std::filesystem::path(TIERLM_SOURCE_DIR) / "tests/fixtures/models" / name;
 }
 
+// A fixture as stored, charged to `ledger`.
+model::ModelWeights load_fixture(const std::string& name, tiering::Ledger& ledger) {
+  model::LoadOptions options;
+  options.ledger = &ledger;
+  return model::load_model(fixture(name), options);
+}
+
 // ---- the exact-math oracle -------------------------------------------------------------------------------------
 
 kernels::Weight dequantized(const kernels::WeightView& v, tiering::Ledger& ledger) {
@@ -372,9 +379,7 @@ double relative_diff(const std::vector<float>& a, const std::vector<float>& b) {
 TEST(GpuPagedKv, BatchedSequencesMatchEachAlone) {
   SKIP_WITHOUT_GPU();
   tiering::Ledger ledger;
-  model::LoadOptions options;
-  options.ledger = &ledger;
-  const model::ModelWeights w = model::load_model(fixture("llama3"), options);
+  const model::ModelWeights w = load_fixture("llama3", ledger);
   const int64_t V = w.config.vocab_size;
   const std::vector<int64_t> lengths = {150, 20, 70};
   constexpr int kDecode = 6;
@@ -428,9 +433,7 @@ TEST(GpuPagedKv, BatchedSequencesMatchEachAlone) {
 TEST(GpuPagedKv, DroppedSequenceCannotContinue) {
   SKIP_WITHOUT_GPU();
   tiering::Ledger ledger;
-  model::LoadOptions options;
-  options.ledger = &ledger;
-  const model::ModelWeights w = model::load_model(fixture("llama3"), options);
+  const model::ModelWeights w = load_fixture("llama3", ledger);
   const int64_t V = w.config.vocab_size;
   const std::vector<int32_t> a = prompt_of(100, 1, V), b = prompt_of(100, 2, V);
   std::vector<int32_t> b_tokens;
@@ -539,9 +542,7 @@ TEST(GpuHead, DeviceGreedyIsTheArgmaxOfTheLogits) {
   SKIP_WITHOUT_GPU();
   for (const std::string name : {"qwen3", "llama3", "tierlm-tiny"}) {
     tiering::Ledger ledger;
-    model::LoadOptions options;
-    options.ledger = &ledger;
-    const model::ModelWeights w = model::load_model(fixture(name), options);
+    const model::ModelWeights w = load_fixture(name, ledger);
     const int64_t V = w.config.vocab_size;
     kernels::ThreadPool pool(2);
     gpu::GpuOptions o;
@@ -583,9 +584,7 @@ TEST(GpuHead, DeviceGreedyIsTheArgmaxOfTheLogits) {
 TEST(GpuHead, PassesAndPinnedStagingInTheHostLedger) {
   SKIP_WITHOUT_GPU();
   tiering::Ledger ledger;
-  model::LoadOptions options;
-  options.ledger = &ledger;
-  const model::ModelWeights w = model::load_model(fixture("qwen3"), options);
+  const model::ModelWeights w = load_fixture("qwen3", ledger);
   const int64_t V = w.config.vocab_size, n = int64_t(kPrompt.size());
   kernels::ThreadPool pool(2);
   std::vector<std::vector<float>> out;
@@ -644,9 +643,7 @@ TEST(GpuProbe, ReportsMemoryAndRates) {
 TEST(GpuLayersWithoutGpu, ConstructorExplains) {
   if (gpu::gpu_available()) GTEST_SKIP() << "a GPU is present";
   tiering::Ledger ledger;
-  model::LoadOptions options;
-  options.ledger = &ledger;
-  model::ModelWeights w = model::load_model(fixture("llama3"), options);
+  const model::ModelWeights w = load_fixture("llama3", ledger);
   gpu::GpuOptions o;
   o.layers = 1;
   EXPECT_THROW(gpu::GpuLayers(w, o, 8, 16), std::runtime_error);

@@ -17,6 +17,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdlib>
+#include <unordered_map>
 #include <utility>
 
 namespace tierlm::gpu::device {
@@ -37,10 +38,22 @@ bool g_attention_stage = [] {
 }();
 int g_dense_rows = 0;  // rows per block of the decode matvec: 0 auto, 4 or 8; -1: never (diagnostics)
 
+// A kernel may use more than 48 KiB of dynamic shared memory only once it says so; raised per kernel, only when a
+// launch needs more than it was last allowed.
+void allow_shared(const void* kernel, size_t bytes) {
+  static std::unordered_map<const void*, size_t> allowed;
+  size_t& now = allowed[kernel];
+  if (bytes > now) {
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+    now = bytes;
+  }
+}
+
 // Launch with the programmatic-stream-serialization attribute (or plainly when switched off).
 template <class... Params, class... Args>
 void launch(void (*kernel)(Params...), unsigned grid, unsigned block, size_t shared, cudaStream_t stream,
             Args&&... args) {
+  if (shared > (size_t(48) << 10)) allow_shared(reinterpret_cast<const void*>(kernel), shared);
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(grid);
   config.blockDim = dim3(block);
@@ -530,15 +543,6 @@ template <int XMODE>
 void launch_packed_fused(const MatrixRef& w, const float* x, const float* norm_weight, float eps, float* y,
                          bool accumulate, cudaStream_t stream) {
   const size_t shared = XMODE == 2 ? size_t(w.cols) * 4 : 0;
-  if constexpr (XMODE == 2) {
-    static size_t allowed = 48 << 10;  // raised once for every variant it launches
-    if (shared > allowed) {
-      for (auto k : {packed_matvec<1, 8, 32, XMODE>, packed_matvec<1, 4, 32, XMODE>, packed_matvec<1, 8, kWarps, XMODE>,
-                     packed_matvec<1, 4, kWarps, XMODE>})
-        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxStagedCols * 4));
-      allowed = size_t(kMaxStagedCols) * 4;
-    }
-  }
   launch_packed<1, XMODE>(w, x, 0, norm_weight, eps, y, 0, accumulate, shared, stream);
 }
 
@@ -1383,14 +1387,6 @@ void attention(const float* qkv, int64_t rows, const QkvParams& p, const int32_t
   const size_t staged = 2 * size_t(chunk) * row_bytes + (kv.codec == 0 ? 0 : 2 * size_t(chunk) * size_t(p.head_dim / q8_block(p.head_dim)) * 4);
   const bool stage = fused && g_attention_stage && !(g_attention_debug & 2048) && shared + staged <= (160 << 10);
   if (stage) shared += staged;
-  static size_t shared_allowed = 48 << 10;
-  if (shared > shared_allowed) {
-    for (auto kernel : {attention_group_kernel<false, 0>, attention_group_kernel<true, 0>,
-                        attention_group_kernel<false, 64>, attention_group_kernel<true, 64>,
-                        attention_group_kernel<false, 128>, attention_group_kernel<true, 128>})
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
-    shared_allowed = shared;
-  }
   auto kernel = p.head_dim == 64    ? (fused ? attention_group_kernel<true, 64> : attention_group_kernel<false, 64>)
                 : p.head_dim == 128 ? (fused ? attention_group_kernel<true, 128> : attention_group_kernel<false, 128>)
                                     : (fused ? attention_group_kernel<true, 0> : attention_group_kernel<false, 0>);
@@ -1427,13 +1423,6 @@ void routed_experts(const ExpertMatrixRef& gate_up, const ExpertMatrixRef& down,
     const size_t shared = size_t(inter) * 4;
     auto kernel = down.shape.bits == 8 ? (wide ? expert_matvec<8, 32, 2> : expert_matvec<8, kWarps, 2>)
                                        : (wide ? expert_matvec<4, 32, 2> : expert_matvec<4, kWarps, 2>);
-    static size_t allowed = 48 << 10;
-    if (shared > allowed) {
-      for (auto f : {expert_matvec<8, 32, 2>, expert_matvec<8, kWarps, 2>, expert_matvec<4, 32, 2>,
-                     expert_matvec<4, kWarps, 2>})
-        cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxStagedCols * 4));
-      allowed = size_t(kMaxStagedCols) * 4;
-    }
     launch(kernel, unsigned(panels * k), wide ? 1024 : kThreads, shared, stream, down, blocks, ids, panels,
            static_cast<const float*>(gate_up_out), int64_t(1), 2 * inter, weights, down_out, width);
   }

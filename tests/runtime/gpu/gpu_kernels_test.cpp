@@ -168,14 +168,15 @@ TEST(FewRowMatvec, MatchesHostMath) {
 
 // The packed (q8_0, q4) decode matvec with the RMSNorm or the SiLU gate fused into its x staging, against double
 // math on the dequantized weights: y = W rmsnorm(x) * w_norm, and y += W (silu(g) * u); row counts that leave a
-// partial panel, and both block shapes (few panels: 32 warps; many: 8).
+// partial panel, both block shapes (few panels: 32 warps; many: 8), and a 14336-column gated row (Llama-3-8B's
+// intermediate size: 56 KiB of staged x, past the 48 KiB a kernel gets without asking).
 TEST(PackedFusedDecode, MatchesHostMath) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(7);
   std::normal_distribution<float> d(0.0f, 1.0f);
   using kernels::WeightFormat;
   for (WeightFormat f : {WeightFormat::q8_0, WeightFormat::q4})
-    for (const Shape s : {Shape{300, 2048}, Shape{4300, 512}, Shape{200, 8192}})
+    for (const Shape s : {Shape{300, 2048}, Shape{4300, 512}, Shape{200, 8192}, Shape{64, 14336}})
       for (int mode : {1, 2}) {
         std::vector<float> table(size_t(s.rows * s.cols));
         for (float& v : table) v = d(rng) * 0.05f;

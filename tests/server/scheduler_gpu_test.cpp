@@ -43,6 +43,13 @@ std::shared_ptr<Collector> run_alone(Scheduler& s, std::vector<int32_t> prompt) 
   return c;
 }
 
+// The default model as stored, charged to `ledger`.
+model::ModelWeights load_weights(tiering::Ledger& ledger) {
+  model::LoadOptions load;
+  load.ledger = &ledger;
+  return model::load_model(model_dir(), load);
+}
+
 SchedulerOptions options(int64_t max_batch) {
   SchedulerOptions o;
   o.context = 256;
@@ -68,9 +75,7 @@ const std::vector<int32_t> kSecond = {12, 400, 13, 815, 99, 1201, 7, 45};
 TEST(SchedulerGpu, PrefixReuseOnTheGpuKeepsOutput) {
   SKIP_WITHOUT_GPU();
   tiering::Ledger ledger;
-  model::LoadOptions load;
-  load.ledger = &ledger;
-  auto weights = model::load_model(model_dir(), load);
+  const model::ModelWeights weights = load_weights(ledger);
   SchedulerOptions o = options(2);
   o.gpu = gpu_layers(weights, o, weights.config.num_layers, o.max_batch);  // every layer and the head
   auto counters = std::make_shared<server::GpuLayersCounters>(o.gpu, weights.config.num_layers);
@@ -100,9 +105,7 @@ TEST(SchedulerGpu, PrefixReuseOnTheGpuKeepsOutput) {
 TEST(SchedulerGpu, DroppedDeviceKvIsNotReused) {
   SKIP_WITHOUT_GPU();
   tiering::Ledger ledger;
-  model::LoadOptions load;
-  load.ledger = &ledger;
-  auto weights = model::load_model(model_dir(), load);
+  const model::ModelWeights weights = load_weights(ledger);
   SchedulerOptions o = options(2);
   o.gpu = gpu_layers(weights, o, 2, /*max_sequences=*/1);  // layers 0-1 on the GPU, the rest on the CPU
   Scheduler s(weights, ledger, o);

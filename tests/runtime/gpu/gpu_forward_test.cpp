@@ -343,12 +343,12 @@ std::vector<int32_t> prompt_of(int64_t length, int seed, int64_t V) {
   return p;
 }
 
-// Prefill then `steps` decode steps of one sequence alone on a fresh GPU (all layers): the logits of every step.
+// Prefill then `steps` greedy decode steps of one sequence alone on a fresh GpuLayers made with `o`: the logits of
+// every step (tokens: the decode inputs); `stats`, when given, receives its expert counters.
 std::vector<std::vector<float>> alone(const model::ModelWeights& w, tiering::Ledger& ledger,
-                                      const std::vector<int32_t>& prompt, int steps, std::vector<int32_t>& tokens) {
+                                      const std::vector<int32_t>& prompt, int steps, std::vector<int32_t>& tokens,
+                                      const gpu::GpuOptions& o, gpu::GpuExpertStats* stats = nullptr) {
   kernels::ThreadPool pool(2);
-  gpu::GpuOptions o;
-  o.layers = w.config.num_layers;
   auto g = std::make_shared<gpu::GpuLayers>(w, o, 256, 512);
   engine::Forward forward(w, pool, ledger, 256, 512);
   forward.use_gpu(g);
@@ -361,7 +361,16 @@ std::vector<std::vector<float>> alone(const model::ModelWeights& w, tiering::Led
     tokens.push_back(argmax(out[size_t(s)].data(), V));
     forward.run(std::span(&tokens.back(), 1), int64_t(prompt.size()) + s, cache, out[size_t(s) + 1].data());
   }
+  if (stats) *stats = g->expert_stats();
   return out;
+}
+
+// ... with every layer on the GPU.
+std::vector<std::vector<float>> alone(const model::ModelWeights& w, tiering::Ledger& ledger,
+                                      const std::vector<int32_t>& prompt, int steps, std::vector<int32_t>& tokens) {
+  gpu::GpuOptions o;
+  o.layers = w.config.num_layers;
+  return alone(w, ledger, prompt, steps, tokens, o);
 }
 
 double relative_diff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -486,30 +495,20 @@ TEST(GpuMoeRouting, BatchedRowsMatchEachAlone) {
   constexpr int kDecode = 6;
   // Alone: one GpuLayers per sequence, greedy tokens recorded.
   std::vector<std::vector<int32_t>> prompts, tokens(lengths.size());
-  std::vector<std::vector<std::vector<float>>> expected(lengths.size());
+  std::vector<std::vector<std::vector<float>>> expected;
   for (size_t i = 0; i < lengths.size(); ++i) {
     prompts.push_back(prompt_of(lengths[i], int(i) + 3, V));
-    auto g = std::make_shared<gpu::GpuLayers>(w, o, 32, 64);
-    engine::Forward forward(w, pool, ledger, 32, 64);
-    forward.use_gpu(g);
-    engine::KVCache cache(w.config, 64, ledger);
-    std::vector<float> logits(static_cast<size_t>(V));
-    forward.run(prompts[i], 0, cache, logits.data());
-    expected[i].push_back(logits);
-    for (int s = 0; s < kDecode; ++s) {
-      tokens[i].push_back(argmax(logits.data(), V));
-      forward.run(std::span(&tokens[i].back(), 1), lengths[i] + s, cache, logits.data());
-      expected[i].push_back(logits);
-    }
-    EXPECT_EQ(g->expert_stats().device_routed, uint64_t(kDecode * w.config.num_layers));
+    gpu::GpuExpertStats stats;
+    expected.push_back(alone(w, ledger, prompts[i], kDecode, tokens[i], o, &stats));
+    EXPECT_EQ(stats.device_routed, uint64_t(kDecode * w.config.num_layers));
   }
-  auto g = std::make_shared<gpu::GpuLayers>(w, o, 32, 64);
-  engine::Forward forward(w, pool, ledger, 32, 64);
+  auto g = std::make_shared<gpu::GpuLayers>(w, o, 256, 512);
+  engine::Forward forward(w, pool, ledger, 256, 512);
   forward.use_gpu(g);
   std::vector<std::unique_ptr<engine::KVCache>> caches;
   std::vector<std::vector<float>> logits(lengths.size(), std::vector<float>(static_cast<size_t>(V)));
   for (size_t i = 0; i < lengths.size(); ++i) {
-    caches.push_back(std::make_unique<engine::KVCache>(w.config, 64, ledger));
+    caches.push_back(std::make_unique<engine::KVCache>(w.config, 512, ledger));
     forward.run(prompts[i], 0, *caches[i], logits[i].data());
   }
   double worst = 0;

@@ -202,6 +202,20 @@ def docstring_corpus():
     return out
 
 
+TINY_CHAT_TEMPLATE = r"""{%- for message in messages -%}
+{{- '<|im_start|>' + message['role'] + '\n' -}}
+{%- if message['content'] is string -%}{{- message['content'] -}}{%- endif -%}
+{%- if message['tool_calls'] is defined -%}
+{%- for call in message['tool_calls'] -%}
+{{- '<tool_call>' + call['function']['name'] + ' ' + (call['function']['arguments'] | tojson) + '</tool_call>' -}}
+{%- endfor -%}
+{%- endif -%}
+{{- '<|im_end|>\n' -}}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}
+"""
+
+
 def train_default_model():
     from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers, processors
     from transformers import Qwen3Config
@@ -222,6 +236,10 @@ def train_default_model():
     write_json(os.path.join(d, "tokenizer_config.json"),
                {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>", "bos_token": None,
                 "pad_token": "<|endoftext|>", "add_bos_token": False, "model_max_length": 1024})
+    # ChatML over the tokenizer's special tokens, so `serve` answers /v1/chat/completions on the default model out of
+    # the box (transformers 5 reads chat_template.jinja beside the tokenizer; so does tierlm).
+    with open(os.path.join(d, "chat_template.jinja"), "w") as f:
+        f.write(TINY_CHAT_TEMPLATE)
     ids = []
     for t in docs:
         ids.extend(tok.encode(t).ids + [eos])

@@ -17,7 +17,16 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${cuda_args[@]}"
 grep -q '^TIERLM_CUDA:BOOL=ON' build/CMakeCache.txt && echo "cuda: backend built" ||
   echo "cuda: no CUDA toolkit on this machine; the CUDA backend is not built"
 cmake --build build -j"$jobs"
-(cd build && ctest --output-on-failure -j"$jobs" --timeout 900)
+# The tests run as on a machine that has never run tierlm: an empty HOME and XDG cache/config of their own, so a
+# wisdom file (or anything else) left by an earlier run cannot hide a first-run failure. Build caches (ccache, npm)
+# stay where they were: they change how fast things build, never what a test sees.
+test_home="$(mktemp -d -t tierlm-test-home.XXXXXX)"
+trap 'rm -rf "$test_home"' EXIT
+export CCACHE_DIR="${CCACHE_DIR:-$(ccache -k cache_dir 2>/dev/null || echo "$HOME/.cache/ccache")}"
+run_clean() { env HOME="$test_home" XDG_CACHE_HOME="$test_home/.cache" XDG_CONFIG_HOME="$test_home/.config" \
+                  XDG_DATA_HOME="$test_home/.local/share" "$@"; }
+echo "tests: HOME=$test_home (empty)"
+(cd build && run_clean ctest --output-on-failure -j"$jobs" --timeout 900)
 
 if [ "${TIERLM_SKIP_SANITIZE:-0}" != 1 ]; then
   # The sanitizer pass covers the unit and oracle tests; the long quality/benchmark-like tests and the GPU tests
@@ -36,7 +45,7 @@ if [ "${TIERLM_SKIP_SANITIZE:-0}" != 1 ]; then
     if [ -z "$bin" ]; then
       echo "asan: $t was not built"; failed=$((failed + 1)); failed_names+=("$t"); continue
     fi
-    if ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    if run_clean ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
        "$bin" --gtest_brief=1 > "build-asan/$t.log" 2>&1; then
       passed=$((passed + 1)); echo "asan: $t passed"
     else

@@ -9,6 +9,7 @@
 #include "calibrate/calibration.h"
 #include "calibrate/report.h"
 #include "runtime/cli/commands.h"
+#include "runtime/cli/model_setup.h"
 #include "runtime/cli/progress.h"
 
 namespace tierlm::cli {
@@ -16,7 +17,7 @@ namespace tierlm::cli {
 namespace {
 
 struct CalibrateCliOptions {
-  std::string model = std::string(TIERLM_SOURCE_DIR) + "/profiles/models/tierlm-tiny";
+  std::string model = default_model_dir();
   std::string wisdom;
   std::string prompts = std::string(TIERLM_SOURCE_DIR) + "/profiles/prompts";
   std::string weight_format;
@@ -54,8 +55,8 @@ void run_calibrate(const CalibrateCliOptions& o) {
                   .c_str());
   } else {
     std::fputs(calibrate::render_entry(entry).c_str(), stdout);
-    std::printf("\nwisdom written to %s (calibration took %.1f s of probes)\n", c.wisdom_path.string().c_str(),
-                entry.device.probe_seconds);
+    std::fprintf(stderr, "\nwisdom written to %s (calibration took %.1f s of probes)\n", c.wisdom_path.string().c_str(),
+                 entry.device.probe_seconds);
   }
 }
 

@@ -3,10 +3,15 @@
 #include <exception>
 
 #include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include "runtime/cli/commands.h"
 
 int main(int argc, char** argv) {
+  // stdout carries only the product (generated text, JSON, a rendered plan); every log line goes to stderr, so
+  // `tierlm run > out.txt` and piped JSON stay clean whatever the run logs (e.g. the first-run calibration notice).
+  spdlog::set_default_logger(spdlog::stderr_color_mt("tierlm"));
   CLI::App app{"tierlm: LLM inference for machines whose memory is smaller than the model"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "tierlm 0.1.0");

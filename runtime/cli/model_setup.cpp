@@ -4,6 +4,8 @@
 
 namespace tierlm::cli {
 
+std::string default_model_dir() { return std::string(TIERLM_SOURCE_DIR) + "/profiles/models/tierlm-tiny"; }
+
 LoadedModel load_for_cli(const std::string& model_dir, double mem_budget_gib, const std::string& weight_format,
                          model::LoadOptions load) {
   auto ledger = std::make_unique<tiering::Ledger>(mem_budget_gib > 0 ? uint64_t(mem_budget_gib * double(1ull << 30))

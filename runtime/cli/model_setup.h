@@ -18,6 +18,9 @@ struct LoadedModel {
   model::ModelWeights weights;
 };
 
+// The embedded default model (profiles/models/tierlm-tiny in the source tree), used when --model is not given.
+std::string default_model_dir();
+
 // mem_budget_gib <= 0: unlimited. weight_format empty: as stored. `load` carries the plan's settings; its ledger and
 // progress fields are filled here.
 LoadedModel load_for_cli(const std::string& model_dir, double mem_budget_gib, const std::string& weight_format,

@@ -23,7 +23,7 @@ namespace tierlm::cli {
 namespace {
 
 struct RunOptions {
-  std::string model = std::string(TIERLM_SOURCE_DIR) + "/profiles/models/tierlm-tiny";
+  std::string model = default_model_dir();
   std::string prompt = "Return the number of";
   int64_t max_tokens = 64;
   float temperature = 0.0f;

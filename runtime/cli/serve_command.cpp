@@ -35,7 +35,7 @@ namespace tierlm::cli {
 namespace {
 
 struct ServeOptions {
-  std::string model;
+  std::string model = default_model_dir();
   std::string served_model_name;
   std::string chat_template;
   std::string weight_format;
@@ -158,12 +158,13 @@ void serve(ServeOptions o, const CLI::App& cmd) {
   server::Service service(model_id, tokenizer, std::move(prompt), scheduler, telemetry);
   server::HttpServer http(service, o.http);
   http.start();
-  std::printf("tierlm serve: model %s listening on http://%s:%u (context %lld, max batch %lld, prefill %lld, "
-              "gpu layers %lld)\n",
-              model_id.c_str(), o.http.host.c_str(), unsigned(http.port()), static_cast<long long>(sched.context),
-              static_cast<long long>(sched.max_batch), static_cast<long long>(sched.prefill_size),
-              static_cast<long long>(gpu_layers));
-  std::fflush(stdout);
+  // A status line, not product output: stderr, like every log line (scripts read the port from it).
+  std::fprintf(stderr, "tierlm serve: model %s listening on http://%s:%u (context %lld, max batch %lld, prefill %lld, "
+               "gpu layers %lld)\n",
+               model_id.c_str(), o.http.host.c_str(), unsigned(http.port()), static_cast<long long>(sched.context),
+               static_cast<long long>(sched.max_batch), static_cast<long long>(sched.prefill_size),
+               static_cast<long long>(gpu_layers));
+  std::fflush(stderr);
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
@@ -177,7 +178,8 @@ void serve(ServeOptions o, const CLI::App& cmd) {
 void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat/completions, SSE, /health, /metrics)");
-  cmd->add_option("--model", o->model, "Model folder (config.json, *.safetensors, tokenizer.json)")->required();
+  cmd->add_option("--model,-m", o->model, "Model folder (config.json, *.safetensors, tokenizer.json)")
+      ->capture_default_str();
   cmd->add_option("--host", o->http.host, "Address to bind (default loopback only)");
   cmd->add_option("--port", o->http.port, "TCP port (0: any free port)");
   cmd->add_option("--api-key", o->http.api_key, "Require 'Authorization: Bearer KEY' (or TIERLM_API_KEY)")

@@ -2,6 +2,9 @@
 // sockets: routes, SSE streaming, stop strings across tokens, validation errors, auth, queue limit, disconnects.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <future>
 #include <regex>
 #include <set>
@@ -495,7 +498,18 @@ TEST(HttpServer, ChatPromptIsTheRenderedTemplate) {
 }
 
 TEST(HttpServer, ChatWithoutAnyTemplateIsAClear400) {
+  // tierlm-tiny ships a chat template (chat_template.jinja): a copy of the folder without it has none.
+  const auto dir = std::filesystem::temp_directory_path() / ("tierlm-no-template-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  for (const auto& f : std::filesystem::directory_iterator(tiny_model_dir()))
+    if (f.path().filename() != "chat_template.jinja")
+      std::filesystem::create_symlink(f.path(), dir / f.path().filename());
+  struct Remove {
+    std::filesystem::path dir;
+    ~Remove() { std::filesystem::remove_all(dir); }
+  } remove{dir};
   ServerOptions o;
+  o.model_dir = dir.string();
   o.chat_template = false;
   TestServer s(o);
   expect_error(post(s.port(), "/v1/chat/completions", chat_body("hi", 2)), 400, "no_chat_template", "messages");

@@ -8,11 +8,10 @@ flags=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do flags+=("$1"); shift; done
 shift || true
 log="$(mktemp -t tierlm-serve.XXXXXX)"
-# tierlm-tiny has no chat template of its own (tests/server/fixtures/chatml.jinja matches its special tokens), and
+# The default model's own chat template (profiles/models/tierlm-tiny/chat_template.jinja) serves the chat route, and
 # the tests run on explicit flags, without calibrating (--no-wisdom).
 here="$(cd "$(dirname "$0")" && pwd)"
-"$binary" serve --model "$here/../../profiles/models/tierlm-tiny" --chat-template "$here/fixtures/chatml.jinja" \
-  --no-wisdom --host 127.0.0.1 --port 0 "${flags[@]}" >"$log" 2>&1 &
+"$binary" serve --model "$here/../../profiles/models/tierlm-tiny" --no-wisdom --host 127.0.0.1 --port 0 "${flags[@]}" >"$log" 2>&1 &
 pid=$!
 cleanup() { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -f "$log"; }
 trap cleanup EXIT

@@ -124,13 +124,14 @@ void write_atomically(const fs::path& path, const Wisdom& w) {
     const int err = errno;
     throw WisdomError(fmt::format("cannot create {}: {}", tmp.string(), errno_text(err)));
   }
+  bool open = true;  // a second close could hit a descriptor another thread has opened since
   try {
     write_all(fd, text, tmp);
     if (::fsync(fd) != 0) throw WisdomError(fmt::format("cannot fsync {}: {}", tmp.string(), errno_text(errno)));
-    const int closed = ::close(fd);
-    if (closed != 0) throw WisdomError(fmt::format("cannot close {}: {}", tmp.string(), errno_text(errno)));
+    open = false;  // released even when close reports an error
+    if (::close(fd) != 0) throw WisdomError(fmt::format("cannot close {}: {}", tmp.string(), errno_text(errno)));
   } catch (...) {
-    ::close(fd);  // EBADF after a successful close is harmless
+    if (open) ::close(fd);
     ::unlink(tmp.c_str());
     throw;
   }
@@ -157,7 +158,8 @@ fs::path move_aside(const fs::path& path) {
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", std::gmtime(&now));
   fs::path aside = sibling(path, std::string(".corrupt-") + stamp);
-  for (int n = 2; fs::exists(aside) || fs::is_symlink(aside); ++n)
+  std::error_code ec;
+  for (int n = 2; fs::exists(fs::symlink_status(aside, ec)); ++n)
     aside = sibling(path, fmt::format(".corrupt-{}-{}", stamp, n));
   if (::rename(path.c_str(), aside.c_str()) != 0) {
     const int err = errno;

@@ -246,7 +246,13 @@ TEST(Wisdom, KillNineMidWriteLeavesTheOldOrTheNewFile) {
       e.created_at = v == 0 ? "old" : "new";
       versions[v].entries.push_back(std::move(e));
     }
+  // Kills land over the first three writes whatever this build's speed (sanitizers make a write ~10x slower): in
+  // the first the old version stays, after the second it is new, after the third old again.
+  const auto t0 = std::chrono::steady_clock::now();
+  save_wisdom(file, versions[1]);
   save_wisdom(file, versions[0]);
+  const auto one_write = (std::chrono::steady_clock::now() - t0) / 2;
+  const int max_delay_us = int(std::chrono::duration_cast<std::chrono::microseconds>(3 * one_write).count()) + 1000;
   const uintmax_t bytes = fs::file_size(file);
   RecordProperty("file_bytes", std::to_string(bytes));
 
@@ -259,7 +265,7 @@ TEST(Wisdom, KillNineMidWriteLeavesTheOldOrTheNewFile) {
     if (pid == 0) {
       for (uint64_t n = 1;; ++n) save_wisdom(file, versions[n % 2]);  // never returns: killed
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 60000)(random)));
+    std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, max_delay_us)(random)));
     ::kill(pid, SIGKILL);
     EXPECT_EQ(wait_child(pid), 128 + SIGKILL);
     if (!files_starting(dir.path, "wisdom.json.tmp.").empty()) ++kills_leaving_temp;
@@ -270,9 +276,11 @@ TEST(Wisdom, KillNineMidWriteLeavesTheOldOrTheNewFile) {
     ++seen[version];
     for (auto& e : w.entries) ASSERT_EQ(e.created_at, version == 0 ? "old" : "new") << "a mix of two versions";
   }
-  std::printf("file of %ju bytes, %d kills: %d left a temporary file; the file was the old version %d times, the new "
-              "%d times\n",
-              bytes, kKills, kills_leaving_temp, seen[0], seen[1]);
+  std::printf("file of %ju bytes, one write %.1f ms, %d kills: %d left a temporary file; the file was the old version "
+              "%d times, the new %d times\n",
+              bytes, std::chrono::duration<double, std::milli>(one_write).count(), kKills, kills_leaving_temp, seen[0],
+              seen[1]);
+  EXPECT_GT(seen[1], 0) << "no kill landed after a whole write: the kills did not cover the writes";
   RecordProperty("kills_leaving_temp", kills_leaving_temp);
   // A temporary file planted by hand stands for one a kill left, in case no kill landed inside a write.
   write_bytes(dir.path / "wisdom.json.tmp.99999.0.00000000deadbeef", "{\"partial");

@@ -46,14 +46,8 @@ WisdomEntry calibrate_model(const CalibrateOptions& o) {
   std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   entry.created_at = stamp;
 
-  Wisdom wisdom;
-  try {
-    wisdom = load_wisdom(o.wisdom_path);
-  } catch (const WisdomError& e) {
-    spdlog::warn("calibrate: {} — starting a new wisdom file", e.what());
-  }
-  wisdom.upsert(entry);
-  save_wisdom(o.wisdom_path, wisdom);
+  // Under the lock, merged with whatever is there now: a calibration that ran alongside this one keeps its entry.
+  update_wisdom(o.wisdom_path, [&](Wisdom& wisdom) { wisdom.upsert(entry); });
   return entry;
 }
 
@@ -63,13 +57,36 @@ MissingWisdom parse_missing_wisdom(const std::string& name) {
   throw std::invalid_argument("--on-missing-wisdom must be 'calibrate' or 'refuse', not '" + name + "'");
 }
 
+namespace {
+ResolvedPlan calibrate_quickly(const CalibrateOptions& o, const std::string& why) {
+  CalibrateOptions quick = o;
+  quick.quick = true;
+  ResolvedPlan r;
+  r.entry = calibrate_model(quick);
+  r.calibrated_now = true;
+  r.note = why;
+  return r;
+}
+}  // namespace
+
 ResolvedPlan resolve_plan(const CalibrateOptions& o, MissingWisdom missing) {
-  const Wisdom wisdom = load_wisdom(o.wisdom_path);
+  Wisdom wisdom;
+  try {
+    wisdom = load_wisdom(o.wisdom_path, o.model_dir);
+  } catch (const CorruptWisdomError& e) {
+    if (missing == MissingWisdom::refuse)
+      throw WisdomError(std::string(e.what()) + " (or pass --on-missing-wisdom calibrate to move it aside and "
+                        "calibrate quickly now, or --no-wisdom to run on explicit flags only)");
+    // Never overwritten: calibrate_model's update moves it aside (PATH.corrupt-TIME) and logs where.
+    spdlog::warn("[wisdom] {} is corrupt ({}) — moving it aside and running a quick calibration now",
+                 e.path().string(), e.problem());
+    return calibrate_quickly(o, e.what());
+  }
   const DeviceProfile device = probe_device_identity(o.model_dir.string());
   const std::string model_fp = model_fingerprint(o.model_dir, o.weight_format);
   const WisdomLookup lookup = find_wisdom(wisdom, device, o.model_dir, model_fp, o.wisdom_path);
-  ResolvedPlan r;
   if (lookup.status == WisdomLookup::Status::found) {
+    ResolvedPlan r;
     r.entry = *lookup.entry;
     return r;
   }
@@ -77,12 +94,7 @@ ResolvedPlan resolve_plan(const CalibrateOptions& o, MissingWisdom missing) {
     throw WisdomError(lookup.message + " (or pass --on-missing-wisdom calibrate to calibrate quickly now, or "
                       "--no-wisdom to run on explicit flags only)");
   spdlog::warn("wisdom: {} — running a quick calibration now", lookup.message);
-  CalibrateOptions quick = o;
-  quick.quick = true;
-  r.entry = calibrate_model(quick);
-  r.calibrated_now = true;
-  r.note = lookup.message;
-  return r;
+  return calibrate_quickly(o, lookup.message);
 }
 
 namespace {

@@ -85,7 +85,7 @@ Plan plan_from_json(const bj::value& v) {
     for (auto& layer : array(go, "resident_experts", what)) {
       if (!layer.is_array()) throw std::runtime_error(what + ": gpu.resident_experts rows must be arrays");
       std::vector<int32_t> ids;
-      for (auto& e : layer.get_array()) ids.push_back(int32_t(e.to_number<int64_t>()));
+      for (auto& e : layer.get_array()) ids.push_back(int32_t(integer_value(e, what + ": gpu expert ids")));
       p.gpu_resident_experts.push_back(std::move(ids));
     }
     p.gpu_expert_slots = integer(go, "expert_slots", what);
@@ -97,7 +97,7 @@ Plan plan_from_json(const bj::value& v) {
     std::vector<int32_t> ids;
     for (auto& e : layer.get_array()) {
       if (!e.is_int64() && !e.is_uint64()) throw std::runtime_error(what + ": expert ids must be integers");
-      ids.push_back(int32_t(e.to_number<int64_t>()));
+      ids.push_back(int32_t(integer_value(e, what + ": expert ids")));
     }
     p.resident_experts.push_back(std::move(ids));
   }
@@ -118,17 +118,19 @@ Plan plan_from_json(const bj::value& v) {
   p.prediction.expert_hit_rate = number(pr, "expert_hit_rate", what);
   p.prediction.miss_bytes_per_token = number(pr, "miss_bytes_per_token", what);
   for (auto& [k, v2] : object(field(pr, "step_seconds", what), what))
-    p.prediction.step_seconds[std::string(k)] = v2.is_double() ? v2.get_double() : v2.to_number<double>();
+    p.prediction.step_seconds[std::string(k)] = number_value(v2, what + ": prediction.step_seconds." + std::string(k));
   for (auto& [k, v2] : object(field(pr, "memory", what), what))
-    p.prediction.memory[std::string(k)] = v2.to_number<uint64_t>();
+    p.prediction.memory[std::string(k)] = unsigned_value(v2, what + ": prediction.memory." + std::string(k));
   if (const bj::value* vram = pr.if_contains("vram"))
-    for (auto& [k, v2] : object(*vram, what + ".prediction.vram")) p.prediction.vram[std::string(k)] = v2.to_number<uint64_t>();
+    for (auto& [k, v2] : object(*vram, what + ".prediction.vram"))
+      p.prediction.vram[std::string(k)] = unsigned_value(v2, what + ": prediction.vram." + std::string(k));
   if (pr.contains("scratch_peak_bytes")) p.prediction.scratch_peak_bytes = unsigned_integer(pr, "scratch_peak_bytes", what);
   if (pr.contains("gpu_expert_hit_rate")) p.prediction.gpu_expert_hit_rate = number(pr, "gpu_expert_hit_rate", what);
   for (auto& x : array(o, "rationale", what)) {
     const auto& xo = object(x, what + ".rationale[]");
     Rationale r2{string(xo, "decision", what), string(xo, "value", what), string(xo, "because", what), {}};
-    for (auto& [k, v2] : object(field(xo, "measurements", what), what)) r2.measurements[std::string(k)] = v2.to_number<double>();
+    for (auto& [k, v2] : object(field(xo, "measurements", what), what))
+      r2.measurements[std::string(k)] = number_value(v2, what + ": rationale measurement " + std::string(k));
     p.rationale.push_back(std::move(r2));
   }
   if (p.threads < 1 || p.prefill_chunk < 1 || p.context < 1 || p.batch < 1)

@@ -3,10 +3,17 @@
 // keyed by device fingerprint and model fingerprint, each with the device profile, the model profile and the plan
 // (whose rationale names the measurements behind each decision). Default location: $XDG_CACHE_HOME/tierlm/
 // wisdom.json, else ~/.cache/tierlm/wisdom.json.
+// Durability: every write goes to a unique temporary file in the same directory, is fsynced, renamed over the file and
+// the directory fsynced, so a reader (or a kill -9 at any moment) sees the old file or the new one, never a mix.
+// Writers hold an flock on the sidecar FILE.lock across read-modify-write (update_wisdom), so concurrent calibrations
+// all land their entries. A corrupt file is a CorruptWisdomError naming it and the commands that fix it; writers move
+// it aside (FILE.corrupt-TIME) rather than overwrite it.
 // Never: silently use wisdom measured on other hardware or for another version of the model; lookups say why not.
+// Never: delete or overwrite a wisdom file it could not read.
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -21,6 +28,20 @@ namespace tierlm::calibrate {
 class WisdomError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// The file exists but is not wisdom this tierlm can use: empty, truncated, not JSON, binary, wrong types, another
+// schema. what(): the file, what is wrong, and the commands that fix it.
+class CorruptWisdomError : public WisdomError {
+ public:
+  CorruptWisdomError(const std::filesystem::path& path, const std::string& problem,
+                     const std::filesystem::path& model_dir);
+  const std::filesystem::path& path() const { return path_; }
+  const std::string& problem() const { return problem_; }
+
+ private:
+  std::filesystem::path path_;
+  std::string problem_;
 };
 
 struct WisdomEntry {
@@ -38,10 +59,18 @@ struct Wisdom {
 };
 
 std::filesystem::path default_wisdom_path();
-// A missing file is empty wisdom; unreadable JSON or another schema version is a WisdomError naming the file.
-Wisdom load_wisdom(const std::filesystem::path& path);
-// Writes atomically (temporary file + rename), creating the directory.
+// The command that rebuilds the entry for model_dir ("DIR" when empty) in the wisdom file at path.
+std::string recalibrate_command(const std::filesystem::path& path, const std::filesystem::path& model_dir = {});
+
+// A missing file is empty wisdom; a file that cannot be read is a WisdomError; a corrupt one a CorruptWisdomError
+// (model_dir, when known, goes into the command it suggests). Takes no lock: files are only ever replaced whole.
+Wisdom load_wisdom(const std::filesystem::path& path, const std::filesystem::path& model_dir = {});
+// Replaces the whole file (atomically, under the lock), creating the directory.
 void save_wisdom(const std::filesystem::path& path, const Wisdom& wisdom);
+// Read-modify-write under the lock: loads the file, applies change, writes it back atomically, returns what was
+// written. A corrupt file is moved aside to PATH.corrupt-TIME (with a warning in the log) and change starts from
+// empty wisdom. Stale temporary files of writers killed mid-write are removed.
+Wisdom update_wisdom(const std::filesystem::path& path, const std::function<void(Wisdom&)>& change);
 boost::json::value to_json(const Wisdom& wisdom);
 
 struct WisdomLookup {

@@ -23,7 +23,8 @@ struct WisdomCliOptions {
 
 void show(const WisdomCliOptions& o) {
   const std::filesystem::path path = o.wisdom.empty() ? calibrate::default_wisdom_path() : std::filesystem::path(o.wisdom);
-  const calibrate::Wisdom wisdom = calibrate::load_wisdom(path);
+  // A corrupt file is an error naming it and the command that rebuilds it; show never changes the file.
+  const calibrate::Wisdom wisdom = calibrate::load_wisdom(path, o.model);
   std::vector<const calibrate::WisdomEntry*> entries;
   std::string status;
   if (!o.model.empty()) {
@@ -37,7 +38,7 @@ void show(const WisdomCliOptions& o) {
     entries.push_back(lookup.entry);
   } else {
     for (auto& e : wisdom.entries) entries.push_back(&e);
-    if (entries.empty()) throw calibrate::WisdomError("no wisdom in " + path.string() + "; run `tierlm calibrate --model DIR`");
+    if (entries.empty()) throw calibrate::WisdomError("no wisdom in " + path.string() + "; run `" + calibrate::recalibrate_command(path) + "`");
   }
   if (o.json) {
     boost::json::array out;

@@ -628,14 +628,8 @@ void HttpServer::start() {
   net::co_spawn(impl_->ioc, impl_->accept_loop(), net::detached);
   for (int i = 0; i < std::max(1, impl_->options.io_threads); ++i)
     impl_->threads.emplace_back([this] { impl_->ioc.run(); });
-  const auto& o = impl_->options;
-  spdlog::info("[server] listening on http://{}:{}", o.host, port());
-  if (o.api_key.empty() && !is_loopback(host_name(o.host).value_or(o.host)))
-    spdlog::warn("[server] listening on {} beyond loopback with no API key: anyone who can reach this address can run "
-                 "completions and read /health and /metrics; set --api-key (or TIERLM_API_KEY)", o.host);
-  if (impl_->policy.any_host)
-    spdlog::warn("[server] --allowed-hosts '*': any Host header is answered, so a web page can reach this server "
-                 "through DNS rebinding");
+  spdlog::info("[server] listening on http://{}:{}", impl_->options.host, port());
+  for (const auto& warning : startup_warnings(impl_->policy)) spdlog::warn("[server] {}", warning);
 }
 
 void HttpServer::stop() {

@@ -329,6 +329,19 @@ std::string route_label(std::string_view target) {
   return route ? std::string(route->path) : "other";
 }
 
+std::vector<std::string> startup_warnings(const RequestPolicy& policy) {
+  std::vector<std::string> out;
+  const std::string_view bound = policy.bound_address;
+  const bool bracketed = bound.size() >= 2 && bound.front() == '[' && bound.back() == ']';
+  if (policy.api_key.empty() && !is_loopback(bracketed ? bound.substr(1, bound.size() - 2) : bound))
+    out.push_back("listening on " + policy.bound_address + " (beyond loopback) with no API key: anyone who can reach "
+                  "this address can run completions and read /health and /metrics; set --api-key (or TIERLM_API_KEY)");
+  if (policy.any_host)
+    out.push_back("--allowed-hosts '*': any Host header is answered, so a web page can reach this server through "
+                  "DNS rebinding");
+  return out;
+}
+
 Verdict check_request(const RequestPolicy& policy, const RequestFacts& facts) {
   Verdict v;
   const std::string_view path = facts.target.substr(0, facts.target.find('?'));

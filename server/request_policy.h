@@ -62,6 +62,8 @@ struct Verdict {
 Verdict check_request(const RequestPolicy& policy, const RequestFacts& facts);
 // The metrics label of a target's route ("other" when it is none), for requests refused before a verdict (413).
 std::string route_label(std::string_view target);
+// What the server should warn about at start: bound beyond loopback with no API key, the Host check turned off.
+std::vector<std::string> startup_warnings(const RequestPolicy& policy);
 
 // The building blocks, public for tests.
 

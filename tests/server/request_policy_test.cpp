@@ -275,6 +275,21 @@ TEST(RequestPolicy, RequestIds) {
   EXPECT_EQ(loggable_target("/health"), "/health");
 }
 
+TEST(RequestPolicy, StartupWarnings) {
+  EXPECT_TRUE(startup_warnings(make_policy({}, {}, "127.0.0.1", "")).empty());
+  EXPECT_TRUE(startup_warnings(make_policy({}, {}, "::1", "")).empty());
+  EXPECT_TRUE(startup_warnings(make_policy({}, {}, "0.0.0.0", "key")).empty());
+  for (const char* exposed : {"0.0.0.0", "::", "192.168.1.5", "[::]"}) {
+    const auto w = startup_warnings(make_policy({}, {}, exposed, ""));
+    ASSERT_EQ(w.size(), 1u) << exposed;
+    EXPECT_NE(w[0].find("no API key"), std::string::npos) << w[0];
+    EXPECT_NE(w[0].find("--api-key"), std::string::npos) << w[0];
+  }
+  const auto any = startup_warnings(make_policy({"*"}, {}, "127.0.0.1", "key"));
+  ASSERT_EQ(any.size(), 1u);
+  EXPECT_NE(any[0].find("DNS rebinding"), std::string::npos);
+}
+
 TEST(LogThrottle, OneLinePerIntervalWithTheCountHeldBack) {
   LogThrottle t(std::chrono::seconds(5));
   const auto t0 = LogThrottle::Clock::now();

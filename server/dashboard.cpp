@@ -3,8 +3,10 @@
 namespace tierlm::server {
 
 namespace {
-// The API key, when the server has one, is read from the page's #key=... fragment (never sent in a page request)
-// and passed to the event stream as ?api_key=, since EventSource cannot set headers.
+// The page itself holds no data and is served without the key; every route it reads needs the key when the server
+// has one. The key comes from the page's #key=... fragment (never sent in a request for the page) or from the
+// prompt the page shows when the stream answers 401; it is kept in sessionStorage (this tab only) and sent as
+// 'Authorization: Bearer' on the stream, read with fetch() so the key never goes into a URL.
 constexpr std::string_view kPage = R"HTML(<!doctype html>
 <html lang="en">
 <head>
@@ -23,6 +25,11 @@ constexpr std::string_view kPage = R"HTML(<!doctype html>
   .legend span { display: inline-block; margin-right: 12px; font-size: 12px; }
   .legend i { display: inline-block; width: 10px; height: 10px; margin-right: 4px; vertical-align: middle; }
   #status.down { color: #e06c75; }
+  #key-form { display: flex; gap: 8px; align-items: baseline; }
+  #key-form[hidden] { display: none; }
+  #key-form input { background: #0f1419; color: #d8dee9; border: 1px solid #3b4252; border-radius: 4px; padding: 3px 6px; }
+  #key-form button { background: #3b4252; color: #fff; border: 0; border-radius: 4px; padding: 4px 10px; cursor: pointer; }
+  #key-note { color: #e5c07b; font-size: 12px; }
 </style>
 </head>
 <body>
@@ -37,6 +44,11 @@ constexpr std::string_view kPage = R"HTML(<!doctype html>
   <span class="stat">in flight <b id="inflight">0</b></span>
   <span class="stat">KV <b id="kv">0</b></span>
   <span class="stat">snapshots <b id="updates">0</b></span>
+  <form id="key-form" hidden>
+    <input id="api-key" type="password" placeholder="API key" autocomplete="off" aria-label="API key">
+    <button type="submit">Connect</button>
+    <span id="key-note"></span>
+  </form>
 </header>
 <main>
   <section><h2>Memory by tier and account</h2><canvas id="memory"></canvas><div class="legend" id="memory-legend"></div></section>
@@ -146,10 +158,75 @@ function update(s) {
   document.getElementById("updates").textContent = samples.length >= HISTORY ? HISTORY + "+" : String(samples.length);
   drawMemory(); drawThroughput(); drawHitRate();
 }
-const key = new URLSearchParams(location.hash.slice(1)).get("key");
-const source = new EventSource("/v1/telemetry" + (key ? "?api_key=" + encodeURIComponent(key) : ""));
-source.onmessage = e => { try { update(JSON.parse(e.data)); } catch (err) { console.error(err); } };
-source.onerror = () => { const st = document.getElementById("status"); st.textContent = "reconnecting"; st.className = "down"; };
+function setStatus(text, down) {
+  const st = document.getElementById("status");
+  st.textContent = text;
+  st.className = down ? "down" : "";
+}
+let key = new URLSearchParams(location.hash.slice(1)).get("key") || sessionStorage.getItem("tierlm-api-key") || "";
+if (location.hash) {
+  if (key) sessionStorage.setItem("tierlm-api-key", key);
+  history.replaceState(null, "", location.pathname + location.search);  // the key leaves the address bar
+}
+const form = document.getElementById("key-form");
+form.addEventListener("submit", e => {
+  e.preventDefault();
+  key = document.getElementById("api-key").value.trim();
+  sessionStorage.setItem("tierlm-api-key", key);
+  form.hidden = true;
+  connect();
+});
+// Reads one text/event-stream body, calling update() with each event's JSON; returns when the stream ends.
+async function readEvents(body) {
+  const reader = body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += decoder.decode(value, { stream: true });
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const event = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      const data = event.split("\n").filter(l => l.startsWith("data:")).map(l => l.slice(5).trimStart()).join("\n");
+      if (data) { try { update(JSON.parse(data)); } catch (err) { console.error(err); } }
+    }
+  }
+}
+// Keeps the telemetry stream open: reconnects with back-off when it drops, and asks for the key on 401.
+let connecting = false;
+async function connect() {
+  if (connecting) return;
+  connecting = true;
+  let delay = 1000;
+  try {
+    for (;;) {
+      let res = null;
+      try {
+        res = await fetch("/v1/telemetry", { headers: key ? { Authorization: "Bearer " + key } : {}, cache: "no-store" });
+      } catch (err) { res = null; }
+      if (res && res.status === 401) {
+        setStatus("key needed", true);
+        document.getElementById("key-note").textContent = key ? "that key was refused" : "this server needs its API key";
+        form.hidden = false;
+        document.getElementById("api-key").focus();
+        return;
+      }
+      if (res && res.ok && res.body) {
+        setStatus("connected");
+        delay = 1000;
+        try { await readEvents(res.body); } catch (err) { console.error(err); }
+      }
+      setStatus(res && !res.ok ? "reconnecting (HTTP " + res.status + ")" : "reconnecting", true);
+      await new Promise(r => setTimeout(r, delay));
+      delay = Math.min(2 * delay, 10000);
+    }
+  } finally {
+    connecting = false;
+  }
+}
+connect();
 </script>
 </body>
 </html>

@@ -2,12 +2,14 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <mutex>
 #include <optional>
 #include <set>
-#include <variant>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include <boost/asio.hpp>
@@ -20,6 +22,8 @@
 
 #include "server/api_error.h"
 #include "server/dashboard.h"
+#include "server/log_throttle.h"
+#include "server/request_policy.h"
 #include "server/service.h"
 
 namespace tierlm::server {
@@ -36,6 +40,10 @@ using Clock = std::chrono::steady_clock;
 using Request = http::request<http::string_body>;
 
 namespace {
+
+constexpr int kRetryAfterSeconds = 1;                    // on every 429 and 503
+constexpr auto kWriteTimeout = std::chrono::seconds(60); // a client that stops reading does not hold us forever
+constexpr int kMaxRefusing = 64;                         // over-cap connections being answered 503 at once
 
 // Wakes a connection's coroutine from the engine thread. The posted handler sets the timer's expiry in the past,
 // which both interrupts a wait in progress and makes the next wait return at once, so no wakeup is lost while the
@@ -55,44 +63,55 @@ struct Wakeup {
   }
 };
 
-bool constant_time_equal(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
+// One request/response exchange as the writers need it.
+struct Exchange {
+  unsigned version = 11;
+  bool keep_alive = false;
+  bool head = false;           // HEAD: headers only
+  std::string request_id;
+  std::string cors_origin;     // non-empty: Access-Control-Allow-Origin
+  std::string allow;           // Allow header for 405 and OPTIONS
+  std::string route = "other";
+  int status = 0;
+  std::string refusal;         // non-empty: counted in tierlm_http_rejected_total{reason}
+  bool chunked() const { return version >= 11; }
+};
+
+std::optional<std::string_view> header(const Request& req, http::field field) {
+  const auto it = req.find(field);
+  if (it == req.end()) return std::nullopt;
+  return std::string_view(it->value().data(), it->value().size());
 }
 
-std::string query_param(std::string_view target, std::string_view key) {
-  const auto q = target.find('?');
-  if (q == std::string_view::npos) return {};
-  std::string_view rest = target.substr(q + 1);
-  while (!rest.empty()) {
-    const auto amp = rest.find('&');
-    std::string_view pair = rest.substr(0, amp);
-    const auto eq = pair.find('=');
-    if (pair.substr(0, eq) == key && eq != std::string_view::npos) {
-      std::string out;
-      std::string_view v = pair.substr(eq + 1);
-      auto hex = [](char c) -> int {
-        if (c >= '0' && c <= '9') return c - '0';
-        if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-        return -1;
-      };
-      for (size_t i = 0; i < v.size(); ++i) {
-        if (v[i] == '%' && i + 2 < v.size() && hex(v[i + 1]) >= 0 && hex(v[i + 2]) >= 0) {
-          out += char(hex(v[i + 1]) * 16 + hex(v[i + 2]));
-          i += 2;
-        } else {
-          out += v[i] == '+' ? ' ' : v[i];
-        }
-      }
-      return out;
-    }
-    if (amp == std::string_view::npos) break;
-    rest = rest.substr(amp + 1);
+std::optional<std::string_view> header(const Request& req, std::string_view name) {
+  const auto it = req.find(beast::string_view(name.data(), name.size()));
+  if (it == req.end()) return std::nullopt;
+  return std::string_view(it->value().data(), it->value().size());
+}
+
+template <class Body>
+void common_headers(http::response<Body>& res, const Exchange& ex) {
+  res.set(http::field::server, "tierlm");
+  res.set("x-request-id", ex.request_id);
+  const unsigned status = res.result_int();
+  if (status == 429 || status == 503) res.set(http::field::retry_after, std::to_string(kRetryAfterSeconds));
+  if (status == 401) res.set(http::field::www_authenticate, "Bearer realm=\"tierlm\"");
+  if (status == 405 && !ex.allow.empty()) res.set(http::field::allow, ex.allow);
+  if (!ex.cors_origin.empty()) {
+    res.set(http::field::access_control_allow_origin, ex.cors_origin);
+    res.set(http::field::vary, "Origin");
+    res.set(http::field::access_control_expose_headers, "x-request-id, Retry-After");
   }
-  return {};
+}
+
+// The metrics label of an error the service threw.
+std::string refusal_of(const ApiError& e) {
+  switch (e.status()) {
+    case 400: return "invalid_request";
+    case 404: return "model_not_found";
+    case 429: return "queue_full";
+    default: return e.status() >= 500 ? std::string() : "invalid_request";
+  }
 }
 
 std::string sse(std::string_view data) { return fmt::format("data: {}\n\n", data); }
@@ -102,16 +121,23 @@ std::string sse(std::string_view data) { return fmt::format("data: {}\n\n", data
 struct HttpServer::Impl {
   Service& service;
   HttpServerOptions options;
+  RequestPolicy policy;
   // Declared before the io_context: connection frames destroyed with it still unregister here.
   std::mutex live_mutex;
   std::set<std::shared_ptr<Wakeup>> live_wakeups;
   std::set<std::shared_ptr<engine::SequenceHandle>> live_handles;
   bool stopped = false;
+  std::atomic<int> connections{0};  // sessions being served (the cap counts these)
+  std::atomic<int> refusing{0};     // over-cap connections being answered 503
+  LogThrottle accept_log{std::chrono::seconds(5)};
   net::io_context ioc;
   tcp::acceptor acceptor;
   std::vector<std::thread> threads;
 
-  Impl(Service& s, const HttpServerOptions& o) : service(s), options(o), ioc(std::max(1, o.io_threads)), acceptor(ioc) {
+  Impl(Service& s, const HttpServerOptions& o)
+      : service(s), options(o), policy(make_policy(o.allowed_hosts, o.cors_origins, o.host, o.api_key)),
+        ioc(std::max(1, o.io_threads)), acceptor(ioc) {
+    if (o.max_connections < 1) throw std::runtime_error("serve: --max-connections must be at least 1");
     boost::system::error_code ec;
     const auto address = net::ip::make_address(o.host, ec);
     if (ec) throw std::runtime_error(fmt::format("serve: '{}' is not an IP address", o.host));
@@ -146,14 +172,50 @@ struct HttpServer::Impl {
     }
   };
 
+  void record(const Exchange& ex, Clock::time_point t0) {
+    service.telemetry().record_request(ex.route, ex.status, std::chrono::duration<double>(Clock::now() - t0).count());
+    if (!ex.refusal.empty()) service.telemetry().record_refusal(ex.refusal);
+  }
+
+  // Out of file descriptors (or kernel memory) a failed accept() leaves the connection in the backlog, so the
+  // listening socket stays readable and an immediate retry fails again: wait, doubling from 10 ms to 1 s, and log
+  // at most one line per 5 s.
   awaitable<void> accept_loop() {
+    net::steady_timer backoff_timer(acceptor.get_executor());
+    std::chrono::milliseconds backoff{0};
     for (;;) {
       auto [ec, socket] = co_await acceptor.async_accept(net::make_strand(ioc), nothrow);
       if (ec) {
         if (ec == net::error::operation_aborted || !acceptor.is_open()) co_return;
-        spdlog::warn("[server] accept failed: {}", ec.message());
+        // A connection that died in the backlog is that connection's problem: take the next one.
+        if (ec == net::error::connection_aborted || ec == net::error::connection_reset) continue;
+        backoff = std::clamp(backoff * 2, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
+        if (auto held = accept_log.allow())
+          spdlog::warn("[server] accept failed: {}; retrying in {} ms ({} more such failures in the last 5 s)",
+                       ec.message(), backoff.count(), *held);
+        backoff_timer.expires_after(backoff);
+        co_await backoff_timer.async_wait(nothrow);
         continue;
       }
+      backoff = std::chrono::milliseconds(0);
+      if (connections.load() >= options.max_connections) {
+        // Over the cap: answer 503 (Retry-After) and close, on a coroutine of its own; beyond kMaxRefusing of those
+        // at once, just close.
+        if (refusing.fetch_add(1) < kMaxRefusing) {
+          auto executor = socket.get_executor();
+          net::co_spawn(executor, refuse_connection(std::move(socket)), net::detached);
+        } else {
+          refusing.fetch_sub(1);
+          Exchange ex;
+          ex.status = 503;
+          ex.refusal = "over_capacity";
+          record(ex, Clock::now());
+          boost::system::error_code ignored;
+          socket.close(ignored);
+        }
+        continue;
+      }
+      connections.fetch_add(1);
       auto executor = socket.get_executor();
       net::co_spawn(executor, session(std::move(socket)), [](std::exception_ptr e) {
         if (!e) return;
@@ -166,12 +228,47 @@ struct HttpServer::Impl {
     }
   }
 
+  awaitable<void> refuse_connection(tcp::socket socket) {
+    struct Done {
+      std::atomic<int>& n;
+      ~Done() { n.fetch_sub(1); }
+    } done{refusing};
+    beast::tcp_stream stream(std::move(socket));
+    Exchange ex;
+    ex.request_id = request_id(std::nullopt);
+    const auto t0 = Clock::now();
+    co_await send_error(stream, ex,
+                        ApiError(503, fmt::format("The server has too many open connections (limit {}). Retry later.",
+                                                  options.max_connections),
+                                 "server_overloaded", {}, "too_many_connections"),
+                        "over_capacity");
+    record(ex, t0);
+    // Read (and drop) what the client sent before closing, briefly: closing with unread data would reset the
+    // connection and could destroy the 503 before the client reads it.
+    boost::system::error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream.expires_after(std::chrono::seconds(1));
+    char sink[4096];
+    for (int i = 0; i < 16; ++i) {
+      auto [ec, n] = co_await stream.async_read_some(net::buffer(sink), nothrow);
+      (void)n;
+      if (ec) break;
+    }
+  }
+
   awaitable<void> session(tcp::socket socket) {
     service.telemetry().connection_opened();
     struct Closed {
       Telemetry& t;
-      ~Closed() { t.connection_closed(); }
-    } closed{service.telemetry()};
+      std::atomic<int>& n;
+      ~Closed() {
+        t.connection_closed();
+        n.fetch_sub(1);
+      }
+    } closed{service.telemetry(), connections};
+    boost::system::error_code local_ec;
+    const auto local = socket.local_endpoint(local_ec);
+    const std::string local_address = local_ec ? std::string() : local.address().to_string();
     beast::tcp_stream stream(std::move(socket));
     beast::flat_buffer buffer;
     const auto timeout = std::chrono::milliseconds(int64_t(options.read_timeout_seconds * 1000));
@@ -182,67 +279,83 @@ struct HttpServer::Impl {
       stream.expires_after(timeout);
       auto [ec, bytes] = co_await http::async_read(stream, buffer, parser, nothrow);
       (void)bytes;
+      const auto t0 = Clock::now();
       if (ec) {
+        // Refused while reading: the response says why, the connection closes (the rest of the request is unread).
+        // Whatever of the request was parsed (a body over the limit is refused once its header fields are read).
+        const Request& partial = parser.get();
+        Exchange ex;
+        ex.version = partial.version() == 10 ? 10 : 11;
+        ex.request_id = request_id(header(partial, "x-request-id"));
+        ex.route = route_label(std::string_view(partial.target().data(), partial.target().size()));
         if (ec == http::error::body_limit) {
-          co_await send_error(stream, 11, ApiError(413, fmt::format("The request body exceeds the limit of {} bytes.",
-                                                                    options.max_body_bytes),
-                                                   "invalid_request_error", {}, "request_too_large"), false);
+          co_await send_error(stream, ex,
+                              ApiError(413, fmt::format("The request body exceeds the limit of {} bytes.",
+                                                        options.max_body_bytes),
+                                       "invalid_request_error", {}, "request_too_large"),
+                              "body_too_large");
         } else if (ec == http::error::header_limit) {
-          co_await send_error(stream, 11, ApiError(431, "The request headers are too large."), false);
+          co_await send_error(stream, ex, ApiError(431, "The request headers are too large.", "invalid_request_error",
+                                                   {}, "headers_too_large"),
+                              "headers_too_large");
         } else if (ec != http::error::end_of_stream && ec != http::error::partial_message &&
                    ec.category() == http::make_error_code(http::error::bad_target).category()) {
-          co_await send_error(stream, 11, ApiError(400, fmt::format("Malformed HTTP request: {}.", ec.message())), false);
+          co_await send_error(stream, ex, ApiError(400, fmt::format("Malformed HTTP request: {}.", ec.message()),
+                                                   "invalid_request_error", {}, "malformed_request"),
+                              "malformed_request");
         }
+        if (ex.status) record(ex, t0);
         break;
       }
       stream.expires_never();
       Request request = parser.release();
-      const auto t0 = Clock::now();
-      std::string route;
-      int status = 0;
+      Exchange ex;
+      ex.version = request.version();
+      ex.keep_alive = request.keep_alive();
+      ex.head = request.method() == http::verb::head;
+      ex.request_id = request_id(header(request, "x-request-id"));
       bool keep = false;
       try {
-        keep = co_await handle(stream, request, route, status);
+        keep = co_await handle(stream, request, ex, local_address);
       } catch (const std::exception& e) {
-        spdlog::error("[server] {} {} failed: {}", std::string(request.method_string()), std::string(request.target()), e.what());
+        spdlog::error("[server] {} {} failed: {} (x-request-id {})", std::string(request.method_string()),
+                      loggable_target(request.target()), e.what(), ex.request_id);
         keep = false;
       }
-      service.telemetry().record_request(route, status, std::chrono::duration<double>(Clock::now() - t0).count());
+      record(ex, t0);
       if (!keep) break;
     }
     boost::system::error_code ignored;
     stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
   }
 
-  awaitable<bool> send(beast::tcp_stream& stream, unsigned version, bool keep_alive, http::status status,
-                       std::string_view content_type, std::string body) {
-    http::response<http::string_body> res{status, version};
-    res.set(http::field::server, "tierlm");
-    res.set(http::field::content_type, content_type);
-    res.keep_alive(keep_alive);
+  // Writes a whole response (Content-Length; for HEAD the headers only). True when the connection stays open.
+  awaitable<bool> send(beast::tcp_stream& stream, Exchange& ex, int status, std::string_view content_type,
+                       std::string body) {
+    ex.status = status;
+    http::response<http::string_body> res{http::status(status), ex.version};
+    common_headers(res, ex);
+    if (!content_type.empty()) res.set(http::field::content_type, content_type);
+    res.keep_alive(ex.keep_alive);
     res.body() = std::move(body);
     res.prepare_payload();
-    stream.expires_after(std::chrono::seconds(60));
-    auto [ec, n] = co_await http::async_write(stream, res, nothrow);
-    (void)n;
+    stream.expires_after(kWriteTimeout);
+    boost::system::error_code ec;
+    if (ex.head) {
+      http::response_serializer<http::string_body> serializer{res};
+      std::tie(ec, std::ignore) = co_await http::async_write_header(stream, serializer, nothrow);
+    } else {
+      std::tie(ec, std::ignore) = co_await http::async_write(stream, res, nothrow);
+    }
     stream.expires_never();
-    co_return !ec && keep_alive;
+    co_return !ec && ex.keep_alive;
   }
 
-  awaitable<bool> send_error(beast::tcp_stream& stream, unsigned version, const ApiError& e, bool keep_alive,
-                             int* status_out = nullptr) {
-    if (status_out) *status_out = e.status();
-    co_return co_await send(stream, version, keep_alive, http::status(e.status()), "application/json", e.body());
-  }
-
-  bool authorized(const Request& req, bool allow_query) const {
-    if (options.api_key.empty()) return true;
-    const auto header = req[http::field::authorization];
-    constexpr std::string_view bearer = "Bearer ";
-    if (header.size() > bearer.size() && header.substr(0, bearer.size()) == bearer &&
-        constant_time_equal(header.substr(bearer.size()), options.api_key))
-      return true;
-    return allow_query && constant_time_equal(query_param(req.target(), "api_key"), options.api_key);
+  awaitable<bool> send_error(beast::tcp_stream& stream, Exchange& ex, const ApiError& e, std::string refusal = {}) {
+    ex.refusal = std::move(refusal);
+    if (e.status() >= 500)
+      spdlog::warn("[server] {} {}: {} (x-request-id {})", e.status(), ex.route, e.what(), ex.request_id);
+    co_return co_await send(stream, ex, e.status(), "application/json", e.body());
   }
 
   // Peeks a readable socket: true when the client has closed it (EOF or reset); false when it sent more data
@@ -269,41 +382,55 @@ struct HttpServer::Impl {
     co_return true;
   }
 
-  awaitable<bool> handle(beast::tcp_stream& stream, Request& req, std::string& route, int& status) {
-    const unsigned version = req.version();
-    const bool keep_alive = req.keep_alive();
-    std::string_view target = req.target();
-    const std::string path(target.substr(0, target.find('?')));
-    const bool is_get = req.method() == http::verb::get, is_post = req.method() == http::verb::post;
-    auto reply = [&](int code, std::string_view type, std::string body) -> awaitable<bool> {
-      status = code;
-      co_return co_await send(stream, version, keep_alive, http::status(code), type, std::move(body));
-    };
-    auto error = [&](const ApiError& e) -> awaitable<bool> {
-      co_return co_await send_error(stream, version, e, keep_alive, &status);
-    };
-    static const std::set<std::string> post_routes = {"/v1/chat/completions", "/v1/completions"};
-    static const std::set<std::string> get_routes = {"/", "/health", "/metrics", "/v1/models", "/v1/telemetry",
-                                                     "/wisdom"};
-    route = post_routes.count(path) || get_routes.count(path) ? path : "other";
-    if (route == "other")
-      co_return co_await error(ApiError(404, fmt::format("Unknown route: {} {}", std::string(req.method_string()), path),
-                                        "invalid_request_error", {}, "unknown_url"));
-    if ((post_routes.count(path) && !is_post) || (get_routes.count(path) && !is_get))
-      co_return co_await error(ApiError(405, fmt::format("Method {} is not allowed on {}.",
-                                                         std::string(req.method_string()), path),
-                                        "invalid_request_error", {}, "method_not_allowed"));
-    const bool open_route = path == "/" || path == "/health";
-    if (!open_route && !authorized(req, path == "/v1/telemetry"))
-      co_return co_await error(ApiError(401, "Incorrect API key provided.", "invalid_request_error", {},
-                                        "invalid_api_key"));
+  awaitable<bool> handle(beast::tcp_stream& stream, Request& req, Exchange& ex, const std::string& local_address) {
+    RequestFacts facts;
+    facts.method = std::string_view(req.method_string().data(), req.method_string().size());
+    facts.target = std::string_view(req.target().data(), req.target().size());
+    facts.version = req.version();
+    facts.host = header(req, http::field::host);
+    facts.origin = header(req, http::field::origin);
+    facts.content_type = header(req, http::field::content_type);
+    facts.authorization = header(req, http::field::authorization);
+    facts.preflight_method = header(req, http::field::access_control_request_method);
+    facts.local_address = local_address;
+    const Verdict verdict = check_request(policy, facts);
+    ex.route = verdict.route;
+    ex.cors_origin = verdict.cors_origin;
+    ex.allow = verdict.allow;
 
-    if (path == "/") co_return co_await reply(200, "text/html; charset=utf-8", std::string(dashboard_html()));
+    if (verdict.action == Action::refuse)
+      co_return co_await send_error(stream, ex,
+                                    ApiError(verdict.status, verdict.message, "invalid_request_error", {}, verdict.code),
+                                    verdict.reason);
+    if (verdict.action == Action::preflight) {
+      ex.status = 204;
+      http::response<http::empty_body> res{http::status::no_content, ex.version};
+      common_headers(res, ex);
+      res.set(http::field::allow, ex.allow);
+      if (!ex.cors_origin.empty()) {
+        res.set(http::field::access_control_allow_methods, ex.allow);
+        res.set(http::field::access_control_allow_headers, "Authorization, Content-Type, X-Request-Id");
+        res.set(http::field::access_control_max_age, "600");
+      }
+      res.keep_alive(ex.keep_alive);
+      res.content_length(0);
+      stream.expires_after(kWriteTimeout);
+      auto [ec, n] = co_await http::async_write(stream, res, nothrow);
+      (void)n;
+      stream.expires_never();
+      co_return !ec && ex.keep_alive;
+    }
+
+    const std::string& path = ex.route;
+    if (path == "/") co_return co_await send(stream, ex, 200, "text/html; charset=utf-8", std::string(dashboard_html()));
+    if (path == "/health/live") co_return co_await send(stream, ex, 200, "application/json", R"({"status":"ok"})");
     if (path == "/health")
-      co_return co_await reply(200, "application/json", boost::json::serialize(service.telemetry().health()));
+      co_return co_await send(stream, ex, 200, "application/json",
+                              boost::json::serialize(service.telemetry().health()));
     if (path == "/metrics")
-      co_return co_await reply(200, "text/plain; version=0.0.4; charset=utf-8", service.telemetry().metrics());
-    if (path == "/v1/models") co_return co_await reply(200, "application/json", service.models_json());
+      co_return co_await send(stream, ex, 200, "text/plain; version=0.0.4; charset=utf-8",
+                              service.telemetry().metrics());
+    if (path == "/v1/models") co_return co_await send(stream, ex, 200, "application/json", service.models_json());
     if (path == "/wisdom") {
       std::string body;
       std::optional<ApiError> failure;
@@ -312,57 +439,66 @@ struct HttpServer::Impl {
       } catch (const ApiError& e) {
         failure = e;
       }
-      if (failure) co_return co_await error(*failure);
-      co_return co_await reply(200, "application/json", std::move(body));
+      if (failure) co_return co_await send_error(stream, ex, *failure);
+      co_return co_await send(stream, ex, 200, "application/json", std::move(body));
     }
-    if (path == "/v1/telemetry") {
-      status = 200;
-      co_return co_await telemetry_stream(stream, req);
-    }
-    co_return co_await completion(stream, req, path == "/v1/chat/completions" ? Endpoint::chat : Endpoint::completion,
-                                  status);
+    if (path == "/v1/telemetry") co_return co_await telemetry_stream(stream, req, ex);
+    co_return co_await completion(stream, req, ex,
+                                  path == "/v1/chat/completions" ? Endpoint::chat : Endpoint::completion);
   }
 
-  // Sends the header of a chunked text/event-stream response.
-  awaitable<bool> start_sse(beast::tcp_stream& stream, unsigned version) {
-    http::response<http::empty_body> res{http::status::ok, version};
-    res.set(http::field::server, "tierlm");
+  // Sends the header of a text/event-stream response: chunked for HTTP/1.1; for HTTP/1.0 (no chunked encoding) the
+  // body runs to the end of the connection.
+  awaitable<bool> start_sse(beast::tcp_stream& stream, Exchange& ex) {
+    ex.status = 200;
+    if (!ex.chunked()) ex.keep_alive = false;
+    http::response<http::empty_body> res{http::status::ok, ex.version};
+    common_headers(res, ex);
     res.set(http::field::content_type, "text/event-stream");
     res.set(http::field::cache_control, "no-cache");
     res.set("X-Accel-Buffering", "no");
-    res.chunked(true);
-    res.keep_alive(true);
+    if (ex.chunked()) res.chunked(true);
+    res.keep_alive(ex.keep_alive);
     http::response_serializer<http::empty_body> serializer{res};
+    stream.expires_after(kWriteTimeout);
     auto [ec, n] = co_await http::async_write_header(stream, serializer, nothrow);
-    (void)n;
-    co_return !ec;
-  }
-
-  awaitable<bool> write_chunk(beast::tcp_stream& stream, std::string_view data) {
-    stream.expires_after(std::chrono::seconds(60));  // a client that stops reading does not hold us forever
-    auto [ec, n] = co_await net::async_write(stream, http::make_chunk(net::buffer(data)), nothrow);
     (void)n;
     stream.expires_never();
     co_return !ec;
   }
 
-  awaitable<bool> end_chunks(beast::tcp_stream& stream) {
-    auto [ec, n] = co_await net::async_write(stream, http::make_chunk_last(), nothrow);
-    (void)n;
+  awaitable<bool> write_event(beast::tcp_stream& stream, const Exchange& ex, std::string_view data) {
+    stream.expires_after(kWriteTimeout);
+    boost::system::error_code ec;
+    if (ex.chunked())
+      std::tie(ec, std::ignore) = co_await net::async_write(stream, http::make_chunk(net::buffer(data)), nothrow);
+    else
+      std::tie(ec, std::ignore) = co_await net::async_write(stream, net::buffer(data), nothrow);
+    stream.expires_never();
     co_return !ec;
   }
 
-  awaitable<bool> telemetry_stream(beast::tcp_stream& stream, Request& req) {
+  // Ends an event stream; true when the connection stays open (HTTP/1.0: the close ends the body).
+  awaitable<bool> end_events(beast::tcp_stream& stream, const Exchange& ex) {
+    if (!ex.chunked()) co_return false;
+    stream.expires_after(kWriteTimeout);
+    auto [ec, n] = co_await net::async_write(stream, http::make_chunk_last(), nothrow);
+    (void)n;
+    stream.expires_never();
+    co_return !ec && ex.keep_alive;
+  }
+
+  awaitable<bool> telemetry_stream(beast::tcp_stream& stream, Request& req, Exchange& ex) {
     int64_t limit = -1;  // ?limit=N ends the stream after N snapshots (for tests and scripts)
-    if (auto l = query_param(req.target(), "limit"); !l.empty()) {
+    if (auto l = query_param(std::string_view(req.target().data(), req.target().size()), "limit"); !l.empty()) {
       try {
         limit = std::stoll(l);
       } catch (...) {
         limit = -1;
       }
     }
-    const bool keep_alive = req.keep_alive();
-    if (!co_await start_sse(stream, req.version())) co_return false;
+    if (!co_await start_sse(stream, ex)) co_return false;
+    if (ex.head) co_return ex.chunked() && ex.keep_alive;  // the headers a GET would get, and no body
     net::steady_timer timer(stream.get_executor());
     TelemetryCursor cursor;
     bool watch = true;
@@ -376,28 +512,36 @@ struct HttpServer::Impl {
         }
       }
       const std::string event = sse(boost::json::serialize(service.telemetry().snapshot(cursor)));
-      if (!co_await write_chunk(stream, event)) co_return false;
+      if (!co_await write_event(stream, ex, event)) co_return false;
     }
-    co_return co_await end_chunks(stream) && keep_alive;
+    co_return co_await end_events(stream, ex);
   }
 
-  awaitable<bool> completion(beast::tcp_stream& stream, Request& req, Endpoint endpoint, int& status) {
-    const unsigned version = req.version();
-    const bool keep_alive = req.keep_alive();
+  ApiError timeout_error() const {
+    return ApiError(503, fmt::format("The request reached its deadline ({} s, --request-timeout) before generating "
+                                     "anything: the server is busy. Retry later.", options.request_timeout_seconds),
+                    "server_overloaded", {}, "request_timeout");
+  }
+
+  awaitable<bool> completion(beast::tcp_stream& stream, Request& req, Exchange& ex, Endpoint endpoint) {
     auto wakeup = std::make_shared<Wakeup>();
     wakeup->timer = std::make_shared<net::steady_timer>(stream.get_executor(), Clock::time_point::max());
     Tie tie(*this, wakeup);
     StartedCompletion started;
     std::optional<ApiError> failure;
+    const auto deadline = options.request_timeout_seconds > 0
+                              ? Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                   std::chrono::duration<double>(options.request_timeout_seconds))
+                              : Clock::time_point::max();
     try {
-      started = service.start_completion(req.body(), endpoint, [wakeup] { wakeup->fire(); });
+      started = service.start_completion(req.body(), endpoint, [wakeup] { wakeup->fire(); }, deadline);
     } catch (const ApiError& e) {
       failure = e;
     } catch (const std::exception& e) {
       // Anything else escaping validation (e.g. a template or tokenizer error on this input) is the client's input.
       failure = ApiError(400, e.what());
     }
-    if (failure) co_return co_await send_error(stream, version, *failure, keep_alive, &status);
+    if (failure) co_return co_await send_error(stream, ex, *failure, refusal_of(*failure));
     tie.set_handle(started.handle);
     service.telemetry().generation_started();
     struct Done {
@@ -405,6 +549,8 @@ struct HttpServer::Impl {
       ~Done() { t.generation_finished(); }
     } done{service.telemetry()};
     net::steady_timer& timer = *wakeup->timer;
+    // Watching the socket while queued or generating is what notices a client that hangs up: the sequence is then
+    // cancelled (Tie) and gives its queue place or slot back at once.
     bool watch = true;
     const ResponseFormat& format = started.format;
 
@@ -419,48 +565,52 @@ struct HttpServer::Impl {
                         std::make_move_iterator(piece.logprobs.end()));
         if (piece.finished) {
           if (piece.finish_reason == "error")
-            co_return co_await send_error(stream, version, ApiError(500, "Generation failed: " + piece.error,
-                                                                    "server_error", {}, "engine_error"),
-                                          keep_alive, &status);
+            co_return co_await send_error(stream, ex, ApiError(500, "Generation failed: " + piece.error,
+                                                               "server_error", {}, "engine_error"));
+          if (piece.finish_reason == "timeout") co_return co_await send_error(stream, ex, timeout_error(), "timeout");
           if (piece.finish_reason == "cancelled") {
-            status = 499;  // client gone (or server stopping): nothing to send
+            ex.status = 499;  // client gone (or server stopping): nothing to send
             co_return false;
           }
-          status = 200;
-          co_return co_await send(stream, version, keep_alive, http::status::ok, "application/json",
+          co_return co_await send(stream, ex, 200, "application/json",
                                   format.full(text, logprobs, piece.finish_reason, piece.usage));
         }
         if (!co_await wait_engine(stream, timer, watch)) {
-          status = 499;
+          ex.status = 499;
           co_return false;  // Tie's destructor cancels the sequence
         }
       }
     }
 
-    status = 200;
-    if (!co_await start_sse(stream, version)) co_return false;
+    if (!co_await start_sse(stream, ex)) co_return false;
     const bool usage_null = started.include_usage;
-    if (endpoint == Endpoint::chat && !co_await write_chunk(stream, sse(format.chunk("", {}, "", true, usage_null))))
+    if (endpoint == Endpoint::chat && !co_await write_event(stream, ex, sse(format.chunk("", {}, "", true, usage_null))))
       co_return false;
     for (;;) {
       timer.expires_at(Clock::time_point::max());
       CompletionPiece piece = started.stream->take();
       if (!piece.text.empty() || !piece.logprobs.empty())
-        if (!co_await write_chunk(stream, sse(format.chunk(piece.text, piece.logprobs, "", false, usage_null))))
+        if (!co_await write_event(stream, ex, sse(format.chunk(piece.text, piece.logprobs, "", false, usage_null))))
           co_return false;
       if (piece.finished) {
         if (piece.finish_reason == "cancelled") co_return false;
         std::string tail;
         if (piece.finish_reason == "error") {
-          status = 500;
+          ex.status = 500;
+          spdlog::warn("[server] {}: generation failed: {} (x-request-id {})", ex.route, piece.error, ex.request_id);
           tail += sse(error_body("Generation failed: " + piece.error, "server_error", {}, "engine_error"));
+        } else if (piece.finish_reason == "timeout") {
+          const ApiError e = timeout_error();
+          ex.status = 503;
+          ex.refusal = "timeout";
+          tail += sse(e.body());
         } else {
           tail += sse(format.chunk("", {}, piece.finish_reason, false, usage_null));
           if (started.include_usage) tail += sse(format.usage_chunk(piece.usage));
         }
         tail += "data: [DONE]\n\n";
-        if (!co_await write_chunk(stream, tail)) co_return false;
-        co_return co_await end_chunks(stream) && keep_alive;
+        if (!co_await write_event(stream, ex, tail)) co_return false;
+        co_return co_await end_events(stream, ex);
       }
       if (!co_await wait_engine(stream, timer, watch)) co_return false;
     }
@@ -479,6 +629,7 @@ void HttpServer::start() {
   for (int i = 0; i < std::max(1, impl_->options.io_threads); ++i)
     impl_->threads.emplace_back([this] { impl_->ioc.run(); });
   spdlog::info("[server] listening on http://{}:{}", impl_->options.host, port());
+  for (const auto& warning : startup_warnings(impl_->policy)) spdlog::warn("[server] {}", warning);
 }
 
 void HttpServer::stop() {

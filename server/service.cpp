@@ -28,7 +28,8 @@ Service::Service(std::string model_id, tok::Tokenizer tokenizer, ChatPrompt chat
     : model_id_(std::move(model_id)), tokenizer_(std::move(tokenizer)), chat_prompt_(std::move(chat_prompt)),
       scheduler_(scheduler), telemetry_(telemetry), created_(unix_now()) {}
 
-StartedCompletion Service::start_completion(std::string_view body, Endpoint endpoint, std::function<void()> notify) {
+StartedCompletion Service::start_completion(std::string_view body, Endpoint endpoint, std::function<void()> notify,
+                                            std::chrono::steady_clock::time_point deadline) {
   CompletionRequest req = parse_completion_request(body, endpoint);
   if (!req.model.empty() && req.model != model_id_)
     throw ApiError(404, fmt::format("The model `{}` does not exist or you do not have access to it.", req.model),
@@ -59,6 +60,7 @@ StartedCompletion Service::start_completion(std::string_view body, Endpoint endp
   params.max_tokens = req.max_tokens.value_or(context - prompt_tokens);
   params.sampling = req.sampling;
   params.top_logprobs = req.top_logprobs;
+  params.deadline = deadline;
   if (!req.ignore_eos) {
     params.stop_tokens = tokenizer_.eos_ids();
     if (endpoint == Endpoint::chat)

@@ -4,6 +4,7 @@
 // Never: touches sockets, or lets a client's input reach the engine unvalidated.
 #pragma once
 
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -33,8 +34,11 @@ class Service {
           Telemetry& telemetry);
 
   // Throws ApiError (400 invalid, 404 unknown model, 429 queue full). notify runs on the engine thread whenever
-  // the stream has something to take().
-  StartedCompletion start_completion(std::string_view body, Endpoint endpoint, std::function<void()> notify);
+  // the stream has something to take(). Past `deadline` the generation finishes ("length" with what it has, or
+  // "timeout" when it has generated nothing).
+  StartedCompletion start_completion(
+      std::string_view body, Endpoint endpoint, std::function<void()> notify,
+      std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
 
   std::string models_json() const;
   // The active plan as JSON; throws ApiError(404) while no plan (wisdom) is loaded.

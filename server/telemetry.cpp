@@ -88,6 +88,11 @@ void Telemetry::record_request(const std::string& route, int status, double seco
   latency_sum_[route] += seconds;
 }
 
+void Telemetry::record_refusal(const std::string& reason) {
+  std::lock_guard lock(mutex_);
+  refusals_[reason] += 1;
+}
+
 json::object Telemetry::health() const {
   const auto s = scheduler_.stats();
   const auto t = tiering();
@@ -120,7 +125,7 @@ json::object Telemetry::health() const {
         for (const char* key : {"decode_tokens_per_second", "prefill_tokens_per_second", "expert_hit_rate", "total_memory"})
           if (auto* v = pr->as_object().if_contains(key)) plan[std::string("predicted_") + key] = *v;
   }
-  plan["threads_in_use"] = info_.threads;
+  plan["threads_in_use"] = s.threads > 0 ? s.threads : info_.threads;  // what "0: auto" resolved to
   plan["max_batch"] = scheduler_.options().max_batch;
   plan["prefill_size"] = scheduler_.options().prefill_size;
   plan["context"] = scheduler_.context();
@@ -210,6 +215,13 @@ json::object Telemetry::health() const {
   requests["queue_limit"] = scheduler_.options().queue_limit;
   requests["connections"] = connections_.load();
   requests["rejected"] = rejected_.load();
+  requests["timed_out"] = s.sequences_timed_out;
+  json::object refused;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [reason, count] : refusals_) refused[reason] = count;
+  }
+  requests["refused_by_reason"] = std::move(refused);
   h["requests"] = std::move(requests);
 
   json::object tokens;
@@ -324,8 +336,15 @@ std::string Telemetry::metrics() const {
   e.sample("tierlm_engine_busy_seconds_total", s.busy_seconds);
   e.family("tierlm_sequences_cancelled_total", "counter", "Generations cancelled (client gone).");
   e.sample("tierlm_sequences_cancelled_total", double(s.sequences_cancelled));
+  e.family("tierlm_sequences_timed_out_total", "counter", "Generations finished by the request deadline.");
+  e.sample("tierlm_sequences_timed_out_total", double(s.sequences_timed_out));
 
   std::lock_guard lock(mutex_);
+  e.family("tierlm_http_rejected_total", "counter",
+           "Requests and connections refused before being served, by reason (they also count in "
+           "tierlm_http_requests_total with their status code).");
+  for (const auto& [reason, count] : refusals_)
+    e.sample("tierlm_http_rejected_total", double(count), fmt::format("reason=\"{}\"", label(reason)));
   e.family("tierlm_http_requests_total", "counter", "HTTP requests by route and status code.");
   for (const auto& [key, count] : requests_)
     e.sample("tierlm_http_requests_total", double(count), fmt::format("route=\"{}\",code=\"{}\"", label(key.first), key.second));

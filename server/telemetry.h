@@ -3,7 +3,7 @@
 // process (RSS, cgroup limit), the scheduler (KV, queue, tokens) and, through TieringCountersProvider, whatever tier
 // counters the engine has (the MoE expert tier plugs in there; until one is attached they read as zeros and
 // "available": false says so), and, through GpuCountersProvider, the GPU layers' VRAM and expert counters (absent
-// without GPU layers). Owns: HTTP request counters and the latency histogram.
+// without GPU layers). Owns: HTTP request counters, the latency histogram and the count of refused requests by reason.
 // Never: blocks on the engine (scheduler stats are copied under its short lock).
 #pragma once
 
@@ -101,6 +101,9 @@ class Telemetry {
   void generation_started() { generating_.fetch_add(1); }
   void generation_finished() { generating_.fetch_sub(1); }
   void record_rejected() { rejected_.fetch_add(1); }
+  // A request (or connection) the server refused before serving it: reason is a short fixed label, e.g.
+  // "host_not_allowed", "unauthorized", "body_too_large", "queue_full", "over_capacity".
+  void record_refusal(const std::string& reason);
 
   boost::json::object health() const;
   std::string metrics() const;
@@ -122,6 +125,7 @@ class Telemetry {
   static constexpr std::array<double, 12> kBuckets = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
   std::map<std::string, std::array<uint64_t, kBuckets.size() + 1>> latency_;  // per route, cumulative at render
   std::map<std::string, double> latency_sum_;
+  std::map<std::string, uint64_t> refusals_;  // reason -> count
   std::atomic<int64_t> connections_{0}, generating_{0};
   std::atomic<uint64_t> rejected_{0};
 };

@@ -196,6 +196,17 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--io-threads", o->http.io_threads, "HTTP I/O threads")->check(CLI::Range(1, 64));
   cmd->add_option("--max-body-bytes", o->http.max_body_bytes, "Largest request body accepted (else 413)");
   cmd->add_option("--read-timeout", o->http.read_timeout_seconds, "Seconds to read a request / keep-alive idle");
+  cmd->add_option("--allowed-hosts", o->http.allowed_hosts,
+                  "Host header names answered besides loopback and the bound address (comma list; '*': any, which "
+                  "turns off the DNS-rebinding check)");
+  cmd->add_option("--cors-origin", o->http.cors_origins,
+                  "Origin allowed to call the API from a browser (CORS); repeatable or a comma list (default: none)");
+  cmd->add_option("--max-connections", o->http.max_connections, "Open connections; more are answered 503 and closed")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--request-timeout", o->http.request_timeout_seconds,
+                  "Seconds a generation may run from its request; then it ends with finish_reason \"length\" (503 when "
+                  "nothing was generated yet); 0: no limit")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--chat-template", o->chat_template, "Jinja chat template file overriding the model's");
   cmd->add_option("--served-model-name", o->served_model_name, "Model id clients use (default: the folder name)");
   cmd->add_option("--weight-format", o->weight_format, "Convert dense weights at load (f16, q8_0, q4, ...)");

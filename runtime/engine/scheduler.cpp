@@ -107,6 +107,7 @@ void Scheduler::engine_main(std::promise<void>* ready) {
       stats_.slots = options_.max_batch;
       stats_.context = context_;
       stats_.kv_bytes = slots_.empty() ? 0 : slots_.size() * slots_[0]->cache.bytes();
+      stats_.threads = engine_->pool.size();
     }
   } catch (...) {
     slots_.clear();
@@ -154,11 +155,13 @@ std::shared_ptr<SequenceHandle> Scheduler::submit(SequenceParams params, std::sh
   {
     std::lock_guard lock(mutex_);
     if (stopping_) throw QueueFullError("the server is shutting down");
-    if (int64_t(waiting_.size()) >= options_.queue_limit)
-      throw QueueFullError(fmt::format("{} requests are already waiting (queue limit {})", waiting_.size(),
+    // Cancelled entries leave the queue at the engine's next step; until then they hold no place.
+    const int64_t waiting = waiting_count_locked();
+    if (waiting >= options_.queue_limit)
+      throw QueueFullError(fmt::format("{} requests are already waiting (queue limit {})", waiting,
                                        options_.queue_limit));
     waiting_.push_back(std::move(seq));
-    stats_.waiting = int64_t(waiting_.size());
+    stats_.waiting = waiting + 1;
   }
   wake_.notify_one();
   return handle;
@@ -175,20 +178,28 @@ void Scheduler::stop() {
 
 SchedulerStats Scheduler::stats() const {
   std::lock_guard lock(mutex_);
-  return stats_;
+  SchedulerStats s = stats_;
+  s.waiting = waiting_count_locked();
+  return s;
+}
+
+int64_t Scheduler::waiting_count_locked() const {
+  return int64_t(std::count_if(waiting_.begin(), waiting_.end(),
+                               [](const auto& seq) { return !seq->handle->cancelled(); }));
 }
 
 // Moves waiting sequences into free slots, preferring the idle slot whose cached tokens share the longest prefix
 // with the prompt (those positions are not recomputed), then the least recently used one. With GPU layers, a slot's
 // reusable prefix is also bounded by the positions the device still holds for it (engine thread: may ask the GPU).
 void Scheduler::admit_locked() {
+  // Cancelled and expired sequences leave from anywhere in the queue (not only its head, which may wait for a slot
+  // a long time); they finish at the next step, outside the lock.
+  const auto now = Clock::now();
+  for (auto& seq : waiting_)
+    if (seq->handle->cancelled() || seq->params.deadline <= now) active_.push_back(std::move(seq));
+  std::erase_if(waiting_, [](const auto& seq) { return !seq; });
   while (!waiting_.empty()) {
     auto& seq = waiting_.front();
-    if (seq->handle->cancelled()) {
-      active_.push_back(std::move(seq));  // finished as cancelled at the next step, outside the lock
-      waiting_.pop_front();
-      continue;
-    }
     Slot* best = nullptr;
     int64_t best_reuse = -1;
     const auto& prompt = seq->params.prompt;
@@ -235,14 +246,25 @@ void Scheduler::run_loop() {
 // One forward pass: every decoding sequence contributes its next token, then prefilling sequences take up to
 // prefill_size prompt tokens between them (in admission order). Returns false when nothing ran.
 bool Scheduler::step() {
-  // Cancelled sequences leave first, freeing their slots for the next admission.
-  for (auto& seq : active_)
-    if (seq->handle->cancelled()) finish(*seq, "cancelled");
+  // Cancelled and expired sequences leave first, freeing their slots for the next admission.
+  const auto now = Clock::now();
+  for (auto& seq : active_) {
+    if (seq->handle->cancelled()) {
+      finish(*seq, "cancelled");
+    } else if (seq->params.deadline <= now) {
+      {
+        std::lock_guard lock(mutex_);
+        stats_.sequences_timed_out += 1;
+      }
+      finish(*seq, seq->generated.empty() ? "timeout" : "length");
+    }
+  }
   std::erase_if(active_, [](const auto& s) { return s->done; });
   if (active_.empty()) {
     if (options_.after_step) options_.after_step();
     std::lock_guard lock(mutex_);
     stats_.active = 0;
+    update_kv_stats_locked();  // the last sequences may have just left: their positions are now only cached
     return false;
   }
 
@@ -313,11 +335,16 @@ bool Scheduler::step() {
   stats_.prefilled_tokens_total += prefilled;
   stats_.busy_seconds += busy;
   stats_.active = int64_t(active_.size());
+  update_kv_stats_locked();
+  return true;
+}
+
+// Engine thread (it owns the slots), with mutex_ held.
+void Scheduler::update_kv_stats_locked() {
   int64_t used = 0, cached = 0;
   for (auto& slot : slots_) (slot->busy ? used : cached) += int64_t(slot->tokens.size());
   stats_.kv_positions_used = used;
   stats_.kv_positions_cached = cached;
-  return true;
 }
 
 // Where Forward should put the sequence's greedy token: only when the sampler would take the plain argmax of the

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -55,6 +56,9 @@ struct SequenceParams {
   SamplingParams sampling;
   std::vector<int32_t> stop_tokens;  // sampling one of these finishes with "stop"; it is not reported
   int top_logprobs = -1;             // -1: no logprobs; 0..20: the chosen token's logprob and this many best
+  // Past it the sequence finishes at the next step: "length" when it has generated tokens, "timeout" when it has
+  // none yet (still queued or prefilling). max(): no deadline.
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
 
 struct TokenLogprob {
@@ -69,7 +73,7 @@ struct TokenOutput {
 };
 
 struct SequenceResult {
-  std::string finish_reason;          // "stop" | "length" | "cancelled" | "error"
+  std::string finish_reason;          // "stop" | "length" | "timeout" | "cancelled" | "error"
   std::string error;                  // set when finish_reason == "error"
   int64_t prompt_tokens = 0;
   int64_t cached_prompt_tokens = 0;   // prompt positions reused from the prefix cache
@@ -105,7 +109,7 @@ class QueueFullError : public std::runtime_error {
 
 struct SchedulerStats {
   int64_t active = 0;                 // sequences holding a slot
-  int64_t waiting = 0;                // sequences queued for a slot
+  int64_t waiting = 0;                // sequences queued for a slot (cancelled ones no longer count)
   int64_t slots = 0;
   int64_t context = 0;
   int64_t kv_positions_used = 0;      // positions filled by active sequences
@@ -117,6 +121,8 @@ struct SchedulerStats {
   uint64_t generated_tokens_total = 0;
   uint64_t sequences_finished = 0;
   uint64_t sequences_cancelled = 0;
+  uint64_t sequences_timed_out = 0;   // finished by their deadline ("length" or "timeout")
+  int threads = 0;                    // compute threads in use (threads = 0 resolved to the core count)
   uint64_t steps_total = 0;
   uint64_t batched_rows_total = 0;    // sequences summed over steps (rows / steps = mean batch)
   double busy_seconds = 0;            // time spent in forward + sampling
@@ -131,7 +137,8 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   // Queues a sequence. Throws std::invalid_argument for an empty prompt or one that leaves no room to generate,
-  // QueueFullError when queue_limit sequences already wait. The observer is kept until on_finish.
+  // QueueFullError when queue_limit sequences already wait (cancelled ones do not count: a client that hung up
+  // gives its place back at once). The observer is kept until on_finish.
   std::shared_ptr<SequenceHandle> submit(SequenceParams params, std::shared_ptr<SequenceObserver> observer);
 
   // Token rows one step may run (prefill_size prompt tokens plus one per decoding sequence): the max_chunk that
@@ -150,6 +157,8 @@ class Scheduler {
   void engine_main(std::promise<void>* ready);
   void run_loop();
   void admit_locked();
+  void update_kv_stats_locked();
+  int64_t waiting_count_locked() const;
   bool step();
   void emit(Sequence& seq, Slot& slot, const float* logits, const int32_t* greedy = nullptr);
   static int32_t* greedy_target(Sequence& seq);

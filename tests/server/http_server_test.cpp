@@ -337,9 +337,9 @@ TEST(HttpServer, KeepAliveServesSeveralRequestsOnOneConnection) {
   auto& s = shared_server();
   const int fd = connect_loopback(s.port());
   const std::string body = R"({"prompt":"x","max_tokens":2,"temperature":0})";
-  std::string req = "POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nContent-Length: " +
+  std::string req = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
                     std::to_string(body.size()) + "\r\n\r\n" + body;
-  std::string last = "GET /health HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+  std::string last = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
   send_all(fd, req + req + last);  // pipelined
   const std::string raw = read_all(fd);
   ::close(fd);
@@ -414,7 +414,7 @@ TEST(HttpServer, ClientDisconnectCancelsGeneration) {
   {
     const int fd = connect_loopback(s.port());
     const std::string body = R"({"prompt":"x","max_tokens":500,"ignore_eos":true,"stream":true})";
-    send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nContent-Length: " +
+    send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
                      std::to_string(body.size()) + "\r\n\r\n" + body);
     char buf[512];
     ASSERT_GT(::recv(fd, buf, sizeof buf, 0), 0);
@@ -425,7 +425,7 @@ TEST(HttpServer, ClientDisconnectCancelsGeneration) {
   {
     const int fd = connect_loopback(s.port());
     const std::string body = R"({"prompt":"y","max_tokens":500,"ignore_eos":true})";
-    send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nContent-Length: " +
+    send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
                      std::to_string(body.size()) + "\r\n\r\n" + body);
     ASSERT_TRUE(eventually([&] { return s.scheduler().stats().generated_tokens_total > 0 ||
                                         s.scheduler().stats().active > 0; }));
@@ -445,7 +445,7 @@ TEST(HttpServer, QueueLimitAnswers429) {
   // Occupy the only slot with a stream we hold open.
   const int holder = connect_loopback(s.port());
   const std::string body = R"({"prompt":"x","max_tokens":500,"ignore_eos":true,"stream":true})";
-  send_all(holder, "POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nContent-Length: " +
+  send_all(holder, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
                        std::to_string(body.size()) + "\r\n\r\n" + body);
   char buf[256];
   ASSERT_GT(::recv(holder, buf, sizeof buf, 0), 0);
@@ -478,8 +478,10 @@ TEST(HttpServer, BearerApiKey) {
   EXPECT_EQ(post(s.port(), "/v1/completions", R"({"prompt":"x","max_tokens":1})", "Authorization: Bearer sekret-123\r\n")
                 .status,
             200);
-  EXPECT_EQ(request(s.port(), "GET", "/health").status, 200);  // liveness stays open
-  EXPECT_EQ(request(s.port(), "GET", "/").status, 200);
+  expect_error(request(s.port(), "GET", "/health"), 401);  // the full health report needs the key...
+  EXPECT_EQ(request(s.port(), "GET", "/health", {}, "Authorization: Bearer sekret-123\r\n").status, 200);
+  EXPECT_EQ(request(s.port(), "GET", "/health/live").body, R"({"status":"ok"})");  // ...the liveness probe does not
+  EXPECT_EQ(request(s.port(), "GET", "/").status, 200);  // the dashboard's static page (its data routes need the key)
   expect_error(request(s.port(), "GET", "/v1/telemetry?limit=1"), 401);
   EXPECT_EQ(request(s.port(), "GET", "/v1/telemetry?limit=1&api_key=sekret-123").status, 200);
 }

@@ -8,7 +8,9 @@
 #include <condition_variable>
 #include <future>
 #include <mutex>
+#include <thread>
 
+#include "runtime/kernels/thread_pool.h"
 #include "runtime/tokenizer/tokenizer.h"
 
 namespace tierlm::engine {
@@ -196,6 +198,142 @@ TEST(Scheduler, QueueLimitRefusesWithQueueFull) {
   a_done.wait();
   b_done.wait();
   EXPECT_EQ(b->result.finish_reason, "length");
+}
+
+// Holds the engine thread in its first on_token until released: its slot stays busy and no step runs, so queue
+// states can be set up without racing the model. Then it asks to stop.
+struct Gate : Collector {
+  std::promise<void> entered, release_promise;
+  std::shared_future<void> release = release_promise.get_future().share();
+  bool waited = false;
+  bool on_token(const TokenOutput& t) override {
+    Collector::on_token(t);
+    if (!waited) {
+      waited = true;
+      entered.set_value();
+      release.wait();
+    }
+    return false;
+  }
+};
+
+// Makes every engine step last at least 2 ms until it is cancelled.
+struct Slow : Collector {
+  bool on_token(const TokenOutput& t) override {
+    Collector::on_token(t);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return true;
+  }
+};
+
+// A client that hangs up while queued gives its place back at once, wherever it is in the queue (here behind a
+// head that still waits for the slot, so the engine cannot have removed it yet).
+TEST(Scheduler, CancelledWaitingSequencesDoNotCountAgainstTheQueueLimit) {
+  auto& f = fixture();
+  auto o = options(1);
+  o.queue_limit = 2;
+  Scheduler s(f.weights, f.ledger, o);
+  auto gate = std::make_shared<Gate>();
+  auto entered = gate->entered.get_future();
+  s.submit(greedy("def add(a, b):", 4), gate);
+  entered.wait();  // the engine is held, the only slot taken
+  auto b = std::make_shared<Collector>();
+  auto c = std::make_shared<Collector>();
+  auto b_done = b->done.get_future(), c_done = c->done.get_future();
+  s.submit(greedy("x", 3), b);
+  auto hc = s.submit(greedy("y", 3), c);
+  EXPECT_EQ(s.stats().waiting, 2);
+  EXPECT_THROW(s.submit(greedy("z", 3), std::make_shared<Collector>()), QueueFullError);
+  hc->cancel();
+  EXPECT_EQ(s.stats().waiting, 1);
+  auto d = std::make_shared<Collector>();
+  auto d_done = d->done.get_future();
+  bool queued = false;
+  EXPECT_NO_THROW({
+    s.submit(greedy("z", 3), d);
+    queued = true;
+  });
+  gate->release_promise.set_value();
+  b_done.wait();
+  c_done.wait();
+  if (queued) d_done.wait();
+  EXPECT_EQ(b->result.finish_reason, "length");
+  EXPECT_EQ(c->result.finish_reason, "cancelled");
+  EXPECT_EQ(d->result.finish_reason, queued ? "length" : "");
+  EXPECT_EQ(s.stats().waiting, 0);
+}
+
+TEST(Scheduler, DeadlineFinishesWithLengthOrTimeout) {
+  auto& f = fixture();
+  Scheduler s(f.weights, f.ledger, options(1));
+  // Running at its deadline: "length" with the tokens it has (>= 2 ms a token: 240 would take 480 ms).
+  auto slow = std::make_shared<Slow>();
+  auto slow_done = slow->done.get_future();
+  SequenceParams p = greedy("def add(a, b):", 240);
+  p.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(60);
+  s.submit(std::move(p), slow);
+  slow_done.wait();
+  EXPECT_EQ(slow->result.finish_reason, "length");
+  EXPECT_GT(slow->result.completion_tokens, 0);
+  EXPECT_LT(slow->result.completion_tokens, 240);
+  // Still queued at its deadline: "timeout", nothing generated.
+  auto gate = std::make_shared<Gate>();
+  auto entered = gate->entered.get_future();
+  s.submit(greedy("x", 4), gate);
+  entered.wait();
+  auto queued = std::make_shared<Collector>();
+  auto queued_done = queued->done.get_future();
+  SequenceParams q = greedy("y", 4);
+  q.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+  s.submit(std::move(q), queued);
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  gate->release_promise.set_value();
+  queued_done.wait();
+  EXPECT_EQ(queued->result.finish_reason, "timeout");
+  EXPECT_EQ(queued->result.completion_tokens, 0);
+  EXPECT_EQ(s.stats().sequences_timed_out, 2u);
+}
+
+// When the last running sequences are cancelled the step that removes them runs nothing; the KV figures must still
+// drop to zero used (their rows stay cached for prefix reuse).
+TEST(Scheduler, KvPositionsUsedReturnsToZeroWhenEverySequenceIsCancelled) {
+  auto& f = fixture();
+  Scheduler s(f.weights, f.ledger, options(2));
+  std::vector<std::shared_ptr<Slow>> cs;
+  std::vector<std::shared_ptr<SequenceHandle>> hs;
+  std::vector<std::future<void>> firsts, dones;
+  for (const char* prompt : {"def add(a, b):", "class Stack:"}) {
+    cs.push_back(std::make_shared<Slow>());
+    firsts.push_back(cs.back()->first.get_future());
+    dones.push_back(cs.back()->done.get_future());
+    hs.push_back(s.submit(greedy(prompt, 200), cs.back()));
+  }
+  for (auto& x : firsts) x.wait();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_GT(s.stats().kv_positions_used, 0);
+  for (auto& h : hs) h->cancel();
+  for (auto& x : dones) x.wait();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (s.stats().active != 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const auto st = s.stats();
+  EXPECT_EQ(st.active, 0);
+  EXPECT_EQ(st.kv_positions_used, 0);
+  EXPECT_GT(st.kv_positions_cached, 0);
+  EXPECT_EQ(st.sequences_cancelled, 2u);
+}
+
+TEST(Scheduler, StatsReportTheResolvedThreadCount) {
+  auto& f = fixture();
+  auto o = options(1);
+  o.threads = 0;  // one per physical core
+  {
+    Scheduler s(f.weights, f.ledger, o);
+    EXPECT_EQ(s.stats().threads, kernels::ThreadPool::physical_cores());
+  }
+  o.threads = 1;
+  Scheduler s(f.weights, f.ledger, o);
+  EXPECT_EQ(s.stats().threads, 1);
 }
 
 TEST(Scheduler, StopTokensObserverStopAndLength) {

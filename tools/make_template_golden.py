@@ -489,7 +489,12 @@ def main():
         path = os.path.join(models_dir, model, "tokenizer_config.json")
         if os.path.exists(path):
             config = json.load(open(path, encoding="utf-8"))
-            for tname, template in templates_of(config):
+            templates = list(templates_of(config))
+            # transformers 5 keeps the template beside the tokenizer, in chat_template.jinja.
+            jinja_file = os.path.join(models_dir, model, "chat_template.jinja")
+            if os.path.exists(jinja_file):
+                templates.append(("default", open(jinja_file, encoding="utf-8").read()))
+            for tname, template in templates:
                 special = special_tokens_map(config)
                 meta = {"jinja2": jinja2.__version__, "source": f"profiles/models/{model}", "template": template,
                         "special_tokens": special}

@@ -12,8 +12,6 @@ shift || true
 root="$(cd "$(dirname "$0")/.." && pwd)"
 binary="${TIERLM_BINARY:-$root/build/tierlm}"
 model="$root/profiles/models/tierlm-tiny"
-# tierlm-tiny has no chat template of its own; this one matches its special tokens.
-template="$root/tests/server/fixtures/chatml.jinja"
 [ -x "$binary" ] || { echo "soak: no $binary (cmake --build build --target tierlm)"; exit 2; }
 command -v python3 >/dev/null || { echo "soak: python3 is required"; exit 2; }
 work="$(mktemp -d -t tierlm-soak.XXXXXX)"
@@ -24,7 +22,7 @@ echo "soak: quick calibration into $XDG_CACHE_HOME/tierlm/wisdom.json"
 if ! "$binary" calibrate --model "$model" --quick >"$work/calibrate.log" 2>&1; then
   cat "$work/calibrate.log"; echo "soak: calibration failed (kept $work)"; exit 1
 fi
-python3 "$root/bench/soak_client.py" --binary "$binary" --model "$model" --chat-template "$template" \
+python3 "$root/bench/soak_client.py" --binary "$binary" --model "$model" \
   --cache-dir "$XDG_CACHE_HOME" --log "$work/serve.log" --minutes "$minutes" "$@"
 status=$?
 if [ $status -eq 0 ]; then

@@ -60,7 +60,8 @@ class Server:
 
     def command(self):
         a = self.args
-        return [a.binary, "serve", "--model", a.model, "--chat-template", a.chat_template, "--host", "127.0.0.1",
+        template = ["--chat-template", a.chat_template] if a.chat_template else []
+        return [a.binary, "serve", "--model", a.model, *template, "--host", "127.0.0.1",
                 "--port", "0", "--max-batch", str(a.max_batch), "--queue-limit", str(a.queue_limit),
                 "--threads", str(a.threads), "--max-body-bytes", str(a.max_body_bytes)]
 
@@ -867,7 +868,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--binary", required=True)
     p.add_argument("--model", required=True)
-    p.add_argument("--chat-template", required=True)
+    p.add_argument("--chat-template", default="", help="override the model's own chat template")
     p.add_argument("--cache-dir", required=True, help="XDG_CACHE_HOME for the server (its wisdom lives there)")
     p.add_argument("--log", required=True, help="the server's stdout and stderr")
     p.add_argument("--minutes", type=float, default=20)

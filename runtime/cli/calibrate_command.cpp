@@ -65,7 +65,7 @@ void run_calibrate(const CalibrateCliOptions& o) {
 void add_calibrate_command(CLI::App& app) {
   auto o = std::make_shared<CalibrateCliOptions>();
   CLI::App* cmd = app.add_subcommand("calibrate", "Measure this machine and a model, plan, and store the plan (wisdom)");
-  cmd->add_option("--model,-m", o->model, "Model folder")->capture_default_str();
+  cmd->add_option("--model,-m", o->model, "Model folder or Hugging Face id ORG/NAME[@REV]")->capture_default_str();
   cmd->add_option("--wisdom", o->wisdom, "Wisdom file (default: $XDG_CACHE_HOME/tierlm/wisdom.json)");
   cmd->add_option("--prompts", o->prompts, "Folder of *.txt prompts for router traces")->capture_default_str();
   cmd->add_option("--weight-format", o->weight_format, "Weight format the model will run in (as for run)");
@@ -75,7 +75,10 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("--trace-seconds", o->trace_seconds, "Time bound for router traces")->check(CLI::Range(0.5, 3600.0));
   cmd->add_flag("--quick", o->quick, "Short probes (under 20 s in all)");
   cmd->add_flag("--json", o->json, "Print the result as JSON");
-  cmd->callback([o] { run_calibrate(*o); });
+  cmd->callback([o] {
+    o->model = resolve_model(o->model);
+    run_calibrate(*o);
+  });
 }
 
 }  // namespace tierlm::cli

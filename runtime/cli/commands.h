@@ -13,5 +13,6 @@ void add_calibrate_command(CLI::App& app);
 void add_wisdom_command(CLI::App& app);
 void add_pack_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+void add_pull_command(CLI::App& app);
 
 }  // namespace tierlm::cli

@@ -1,10 +1,13 @@
 #include "runtime/cli/model_setup.h"
 
 #include "runtime/cli/progress.h"
+#include "runtime/hub/pull.h"
 
 namespace tierlm::cli {
 
 std::string default_model_dir() { return std::string(TIERLM_SOURCE_DIR) + "/profiles/models/tierlm-tiny"; }
+
+std::string resolve_model(const std::string& model) { return hub::resolve_model_argument(model); }
 
 LoadedModel load_for_cli(const std::string& model_dir, double mem_budget_gib, const std::string& weight_format,
                          model::LoadOptions load) {

@@ -21,6 +21,10 @@ struct LoadedModel {
 // The embedded default model (profiles/models/tierlm-tiny in the source tree), used when --model is not given.
 std::string default_model_dir();
 
+// --model's argument as a folder: a local path as given (an existing path always wins); a Hugging Face repo id,
+// ORG/NAME[@REVISION], as its snapshot folder in the hub cache, fetched first when files are missing (runtime/hub).
+std::string resolve_model(const std::string& model);
+
 // mem_budget_gib <= 0: unlimited. weight_format empty: as stored. `load` carries the plan's settings; its ledger and
 // progress fields are filled here.
 LoadedModel load_for_cli(const std::string& model_dir, double mem_budget_gib, const std::string& weight_format,

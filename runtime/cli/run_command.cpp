@@ -148,7 +148,7 @@ void run(const RunOptions& given, const CLI::App& cmd) {
 void add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt with a Hugging Face model folder");
-  cmd->add_option("--model,-m", o->model, "Model folder (config.json, *.safetensors, tokenizer.json)")
+  cmd->add_option("--model,-m", o->model, "Model folder (config.json, *.safetensors, tokenizer.json) or Hugging Face id ORG/NAME[@REV]")
       ->capture_default_str();
   cmd->add_option("--prompt,-p", o->prompt, "Prompt text")->capture_default_str();
   cmd->add_option("--max-tokens,-n", o->max_tokens, "Tokens to generate")->check(CLI::Range(int64_t(0), int64_t(1) << 20));
@@ -175,7 +175,10 @@ void add_run_command(CLI::App& app) {
       ->check(CLI::IsMember({"calibrate", "refuse"}))
       ->capture_default_str();
   cmd->add_flag("--no-wisdom", o->no_wisdom, "Ignore wisdom: run on explicit flags and defaults only");
-  cmd->callback([o, cmd] { run(*o, *cmd); });
+  cmd->callback([o, cmd] {
+    o->model = resolve_model(o->model);
+    run(*o, *cmd);
+  });
 }
 
 }  // namespace tierlm::cli

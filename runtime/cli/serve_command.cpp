@@ -178,7 +178,7 @@ void serve(ServeOptions o, const CLI::App& cmd) {
 void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat/completions, SSE, /health, /metrics)");
-  cmd->add_option("--model,-m", o->model, "Model folder (config.json, *.safetensors, tokenizer.json)")
+  cmd->add_option("--model,-m", o->model, "Model folder (config.json, *.safetensors, tokenizer.json) or Hugging Face id ORG/NAME[@REV]")
       ->capture_default_str();
   cmd->add_option("--host", o->http.host, "Address to bind (default loopback only)");
   cmd->add_option("--port", o->http.port, "TCP port (0: any free port)");
@@ -221,7 +221,12 @@ void add_serve_command(CLI::App& app) {
                   "Without a plan for this machine and model: calibrate (quick, then store it) or refuse")
       ->check(CLI::IsMember({"calibrate", "refuse"}));
   cmd->add_flag("--no-wisdom", o->no_wisdom, "Ignore wisdom: run on explicit flags and defaults only");
-  cmd->callback([o, cmd] { serve(*o, *cmd); });
+  cmd->callback([o, cmd] {
+    const std::string given = o->model;
+    o->model = resolve_model(given);
+    if (o->served_model_name.empty() && o->model != given) o->served_model_name = given;  // a hub id names itself
+    serve(*o, *cmd);
+  });
 }
 
 }  // namespace tierlm::cli

@@ -9,6 +9,7 @@
 #include "calibrate/report.h"
 #include "calibrate/wisdom.h"
 #include "runtime/cli/commands.h"
+#include "runtime/cli/model_setup.h"
 
 namespace tierlm::cli {
 
@@ -65,10 +66,13 @@ void add_wisdom_command(CLI::App& app) {
   auto o = std::make_shared<WisdomCliOptions>();
   CLI::App* show_cmd = cmd->add_subcommand("show", "Render the plan for a person (or --json for machines)");
   show_cmd->add_option("--wisdom", o->wisdom, "Wisdom file (default: $XDG_CACHE_HOME/tierlm/wisdom.json)");
-  show_cmd->add_option("--model,-m", o->model, "Only the entry for this model folder (checked against this machine)");
+  show_cmd->add_option("--model,-m", o->model, "Only the entry for this model folder or hub id (checked against this machine)");
   show_cmd->add_option("--weight-format", o->weight_format, "Weight format the model was calibrated for");
   show_cmd->add_flag("--json", o->json, "Machine-readable JSON");
-  show_cmd->callback([o] { show(*o); });
+  show_cmd->callback([o] {
+    o->model = resolve_model(o->model);
+    show(*o);
+  });
 }
 
 }  // namespace tierlm::cli

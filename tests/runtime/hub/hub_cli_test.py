@@ -11,6 +11,7 @@ its own temporary HOME / HF_HOME and talks to 127.0.0.1 only. Exit code 77: skip
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import struct
@@ -204,6 +205,7 @@ def case_npm_download_then_offline(c):
     check(r.stdout == expected, "same text as the original folder")
     r = c.tierlm_run(["run", "--model", REPO + "@" + c.commit] + RUN_ARGS, env=env)
     check(r.returncode == 0 and r.stdout == expected, "ORG/NAME@COMMIT offline: " + r.stderr[-2000:])
+    serve_offline_by_id(c, env, expected)
     r = c.tierlm_run(["pull", "tierlm-test/not-cached"], env=env)
     check(r.returncode == 1 and "HF_HUB_OFFLINE" in r.stderr and "tierlm-test/not-cached" in r.stderr,
           "offline and not cached: a clear error: " + r.stderr)
@@ -214,6 +216,37 @@ def case_npm_download_then_offline(c):
     check(r.returncode == 0, "pull over the npm client's cache: " + r.stderr[-2000:])
     check(c.hub.lfs_bytes_served() == 0, "no content fetched again (%d bytes)" % c.hub.lfs_bytes_served())
     check(served > 0, "the npm client did fetch the shards")
+
+
+def serve_offline_by_id(c, env, expected):
+    """`tierlm serve --model ORG/NAME` offline: the model is named by its id and completes as `run` does."""
+    import urllib.request
+
+    log_path = os.path.join(c.tmp, "serve.log")
+    with open(log_path, "w") as log:
+        server = subprocess.Popen([c.tierlm, "serve", "--model", REPO, "--no-wisdom", "--threads", "1", "--host",
+                                   "127.0.0.1", "--port", "0"], env=env, stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        port, deadline = None, time.monotonic() + 60
+        while port is None and time.monotonic() < deadline:
+            check(server.poll() is None, "serve exited: " + open(log_path).read()[-2000:])
+            found = re.search(r"listening on http://127\.0\.0\.1:(\d+)", open(log_path).read())
+            port = found and found.group(1)
+            time.sleep(0.1)
+        check(port, "serve printed no port")
+        base = "http://127.0.0.1:%s/v1" % port
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        models = json.load(opener.open(base + "/models", timeout=30))
+        check([m["id"] for m in models["data"]] == [REPO], "serve names the model by its hub id: %s" % models)
+        prompt = RUN_ARGS[RUN_ARGS.index("--prompt") + 1]
+        request = urllib.request.Request(base + "/completions", method="POST", headers={
+            "Content-Type": "application/json"}, data=json.dumps({
+                "model": REPO, "prompt": prompt, "max_tokens": 16, "temperature": 0}).encode())
+        text = json.load(opener.open(request, timeout=60))["choices"][0]["text"]
+        check(prompt + text + "\n" == expected, "serve's completion %r is run's %r" % (text, expected))
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def wait_for_partial(c, shard, at_least, timeout=30):

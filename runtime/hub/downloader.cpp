@@ -5,6 +5,7 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <set>
 
 #include <curl/curl.h>
 #include <fcntl.h>
@@ -44,18 +45,17 @@ struct Transfer {
   }
 };
 
-// The per-blob lock file of the Python and JS clients, held for the whole write of one blob.
+// The per-blob lock file of the Python and JS clients, held for the whole write of one blob. Taken without waiting:
+// a blob another process is writing is tried again later, so two pulls that each hold one blob the other needs
+// never wait on each other.
 class BlobLock {
  public:
-  explicit BlobLock(const fs::path& path, const std::string& filename) {
+  explicit BlobLock(const fs::path& path) {
     fs::create_directories(path.parent_path());
     fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd_ < 0) throw HubError("cannot open the lock " + path.string() + ": " + std::strerror(errno));
-    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      spdlog::info("hub: waiting for another download of {} to finish", filename);
-      ::flock(fd_, LOCK_EX);
-    }
   }
+  bool try_acquire() { return ::flock(fd_, LOCK_EX | LOCK_NB) == 0; }
   ~BlobLock() {
     if (fd_ >= 0) ::close(fd_);  // closing releases the flock
   }
@@ -272,12 +272,20 @@ DownloadReport download_blobs(const HubSettings& settings, const RepoCache& cach
         break;
       }
   };
+  std::set<const BlobTask*> told_busy;
   auto launch = [&] {
-    while (!waiting.empty() && int(running.size()) < std::max(1, parallel)) {
+    for (size_t tries = waiting.size(); tries > 0 && !waiting.empty() && int(running.size()) < std::max(1, parallel);
+         --tries) {
       const BlobTask* task = waiting.front();
       waiting.pop_front();
       try {
-        auto lock = std::make_unique<BlobLock>(cache.lock_path(task->meta.etag), task->filename);
+        auto lock = std::make_unique<BlobLock>(cache.lock_path(task->meta.etag));
+        if (!lock->try_acquire()) {  // another process is writing this blob: come back to it
+          if (told_busy.insert(task).second)
+            spdlog::info("hub: another download of {} is under way; waiting for it", task->filename);
+          waiting.push_back(task);
+          continue;
+        }
         if (fs::exists(cache.blob_path(task->meta.etag))) {  // another process finished it while we waited
           cache.link_snapshot_file(commit, task->filename, task->meta.etag);
           continue;
@@ -307,7 +315,11 @@ DownloadReport download_blobs(const HubSettings& settings, const RepoCache& cach
       finish(t, message->data.result);
     }
     launch();
-    if (!running.empty()) curl_multi_poll(multi, nullptr, 0, 200, nullptr);
+    if (!running.empty()) {
+      curl_multi_poll(multi, nullptr, 0, 200, nullptr);
+    } else if (!waiting.empty()) {
+      ::usleep(200'000);  // every remaining blob is being written by another process
+    }
   } while (!running.empty() || !waiting.empty());
   curl_multi_cleanup(multi);
   progress.finish();

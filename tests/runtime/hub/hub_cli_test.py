@@ -294,6 +294,25 @@ def case_kill_resume(c):
               (s, size, first[s], first[s] - have.get(s, 0), second))
 
 
+def case_concurrent(c):
+    """Two pulls of the same repo at once (a second shell, or Python beside tierlm) share the per-blob locks: both
+    finish, and each blob is fetched exactly once."""
+    c.hub.throttle = 4_000_000
+    first = subprocess.Popen([c.tierlm, "pull", REPO], env=c.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    wait_for_partial(c, NEEDED[3], 1)
+    second = subprocess.Popen([c.tierlm, "pull", REPO], env=c.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    outputs = [p.communicate(timeout=120) for p in (first, second)]
+    check(first.returncode == 0 and second.returncode == 0, "both pulls finish: %s" % [o[1][-1500:] for o in outputs])
+    check(outputs[0][0] == outputs[1][0], "both print the same snapshot")
+    check("another download" in outputs[1][1], "the second says it waits for the first: " + outputs[1][1][-1500:])
+    c.check_layout(NEEDED)
+    for s in NEEDED[3:5]:
+        check(c.lfs_served(s) == len(c.repo_file(s).data), "%s fetched once: %d bytes for %d" %
+              (s, c.lfs_served(s), len(c.repo_file(s).data)))
+
+
 def case_network_loss(c):
     """The connection drops mid-file: a clear error naming repo and file, complete files kept, the partial file kept
     out of the snapshot; the next pull resumes and fetches each byte exactly once."""

@@ -14,5 +14,6 @@ void add_wisdom_command(CLI::App& app);
 void add_pack_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_pull_command(CLI::App& app);
+void add_fit_command(CLI::App& app);
 
 }  // namespace tierlm::cli

@@ -166,6 +166,16 @@ HttpReply http_request(const HubSettings& settings, const std::string& method, c
   return reply;
 }
 
+HttpReply http_get_following(const HubSettings& settings, std::string url, const std::vector<std::string>& extra_headers) {
+  for (int hop = 0;; ++hop) {
+    HttpReply reply = http_request(settings, "GET", url, extra_headers);
+    const bool redirect = reply.transport_error.empty() && reply.status >= 300 && reply.status < 400 &&
+                          !reply.header("location").empty();
+    if (!redirect || hop >= 10) return reply;
+    url = absolute_location(url, reply.header("location"));
+  }
+}
+
 void check_reply(const HttpReply& reply, const HubSettings& settings, const std::string& repo, const std::string& file,
                  const std::string& what) {
   const std::string where = file.empty() ? repo : repo + ": " + file;

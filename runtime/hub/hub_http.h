@@ -37,6 +37,9 @@ struct HttpReply {
 HttpReply http_request(const HubSettings& settings, const std::string& method, const std::string& url,
                        const std::vector<std::string>& extra_headers = {});
 
+// A GET that follows redirects (relative and absolute, at most 10); the reply is the last response's.
+HttpReply http_get_following(const HubSettings& settings, std::string url, const std::vector<std::string>& extra_headers);
+
 // What the resolve endpoint says about one file, following redirects (relative and absolute) with HEAD requests.
 struct FileMetadata {
   std::string commit;        // X-Repo-Commit

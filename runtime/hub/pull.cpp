@@ -14,12 +14,9 @@ namespace tierlm::hub {
 
 namespace {
 
-struct RepoListing {
-  std::string commit;
-  std::vector<std::string> files;
-};
+}  // namespace
 
-RepoListing list_repo(const HubSettings& settings, const HubId& id) {
+RepoListing list_repo_files(const HubSettings& settings, const HubId& id) {
   const std::string url =
       settings.endpoint + "/api/models/" + id.repo + "/revision/" + url_quote(id.revision, false);
   const HttpReply reply = http_request(settings, "GET", url, {"Accept: application/json"});
@@ -38,6 +35,8 @@ RepoListing list_repo(const HubSettings& settings, const HubId& id) {
     throw HubError(id.display() + ": the hub named no commit for revision " + id.revision + ".");
   return listing;
 }
+
+namespace {
 
 PulledModel from_cache(const RepoCache& cache, const std::string& commit) {
   PulledModel pulled;
@@ -64,7 +63,7 @@ PulledModel pull(const HubId& id, const PullOptions& options) {
 
   RepoListing listing;
   try {
-    listing = list_repo(settings, id);
+    listing = list_repo_files(settings, id);
   } catch (const HubError& e) {
     // The hub is unreachable but the cache has this revision: use it, as the Python client does.
     const std::string what = e.what();

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "runtime/hub/file_selection.h"
+#include "runtime/hub/hub_http.h"
 #include "runtime/hub/hub_id.h"
 
 namespace tierlm::hub {
@@ -22,6 +24,13 @@ struct PulledModel {
   uint64_t bytes_fetched = 0;  // over the network in this call
   bool from_cache_only = false;
 };
+
+struct RepoListing {
+  std::string commit;
+  std::vector<std::string> files;
+};
+// The model-info API: the commit a revision points to and the repo's files.
+RepoListing list_repo_files(const HubSettings& settings, const HubId& id);
 
 // Throws HubError (repo, file, what to do) when the model cannot be made complete.
 PulledModel pull(const HubId& id, const PullOptions& options);

@@ -421,6 +421,40 @@ def case_disk_full(c):
     c.check_layout(NEEDED)
 
 
+def case_fit(c):
+    """`tierlm fit` by hub id reads config.json and the shard headers only (bytes counted) and answers as it does
+    for the local folder (the oracle: the same planner on the same shape); an unknown architecture is named."""
+    device = os.path.join(SOURCE, "profiles", "devices", "laptop-8gb.json")
+    args = ["--device", device, "--context", "512", "--json"]
+    r = c.tierlm_run(["fit", "--model", TINY] + args)
+    check(r.returncode == 0, "fit on the folder: " + r.stderr[-2000:])
+    local = json.loads(r.stdout)
+    r = c.tierlm_run(["fit", "--model", REPO] + args)
+    check(r.returncode == 0, "fit by hub id: " + r.stderr[-2000:])
+    remote = json.loads(r.stdout)
+    check(local["fits"] and remote["fits"] and remote["supported"], "the tiny model fits: %s" % remote)
+    for key in ("weight_format", "stored_bytes", "largest_context", "predicted"):
+        check(local[key] == remote[key], "%s: folder %s, hub %s" % (key, local[key], remote[key]))
+    served = c.hub.lfs_bytes_served()
+    shards = sum(len(c.repo_file(s).data) for s in NEEDED[3:5])
+    check(0 < served < 16384, "fit read %d bytes of %d bytes of shards" % (served, shards))
+    check(remote["bytes_fetched"] < 32768, "fit's own count: %d bytes" % remote["bytes_fetched"])
+    check(not os.path.exists(c.folder), "fit downloads nothing into the cache")
+    print("fit by id: %d bytes of shards read (of %d), %d bytes in all" % (served, shards, remote["bytes_fetched"]))
+    other = os.path.join(c.tmp, "unsupported")
+    shutil.copytree(c.repo_dir, other)
+    with open(os.path.join(other, "config.json")) as f:
+        config = json.load(f)
+    config["model_type"] = "gemma4_text"
+    with open(os.path.join(other, "config.json"), "w") as f:
+        json.dump(config, f)
+    c.hub.stop()
+    c.hub = TestHub({REPO: c.repo_dir, "tierlm-test/unsupported": other}).start()
+    c.env["HF_ENDPOINT"] = c.hub.url
+    r = c.tierlm_run(["fit", "--model", "tierlm-test/unsupported", "--device", device])
+    check(r.returncode == 0 and "'gemma4_text' is not supported" in r.stdout, "unsupported: " + r.stdout + r.stderr)
+
+
 CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 if __name__ == "__main__":

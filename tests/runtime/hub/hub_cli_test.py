@@ -455,6 +455,59 @@ def case_fit(c):
     check(r.returncode == 0 and "'gemma4_text' is not supported" in r.stdout, "unsupported: " + r.stdout + r.stderr)
 
 
+def case_fit_sparse_40gb(c):
+    """`fit` on a repo of published Qwen3-30B-A3B shape whose four shards (58 GB of expert weights) are served
+    sparse: the answer costs their headers (2.5 MB for 18432 tensors; the hub counts every content byte it
+    sends), never a download."""
+    from test_hub import SparseData
+
+    folder = os.path.join(c.tmp, "qwen3-30b-a3b")
+    os.makedirs(folder)
+    config = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,
+              "intermediate_size": 6144, "moe_intermediate_size": 768, "num_hidden_layers": 48,
+              "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128,
+              "num_experts_per_tok": 8, "norm_topk_prob": True, "vocab_size": 151936,
+              "max_position_embeddings": 40960, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+              "tie_word_embeddings": False, "torch_dtype": "bfloat16", "hidden_act": "silu",
+              "decoder_sparse_step": 1, "mlp_only_layers": []}
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f)
+    shards, weight_map = {}, {}
+    layers_per_shard = 12
+    for shard_index in range(4):
+        name = "model-%05d-of-00004.safetensors" % (shard_index + 1)
+        header, offset = {"__metadata__": {"format": "pt"}}, 0
+        for layer in range(shard_index * layers_per_shard, (shard_index + 1) * layers_per_shard):
+            for expert in range(128):
+                for proj, shape in (("gate_proj", [768, 2048]), ("up_proj", [768, 2048]), ("down_proj", [2048, 768])):
+                    tensor = "model.layers.%d.mlp.experts.%d.%s.weight" % (layer, expert, proj)
+                    size = shape[0] * shape[1] * 2
+                    header[tensor] = {"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + size]}
+                    weight_map[tensor] = name
+                    offset += size
+        text = json.dumps(header).encode()
+        text += b" " * (-len(text) % 8)
+        head = struct.pack("<Q", len(text)) + text
+        shards[name] = SparseData(head, len(head) + offset)
+    total = sum(len(d) for d in shards.values())
+    c.hub.stop()
+    c.hub = TestHub({REPO: c.repo_dir, "tierlm-test/qwen3-30b-a3b": folder},
+                    {"tierlm-test/qwen3-30b-a3b": shards}).start()
+    c.env["HF_ENDPOINT"] = c.hub.url
+    device = os.path.join(SOURCE, "profiles", "devices", "laptop-8gb.json")
+    started = time.monotonic()
+    r = c.tierlm_run(["fit", "--model", "tierlm-test/qwen3-30b-a3b", "--device", device, "--json"], timeout=170)
+    check(r.returncode == 0, "fit on the sparse repo: " + r.stderr[-2000:])
+    answer = json.loads(r.stdout)
+    served = c.hub.lfs_bytes_served()
+    check(answer["supported"] and answer["stored_bytes"] == 48 * 128 * 3 * 768 * 2048 * 2, "fit saw the whole model: %s" % answer)
+    check(served < 4_000_000, "fit read %d bytes of a %d-byte repo" % (served, total))
+    check(not os.path.exists(os.path.join(c.cache, "models--tierlm-test--qwen3-30b-a3b")), "nothing cached")
+    print("fit on a %.1f GB repo: %d bytes of shards read (%d in all) in %.1f s; fits at context %d: %s" %
+          (total / 1e9, served, answer["bytes_fetched"], time.monotonic() - started, answer["context"],
+           answer["fits"]))
+
+
 CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 if __name__ == "__main__":

@@ -31,10 +31,32 @@ LAST_MODIFIED = "2026-01-01T00:00:00.000Z"
 CHUNK = 64 * 1024
 
 
+class SparseData:
+    """A large file that is its first bytes followed by zeros, served without ever existing (a tens-of-GB shard)."""
+
+    def __init__(self, head, size):
+        self.head, self.size = head, size
+
+    def __len__(self):
+        return self.size
+
+    def __getitem__(self, span):
+        start, stop, _ = span.indices(self.size)
+        head = self.head[start:stop] if start < len(self.head) else b""
+        return head + bytes(max(0, stop - start - len(head)))
+
+
 class RepoFile:
     def __init__(self, path, data):
         self.path = path
         self.data = data
+        if isinstance(data, SparseData):  # named by its head and size: never hashed whole
+            self.git_sha1 = hashlib.sha1(b"sparse %d\0" % len(data) + data.head).hexdigest()
+            self.lfs = True
+            self.sha256 = hashlib.sha256(b"sparse %d\0" % len(data) + data.head).hexdigest()
+            self.pointer_size = 134
+            self.oid = self.git_sha1
+            return
         self.git_sha1 = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
         self.lfs = path.endswith(".safetensors")
         self.sha256 = hashlib.sha256(data).hexdigest() if self.lfs else None
@@ -60,9 +82,9 @@ class RepoFile:
 
 
 class Repo:
-    def __init__(self, name, folder):
+    def __init__(self, name, folder, extra=None):
         self.name = name
-        self.files = []
+        self.files = [RepoFile(path, data) for path, data in (extra or {}).items()]
         for root, _, names in os.walk(folder):
             for n in sorted(names):
                 full = os.path.join(root, n)
@@ -84,9 +106,9 @@ class QuietServer(ThreadingHTTPServer):
 
 
 class TestHub:
-    def __init__(self, repos):
-        """repos: {"ORG/NAME": folder}"""
-        self.repos = {name: Repo(name, folder) for name, folder in repos.items()}
+    def __init__(self, repos, extra=None):
+        """repos: {"ORG/NAME": folder}; extra: {"ORG/NAME": {path: bytes or SparseData}} added to a repo's files"""
+        self.repos = {name: Repo(name, folder, (extra or {}).get(name)) for name, folder in repos.items()}
         self.gated_token = None
         self.corrupt = False
         self.throttle = 0

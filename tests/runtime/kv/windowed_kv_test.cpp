@@ -200,10 +200,12 @@ namespace {
 
 struct Collect : engine::SequenceObserver {
   std::vector<int32_t> tokens;
+  std::vector<float> logprobs;  // of each chosen token: a stale window shows here before it flips a greedy choice
   engine::SequenceResult result;
   std::promise<void> done;
   bool on_token(const engine::TokenOutput& t) override {
     tokens.push_back(t.token);
+    logprobs.push_back(t.logprob);
     return true;
   }
   void on_finish(const engine::SequenceResult& r) override {
@@ -212,7 +214,13 @@ struct Collect : engine::SequenceObserver {
   }
 };
 
-std::pair<std::vector<int32_t>, int64_t> generate(engine::Scheduler& s, std::vector<int32_t> prompt, int64_t n) {
+struct Generated {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  int64_t cached = 0;
+};
+
+Generated generate(engine::Scheduler& s, std::vector<int32_t> prompt, int64_t n) {
   engine::SequenceParams p;
   p.prompt = std::move(prompt);
   p.max_tokens = n;
@@ -220,7 +228,7 @@ std::pair<std::vector<int32_t>, int64_t> generate(engine::Scheduler& s, std::vec
   auto f = c->done.get_future();
   s.submit(std::move(p), c);
   f.wait();
-  return {c->tokens, c->result.cached_prompt_tokens};
+  return {c->tokens, c->logprobs, c->result.cached_prompt_tokens};
 }
 
 engine::SchedulerOptions one_slot() {
@@ -241,23 +249,26 @@ TEST(WindowedKv, PrefixCacheOnARingEqualsAColdRun) {
   Model m("mistral-swa");
   const auto first = tokens(120, 11);
   engine::Scheduler s(m.w, m.ledger, one_slot());
-  auto [generated, cached0] = generate(s, first, 10);
-  EXPECT_EQ(cached0, 0);
+  const Generated first_run = generate(s, first, 10);
+  EXPECT_EQ(first_run.cached, 0);
   std::vector<int32_t> history = first;
-  history.insert(history.end(), generated.begin(), generated.end());  // positions 0..128 written
+  history.insert(history.end(), first_run.tokens.begin(), first_run.tokens.end());  // positions 0..128 written
   // The ring (2 pages of 32: window 8 + chunk 16) holds positions 96..159: the window ending at 125 is there.
   std::vector<int32_t> near(history.begin(), history.begin() + 125);
   near.insert(near.end(), {7, 8, 9});
-  auto [near_tokens, near_cached] = generate(s, near, 8);
-  EXPECT_EQ(near_cached, 125);
-  // The window ending at 100 (positions 93..99) left the ring: no reuse.
-  std::vector<int32_t> far(history.begin(), history.begin() + 100);
+  const Generated near_run = generate(s, near, 8);
+  EXPECT_EQ(near_run.cached, 125);
+  // The window ending at 70 (positions 63..69) left the ring (its slots now hold positions 127..133): no reuse.
+  std::vector<int32_t> far(history.begin(), history.begin() + 70);
   far.insert(far.end(), {10, 11});
-  auto [far_tokens, far_cached] = generate(s, far, 8);
-  EXPECT_EQ(far_cached, 0);
-  for (auto [prompt, expected] : {std::pair{near, near_tokens}, std::pair{far, far_tokens}}) {
-    engine::Scheduler cold(m.w, m.ledger, one_slot());
-    EXPECT_EQ(generate(cold, prompt, 8).first, expected);
+  const Generated far_run = generate(s, far, 8);
+  EXPECT_EQ(far_run.cached, 0);
+  for (auto [prompt, warm] : {std::pair{near, near_run}, std::pair{far, far_run}}) {
+    engine::Scheduler fresh(m.w, m.ledger, one_slot());
+    const Generated cold = generate(fresh, prompt, 8);
+    EXPECT_EQ(cold.tokens, warm.tokens);
+    for (size_t i = 0; i < cold.logprobs.size() && i < warm.logprobs.size(); ++i)
+      EXPECT_NEAR(cold.logprobs[i], warm.logprobs[i], 1e-4) << "token " << i;
   }
 }
 

@@ -58,6 +58,8 @@ ModelProfile model_profile_from_config(const model::ModelConfig& c, kernels::Wei
   p.head_dim = c.head_dim;
   p.vocab = c.vocab_size;
   p.max_context = c.max_position_embeddings;
+  if (c.any_windowed())
+    for (int64_t l = 0; l < c.num_layers; ++l) p.layer_windows.push_back(c.layer(l).window);
   const int64_t H = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
   // Load-time staging (runtime/model/model.cpp): each dense matrix is gathered in f32 (MLX: its packed words,
   // scales and biases) before conversion; the largest one is the peak.
@@ -87,7 +89,7 @@ ModelProfile model_profile_from_config(const model::ModelConfig& c, kernels::Wei
     p.expert_format = kernels::format_name(ef);
     p.experts = c.num_experts;
     p.top_k = c.num_experts_per_tok;
-    p.moe_layers = c.num_layers;
+    p.moe_layers = c.sparse_layers();
     p.moe_intermediate = c.moe_intermediate_size;
     p.shared_intermediate = c.shared_expert_intermediate_size;
     const auto layout = tiering::ExpertLayout::make(ef, H, c.moe_intermediate_size);
@@ -95,19 +97,20 @@ ModelProfile model_profile_from_config(const model::ModelConfig& c, kernels::Wei
     p.expert_payload_bytes = layout.payload_bytes();
     p.expert_read_bytes = layout.bytes;  // a packed file: one aligned block per expert
     p.packed_experts = true;
-    const uint64_t router = uint64_t(c.num_layers) * matrix_bytes(wf, c.num_experts, H);
+    const uint64_t router = uint64_t(p.moe_layers) * matrix_bytes(wf, c.num_experts, H);
     p.classes.push_back({"router", router, router});
     if (c.shared_expert_intermediate_size > 0) {
       const int64_t S = c.shared_expert_intermediate_size;
-      const uint64_t shared = uint64_t(c.num_layers) * (matrix_bytes(wf, 2 * S, H) + matrix_bytes(wf, H, S) + H * 4);
+      const uint64_t shared = uint64_t(p.moe_layers) * (matrix_bytes(wf, 2 * S, H) + matrix_bytes(wf, H, S) + H * 4);
       p.classes.push_back({"shared_expert", shared, shared});
     }
     p.classes.push_back({"experts", p.total_expert_bytes(), uint64_t(p.moe_layers * p.top_k) * p.expert_payload_bytes});
     p.expert_frequency.assign(size_t(p.moe_layers),
                               std::vector<double>(size_t(p.experts), double(p.top_k) / double(p.experts)));
     p.frequency_source = "uniform (from config.json; no router traces)";
-  } else {
-    const uint64_t mlp = uint64_t(c.num_layers) * (matrix_bytes(wf, 2 * c.intermediate_size, H) +
+  }
+  if (const int64_t dense_layers = c.num_layers - c.sparse_layers(); dense_layers > 0) {
+    const uint64_t mlp = uint64_t(dense_layers) * (matrix_bytes(wf, 2 * c.intermediate_size, H) +
                                                    matrix_bytes(wf, H, c.intermediate_size));
     p.classes.push_back({"dense_mlp", mlp, mlp});
   }
@@ -172,6 +175,7 @@ bj::value to_json(const ModelProfile& p) {
                         {"packed_experts", p.packed_experts},
                         {"shared_intermediate", p.shared_intermediate}};
   o["load_scratch_bytes"] = p.load_scratch_bytes;
+  if (!p.layer_windows.empty()) o["layer_windows"] = bj::value_from(p.layer_windows);
   bj::array timings;
   for (auto& t : p.timings)
     timings.push_back(bj::object{{"threads", t.threads},
@@ -232,6 +236,16 @@ ModelProfile model_profile_from_json(const bj::value& v) {
   p.packed_experts = boolean(m, "packed_experts", what);
   if (m.contains("shared_intermediate")) p.shared_intermediate = integer(m, "shared_intermediate", what);
   if (o.contains("load_scratch_bytes")) p.load_scratch_bytes = unsigned_integer(o, "load_scratch_bytes", what);
+  if (o.contains("layer_windows")) {
+    const auto* windows = o.at("layer_windows").if_array();
+    if (!windows || int64_t(windows->size()) != p.layers)
+      throw std::runtime_error(what + ".layer_windows: must list one window per layer");
+    for (auto& w : *windows) {
+      const auto* n = w.if_int64();
+      if (!n || *n < 0) throw std::runtime_error(what + ".layer_windows: windows must be integers >= 0");
+      p.layer_windows.push_back(*n);
+    }
+  }
   if (o.contains("timings"))
     for (auto& t : array(o, "timings", what)) {
       const auto& to = object(t, what + ".timings[]");

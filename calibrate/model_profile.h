@@ -12,6 +12,7 @@
 
 #include <boost/json/value.hpp>
 
+#include "runtime/kv/state_spec.h"
 #include "runtime/kernels/weights.h"
 #include "runtime/model/config.h"
 
@@ -47,6 +48,12 @@ struct ModelProfile {
   std::string weight_format, expert_format;  // the dense matrices' and the experts' in-memory formats
   int64_t layers = 0, hidden = 0, intermediate = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0;
   int64_t max_context = 0;
+  // Per layer: 0 for full attention, else its sliding window (empty: every layer full). state_spec(l) is what the
+  // planner asks for KV bytes, as the KV cache does (runtime/kv/state_spec.h).
+  std::vector<int64_t> layer_windows;
+  kv::StateSpec state_spec(int64_t layer) const {
+    return {kv_heads, head_dim, layer_windows.empty() ? 0 : layer_windows.at(size_t(layer))};
+  }
   // MoE (experts == 0 for dense models).
   int64_t experts = 0, top_k = 0, moe_layers = 0, moe_intermediate = 0;
   int64_t shared_intermediate = 0;    // qwen2_moe's shared expert (0: none); it shares the MoE block's scratch

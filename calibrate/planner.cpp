@@ -141,9 +141,18 @@ int64_t Plan::resident_count() const {
 }
 
 double kv_bytes_per_token(const ModelProfile& m, const std::string& codec) {
-  // One position of every layer's kv heads in the codec's page layout (runtime/kv/codec.h).
+  // One more position of every full-attention layer in the codec's page layout (windowed layers do not grow).
   const kv::CodecLayout layout = kv::layout_for(kv::parse_codec(codec), int(m.head_dim));
-  return double(layout.head_bytes()) / kv::kBlockTokens * double(m.kv_heads * m.layers);
+  double total = 0;
+  for (int64_t l = 0; l < m.layers; ++l) total += m.state_spec(l).bytes_per_token(layout);
+  return total;
+}
+
+uint64_t kv_sequence_bytes(const ModelProfile& m, const std::string& codec, int64_t context, int64_t chunk) {
+  const kv::CodecLayout layout = kv::layout_for(kv::parse_codec(codec), int(m.head_dim));
+  uint64_t total = 0;
+  for (int64_t l = 0; l < m.layers; ++l) total += m.state_spec(l).bytes(layout, context, chunk);
+  return total;
 }
 
 double estimate_hit_rate(const ModelProfile& m, const std::vector<std::vector<int32_t>>& resident, int64_t slots,
@@ -291,7 +300,9 @@ StepCost evaluate(const DeviceProfile& d, const ModelProfile& m, const Plan& p, 
     t["dense"] = dense_analytic;
     t["overhead"] = double(L - g) * kLayerOverheadSeconds;
   }
-  t["kv"] = double(B) * double(p.context) / 2 * kv_bytes_per_token(m, p.kv_codec) / read_bw * cpu_share;
+  // A decode step reads each sequence's KV at its average position (a windowed layer at most its window).
+  t["kv"] = double(B) * double(kv_sequence_bytes(m, p.kv_codec, std::max<int64_t>(p.context / 2, 1), 1)) / read_bw *
+            cpu_share;
   t["gpu"] = 0;
   t["experts"] = 0;
   t["misses"] = 0;
@@ -371,7 +382,8 @@ StepCost evaluate(const DeviceProfile& d, const ModelProfile& m, const Plan& p, 
 
   auto& mem = pr.memory;
   mem["weights"] = m.dense_bytes();
-  mem["kv"] = uint64_t(double(B) * double(round_up(uint64_t(p.context), 32)) * kv_bytes_per_token(m, p.kv_codec));
+  mem["kv"] = uint64_t(B) * kv_sequence_bytes(m, p.kv_codec, int64_t(round_up(uint64_t(p.context), 32)),
+                                               p.prefill_chunk);
   mem["scratch"] = runtime_scratch_bytes(m, p.prefill_chunk, B);
   pr.scratch_peak_bytes = scratch_bytes(m, p.prefill_chunk, B);
   if (m.moe()) {
@@ -576,7 +588,8 @@ Plan make_plan(const DeviceProfile& d, const ModelProfile& m, const PlanRequest&
                                 mib(p.budget_bytes), mib(fixed_pre_kv), mib(fixed_pre_kv * 11 / 10)));
   const uint64_t free_for_kv = p.budget_bytes - fixed_pre_kv;
   auto kv_bytes = [&](const std::string& codec) {
-    return uint64_t(double(p.batch) * double(round_up(uint64_t(p.context), 32)) * kv_bytes_per_token(m, codec));
+    return uint64_t(p.batch) *
+           kv_sequence_bytes(m, codec, int64_t(round_up(uint64_t(p.context), 32)), p.prefill_chunk);
   };
   std::vector<std::string> codecs = {"f32", "f16", "q8", "turbo4", "turbo3"};
   std::map<std::string, double> kv_ms{{"free_bytes", double(free_for_kv)}};

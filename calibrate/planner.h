@@ -107,9 +107,13 @@ struct Plan {
 
 Plan make_plan(const DeviceProfile& device, const ModelProfile& model, const PlanRequest& request);
 
-// KV bytes per token (all layers, one sequence) of a codec for a model shape; throws std::invalid_argument for an
-// unknown codec or one the head_dim cannot use.
+// KV bytes per token (all full-attention layers, one sequence) of a codec for a model shape; throws
+// std::invalid_argument for an unknown codec or one the head_dim cannot use.
 double kv_bytes_per_token(const ModelProfile& model, const std::string& codec);
+// KV bytes of one sequence of `context` positions prefilled in chunks of `chunk` (all layers, as KVCache allocates
+// them: sliding-window layers bounded to their window + one chunk; ModelProfile::state_spec); throws like
+// kv_bytes_per_token.
+uint64_t kv_sequence_bytes(const ModelProfile& model, const std::string& codec, int64_t context, int64_t chunk);
 // Fraction of routed experts found in memory, by the LRU characteristic-time approximation (no trace) or by
 // replaying the trace through resident set + LRU slots.
 double estimate_hit_rate(const ModelProfile& model, const std::vector<std::vector<int32_t>>& resident, int64_t slots,

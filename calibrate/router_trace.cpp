@@ -56,8 +56,8 @@ void measure_classes(const model::ModelWeights& m, ModelProfile& p) {
   if (m.lm_head.view.rows) p.classes.push_back({"output", bytes(m.lm_head), bytes(m.lm_head)});
   uint64_t attention = 0, mlp = 0, router = 0, shared = 0, norms = m.final_norm.size() * 4;
   for (auto& L : m.layers) {
-    attention += bytes(L.qkv) + bytes(L.o) + L.qkv_bias.size() * 4;
-    mlp += bytes(L.gate_up) + bytes(L.down);
+    attention += bytes(L.qkv) + bytes(L.o) + (L.qkv_bias.size() + L.o_bias.size()) * 4;
+    mlp += bytes(L.gate_up) + bytes(L.down) + (L.gate_up_bias.size() + L.down_bias.size()) * 4;
     router += bytes(L.router);
     shared += bytes(L.shared_gate_up) + bytes(L.shared_down) + L.shared_expert_gate.size() * 4;
     norms += (L.input_norm.size() + L.post_attention_norm.size() + L.q_norm.size() + L.k_norm.size()) * 4;
@@ -93,7 +93,7 @@ double median_seconds(double budget, Fn fn) {
 // fixed routing (experts 0..top_k-1 of every layer) stays in memory after its first step.
 ModelTiming time_decode(const model::ModelWeights& m, tiering::Ledger& ledger, int threads, double budget) {
   const auto& c = m.config;
-  const int64_t L = c.num_layers, k = c.num_experts_per_tok, E = c.num_experts, H = c.hidden_size;
+  const int64_t L = c.sparse_layers(), k = c.num_experts_per_tok, E = c.num_experts, H = c.hidden_size;
   kernels::ThreadPool pool(threads);
   ModelTiming t;
   t.threads = pool.size();
@@ -184,7 +184,7 @@ ModelProfile measure_model_profile(const fs::path& dir, const ModelProfileOption
   load.ledger = &ledger;
   if (!options.weight_format.empty()) load.weight_format = kernels::parse_format(options.weight_format);
   if (moe) {
-    load.experts.cache.slots = config.num_layers * config.num_experts_per_tok;
+    load.experts.cache.slots = config.sparse_layers() * config.num_experts_per_tok;
     load.experts.cache.policy = tiering::CachePolicy::lru;
     load.experts.cache.resident.clear();
     load.experts.cache.prefetch_limit = 0;
@@ -221,14 +221,14 @@ ModelProfile measure_model_profile(const fs::path& dir, const ModelProfileOption
   kernels::ThreadPool pool(options.threads);
   RouterTrace local;
   RouterTrace& trace = options.trace ? *options.trace : local;
-  trace = RouterTrace{config.num_layers, config.num_experts, config.num_experts_per_tok, {}};
+  trace = RouterTrace{config.sparse_layers(), config.num_experts, config.num_experts_per_tok, {}};
   const auto start = std::chrono::steady_clock::now();
   int64_t traced_prompts = 0;
   {
     engine::Forward forward(m, pool, ledger, 1, context);
     forward.moe()->set_prefetch(false);
     // One token per step: each layer's routing arrives once per step, layers in order, top_k ids each.
-    std::vector<int32_t> step(size_t(config.num_layers * config.num_experts_per_tok));
+    std::vector<int32_t> step(size_t(config.sparse_layers() * config.num_experts_per_tok));
     forward.moe()->set_routing_observer([&](int64_t layer, int64_t n, std::span<const int32_t> ids) {
       if (n != 1 || int64_t(ids.size()) != config.num_experts_per_tok)
         throw std::logic_error("router trace: expected one row of top_k experts per layer and step");

@@ -195,6 +195,8 @@ json::object Telemetry::health() const {
   kv["slots"] = s.slots;
   kv["context"] = s.context;
   kv["bytes"] = s.kv_bytes;
+  kv["windowed_bytes"] = s.kv_windowed_bytes;  // sliding-window layers: bounded to window + one chunk
+  kv["bytes_without_windows"] = s.kv_bytes_without_windows;
   kv["positions_capacity"] = s.slots * s.context;
   kv["positions_used"] = s.kv_positions_used;
   kv["positions_cached"] = s.kv_positions_cached;

@@ -8,7 +8,9 @@ Also: MLX affine 4/8-bit versions of one model (weight/scales/biases, group 64) 
 dequantized weights, and a small Qwen3 model trained for a minute on Python's own docstrings with a byte-level BPE
 tokenizer trained by `tokenizers` (the embedded default model).
 
-usage: python3 tools/make_fixtures.py OUT_DIR [--skip-train]
+usage: python3 tools/make_fixtures.py OUT_DIR [--skip-train] [--only NAME,...]
+--only writes just the named tiny models (their seeds still come from their place in specs(), so a fixture made alone
+equals the one made with all the others; new specs are appended at the end for that reason) and no manifest.
 """
 import json
 import math
@@ -22,6 +24,9 @@ from safetensors.torch import save_file
 
 OUT = sys.argv[1]
 SKIP_TRAIN = "--skip-train" in sys.argv
+ONLY = None
+if "--only" in sys.argv:
+    ONLY = set(sys.argv[sys.argv.index("--only") + 1].split(","))
 V5 = int(transformers.__version__.split(".")[0]) >= 5
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
@@ -68,6 +73,28 @@ def specs():
                                       shared_expert_intermediate_size=64, norm_topk_prob=False,
                                       decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings=False,
                                       **rope_kwargs(1e6))
+    # Appended specs (a spec's seed is its place in this list, so the ones above keep theirs).
+    # Sliding-window attention shorter than the 24-token prompt: every later position sees only the last 8.
+    out["mistral-swa"] = MistralConfig(**COMMON, tie_word_embeddings=False, sliding_window=8, **rope_kwargs(1e6))
+    # qwen2-style: sliding only on layers >= max_window_layers (layer 0 full, 1-2 windowed).
+    out["qwen2-swa"] = Qwen2Config(**dict(COMMON, num_hidden_layers=3), tie_word_embeddings=True,
+                                   use_sliding_window=True, sliding_window=8, max_window_layers=1,
+                                   **rope_kwargs(1e6))
+    out["mixtral-swa"] = MixtralConfig(**moe, num_local_experts=4, num_experts_per_tok=2, tie_word_embeddings=False,
+                                       sliding_window=8, **rope_kwargs(1e6))
+    # llama with biases on q/k/v/o and on the MLP's gate/up/down.
+    out["llama-bias"] = LlamaConfig(**COMMON, tie_word_embeddings=False, attention_bias=True, mlp_bias=True,
+                                    **rope_kwargs(10000.0))
+    # Dense layers among sparse ones: qwen3_moe by mlp_only_layers (layers 0, 1, 3 sparse, 2 dense), qwen2_moe by
+    # decoder_sparse_step (layers 1, 3 sparse) plus mlp_only_layers=[0] (no effect there, read all the same).
+    four = dict(moe, num_hidden_layers=4)
+    out["qwen3_moe-mixed"] = Qwen3MoeConfig(**four, head_dim=32, num_experts=8, num_experts_per_tok=2,
+                                            moe_intermediate_size=32, norm_topk_prob=True, decoder_sparse_step=1,
+                                            mlp_only_layers=[2], tie_word_embeddings=False, **rope_kwargs(1e6))
+    out["qwen2_moe-mixed"] = Qwen2MoeConfig(**four, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                                            shared_expert_intermediate_size=64, norm_topk_prob=False,
+                                            decoder_sparse_step=2, mlp_only_layers=[0], tie_word_embeddings=False,
+                                            **rope_kwargs(1e6))
     return out
 
 
@@ -291,6 +318,8 @@ def main():
     os.makedirs(os.path.join(OUT, "models"), exist_ok=True)
     manifest = {}
     for i, (name, cfg) in enumerate(specs().items()):
+        if ONLY is not None and name not in ONLY:
+            continue
         try:
             model, ref, names = make_tiny(name, cfg, 1000 + i)
             manifest[name] = names
@@ -302,7 +331,13 @@ def main():
             import traceback
             traceback.print_exc()
             manifest[name] = {"error": str(e)}
-    write_json(os.path.join(OUT, "models", "manifest.json"), manifest)
+    if ONLY is None:
+        write_json(os.path.join(OUT, "models", "manifest.json"), manifest)
+    else:
+        missing = ONLY - set(specs())
+        if missing:
+            sys.exit(f"--only: no spec named {', '.join(sorted(missing))}")
+        write_json(os.path.join(OUT, "models", "manifest.only.json"), manifest)
     if not SKIP_TRAIN:
         train_default_model()
 

@@ -30,6 +30,14 @@ inline void axpy(float alpha, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
+// hidden += x (+ bias on every row, when the layer has one); x and hidden: n rows of H.
+void add_residual(const float* x, const std::vector<float>& bias, int64_t n, int64_t H, float* hidden) {
+  for (int64_t j = 0; j < n * H; ++j) hidden[j] += x[j];
+  if (bias.empty()) return;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < H; ++j) hidden[i * H + j] += bias[size_t(j)];
+}
+
 tiering::LedgerBuffer scratch(tiering::Ledger& ledger, int64_t floats) {
   return tiering::LedgerBuffer(ledger, tiering::accounts::scratch, size_t(floats) * sizeof(float));
 }
@@ -47,9 +55,9 @@ Forward::Forward(const model::ModelWeights& w, kernels::ThreadPool& pool, tierin
   normed_ = scratch(ledger, max_chunk * c.hidden_size);
   qkv_ = scratch(ledger, max_chunk * (q_rows + 2 * kv_rows));
   attn_ = scratch(ledger, max_chunk * q_rows);
-  if (c.arch.moe) {
-    moe_ = std::make_unique<MoeBlock>(w, pool, ledger, max_chunk);
-  } else {
+  // One MLP unit per kind the layers use: the MoE block for sparse layers, dense scratch for dense ones.
+  if (c.sparse_layers() > 0) moe_ = std::make_unique<MoeBlock>(w, pool, ledger, max_chunk);
+  if (c.sparse_layers() < c.num_layers) {
     ffn_ = scratch(ledger, max_chunk * 2 * c.intermediate_size);
     ffn_act_ = scratch(ledger, max_chunk * c.intermediate_size);
   }
@@ -109,6 +117,9 @@ void Forward::run_batch(std::span<const BatchItem> items) {
     if (n + len > max_chunk_)
       throw std::invalid_argument(fmt::format("forward: batch of {}+ tokens exceeds the chunk size {}", n + len,
                                               max_chunk_));
+    if (len > item.cache->max_chunk())
+      throw std::invalid_argument(fmt::format("forward: a chunk of {} tokens exceeds its KV cache's chunk limit {}",
+                                              len, item.cache->max_chunk()));
     const int64_t limit = std::min(item.cache->capacity(), max_context_);
     if (item.pos < 0 || item.pos + len > limit)
       throw std::out_of_range(fmt::format("context full: positions up to {} requested, capacity is {}",
@@ -119,6 +130,7 @@ void Forward::run_batch(std::span<const BatchItem> items) {
     n += len;
   }
   if (n == 0) throw std::invalid_argument("forward: empty batch");
+  for (const BatchItem& item : items) item.cache->will_write(item.pos + int64_t(item.tokens.size()));
   // The embedding lookup: on the device when the GPU holds the table (its tied output head), else here.
   const bool device_embed = gpu_ && gpu_->embeds_on_device();
   step_tokens_.clear();
@@ -214,19 +226,24 @@ void Forward::run_batch(std::span<const BatchItem> items) {
     });
     attention(layer, n);
     multiply(L.o.view, attn_.as<float>(), n, normed, pool_);
-    for (int64_t j = 0; j < n * H; ++j) hidden[j] += normed[j];
+    add_residual(normed, L.o_bias, n, H, hidden);
 
     per_row([&](int64_t i) {
       rms_norm(hidden + i * H, L.post_attention_norm.data(), H, c.rms_norm_eps, normed + i * H);
     });
-    if (moe_) {
+    if (c.layer(layer).mlp == model::Mlp::moe) {
       moe_->accumulate(layer, normed, n, hidden);
       continue;
     }
-    multiply(L.gate_up.view, normed, n, ffn_.as<float>(), pool_);
-    per_row([&](int64_t i) { silu_gate(ffn_.as<float>() + i * 2 * I, I, ffn_act_.as<float>() + i * I); });
+    float* ffn = ffn_.as<float>();
+    multiply(L.gate_up.view, normed, n, ffn, pool_);
+    per_row([&](int64_t i) {
+      if (!L.gate_up_bias.empty())
+        for (int64_t j = 0; j < 2 * I; ++j) ffn[i * 2 * I + j] += L.gate_up_bias[size_t(j)];
+      silu_gate(ffn + i * 2 * I, I, ffn_act_.as<float>() + i * I);
+    });
     multiply(L.down.view, ffn_act_.as<float>(), n, normed, pool_);
-    for (int64_t j = 0; j < n * H; ++j) hidden[j] += normed[j];
+    add_residual(normed, L.down_bias, n, H, hidden);
   }
 
   head(items);

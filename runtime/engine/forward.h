@@ -1,5 +1,7 @@
-// runtime/engine/forward.h — the forward pass of a dense decoder over a chunk of tokens of one sequence.
-// One code path for every architecture in the table: the ArchitectureSpec switches qkv bias and q/k norm.
+// runtime/engine/forward.h — the forward pass of a decoder over a chunk of tokens of one sequence (or a batch).
+// One code path for every architecture in the table: it walks the config's LayerSpecs (runtime/model/layer_spec.h);
+// the mixer of each layer (full or sliding-window attention) is the sequence's KVCache, which owns that state; the
+// MLP is dense or the MoeBlock. The ArchitectureSpec switches qkv bias and q/k norm; config biases add o/MLP biases.
 // n == 1 (decode) uses matvec; n > 1 (prefill) uses matmul so each weight is read once per chunk.
 // Owns: scratch activations (ledger account "scratch", sized for max_chunk tokens). Never: allocate per step.
 #pragma once
@@ -49,7 +51,7 @@ class Forward {
 
   int64_t max_chunk() const { return max_chunk_; }
   const model::ModelWeights& weights() const { return w_; }
-  MoeBlock* moe() { return moe_.get(); }  // null for dense models
+  MoeBlock* moe() { return moe_.get(); }  // null for models without sparse layers
   // Runs layers [0, gpu->layers()) (and the head, when gpu->runs_head()) on the GPU from now on; null: CPU only.
   void use_gpu(std::shared_ptr<gpu::GpuLayers> gpu);
   gpu::GpuLayers* gpu() { return gpu_.get(); }
@@ -65,7 +67,7 @@ class Forward {
   Rope rope_;
   tiering::Ledger& ledger_;
   tiering::LedgerBuffer hidden_, normed_, qkv_, attn_, ffn_, ffn_act_, logits_;
-  std::unique_ptr<MoeBlock> moe_;  // the sparse MLP of MoE architectures
+  std::unique_ptr<MoeBlock> moe_;  // the sparse MLP of the layers whose LayerSpec says moe
   // Per row of the current batch: its cache and absolute position.
   std::vector<KVCache*> row_cache_;
   std::vector<int64_t> row_pos_;

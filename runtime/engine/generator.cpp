@@ -14,7 +14,11 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }  // namespace
 
 Generator::Generator(Forward& forward, tiering::Ledger& ledger, int64_t context)
-    : forward_(forward), cache_(forward.weights().config, context, ledger),
+    : forward_(forward), cache_(forward.weights().config, context, ledger, [&] {
+        KVCacheOptions o;
+        o.max_chunk = forward.max_chunk();  // generate() feeds chunks of at most this
+        return o;
+      }()),
       logits_(static_cast<size_t>(forward.weights().config.vocab_size)) {}
 
 GenerationStats Generator::generate(const GenerationRequest& request, const std::function<bool(int32_t)>& on_token) {

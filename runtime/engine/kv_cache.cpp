@@ -1,6 +1,8 @@
 #include "runtime/engine/kv_cache.h"
 
+#include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -19,10 +21,6 @@ kv::Codec codec_of(const KVCacheOptions& o, const model::ModelConfig& c, int64_t
   return o.per_layer[size_t(layer)];
 }
 
-size_t page_bytes_of(const kv::CodecLayout& l, int64_t kv_heads) {
-  return (l.head_bytes() * size_t(kv_heads) + 63) & ~size_t(63);
-}
-
 kv::CodecLayout layout_of(const KVCacheOptions& o, const model::ModelConfig& c, int64_t layer) {
   const kv::Codec codec = codec_of(o, c, layer);
   if (o.turbo && (codec == kv::Codec::turbo3 || codec == kv::Codec::turbo4))
@@ -30,31 +28,44 @@ kv::CodecLayout layout_of(const KVCacheOptions& o, const model::ModelConfig& c, 
   return kv::layout_for(codec, int(c.head_dim));
 }
 
-int64_t blocks_for(int64_t capacity) { return (capacity + kv::kBlockTokens - 1) / kv::kBlockTokens; }
+int64_t chunk_of(const KVCacheOptions& o, int64_t capacity) {
+  return o.max_chunk > 0 ? std::min(o.max_chunk, capacity) : capacity;
+}
 
 }  // namespace
 
 uint64_t KVCache::bytes_for(const model::ModelConfig& c, int64_t capacity, const KVCacheOptions& o) {
   uint64_t total = 0;
   for (int64_t layer = 0; layer < c.num_layers; ++layer)
-    total += page_bytes_of(layout_of(o, c, layer), c.num_kv_heads) *
-             uint64_t(blocks_for(capacity));
+    total += c.state_spec(layer).bytes(layout_of(o, c, layer), capacity, chunk_of(o, capacity));
   return total;
 }
 
+uint64_t KVCache::bytes_without_windows(const model::ModelConfig& c, int64_t capacity, const KVCacheOptions& o) {
+  model::ModelConfig full = c;
+  for (auto& l : full.layers) {
+    l.mixer = model::Mixer::attention;
+    l.window = 0;
+  }
+  return bytes_for(full, capacity, o);
+}
+
 double KVCache::bytes_per_token(const model::ModelConfig& c, kv::Codec codec) {
-  return double(page_bytes_of(kv::layout_for(codec, int(c.head_dim)), c.num_kv_heads)) / kv::kBlockTokens;
+  return kv::StateSpec{c.num_kv_heads, c.head_dim, 0}.bytes_per_token(kv::layout_for(codec, int(c.head_dim)));
 }
 
 KVCache::KVCache(const model::ModelConfig& c, int64_t capacity, tiering::Ledger& ledger, KVCacheOptions options)
-    : capacity_(capacity), kv_heads_(c.num_kv_heads), head_dim_(c.head_dim), blocks_(blocks_for(capacity)) {
+    : capacity_(capacity), max_chunk_(chunk_of(options, capacity)), kv_heads_(c.num_kv_heads), head_dim_(c.head_dim) {
   if (capacity <= 0) throw std::invalid_argument("kv cache: capacity must be positive");
   for (int64_t layer = 0; layer < c.num_layers; ++layer) {
+    const kv::StateSpec state = c.state_spec(layer);
     layouts_.push_back(layout_of(options, c, layer));
-    page_bytes_.push_back(page_bytes_of(layouts_.back(), kv_heads_));
-    pools_.push_back(std::make_unique<kv::PagePool>(ledger, layouts_.back().codec, page_bytes_.back(), blocks_));
+    page_bytes_.push_back(state.page_bytes(layouts_.back()));
+    windows_.push_back(state.window);
+    ring_.push_back(state.pages(capacity_, max_chunk_));
+    pools_.push_back(std::make_unique<kv::PagePool>(ledger, layouts_.back().codec, page_bytes_.back(), ring_.back()));
     pages_.emplace_back();
-    for (int64_t b = 0; b < blocks_; ++b) pages_.back().push_back(pools_.back()->allocate());
+    for (int64_t b = 0; b < ring_.back(); ++b) pages_.back().push_back(pools_.back()->allocate());
   }
 }
 
@@ -69,10 +80,33 @@ uint64_t KVCache::bytes() const {
   return total;
 }
 
+uint64_t KVCache::windowed_bytes() const {
+  uint64_t total = 0;
+  for (size_t l = 0; l < pools_.size(); ++l)
+    if (windows_[l] > 0) total += pools_[l]->bytes();
+  return total;
+}
+
 uint8_t* KVCache::page(int64_t layer, int64_t pos) {
+  return const_cast<uint8_t*>(std::as_const(*this).page(layer, pos));
+}
+
+const uint8_t* KVCache::page(int64_t layer, int64_t pos) const {
   if (pos < 0 || pos >= capacity_)
     throw std::out_of_range(fmt::format("kv cache: position {} outside capacity {}", pos, capacity_));
-  return pages_[size_t(layer)][size_t(pos / kv::kBlockTokens)];
+  return pages_[size_t(layer)][size_t((pos / kv::kBlockTokens) % ring_[size_t(layer)])];
+}
+
+bool KVCache::holds_prefix(int64_t prefix) const {
+  if (prefix <= 0) return true;
+  const int64_t last_page = (std::max(written_, prefix) - 1) / kv::kBlockTokens;
+  for (size_t layer = 0; layer < windows_.size(); ++layer) {
+    if (windows_[layer] == 0) continue;
+    // The ring holds pages (last_page - ring, last_page]; the window ending at prefix starts at prefix - window + 1.
+    const int64_t first_needed = std::max<int64_t>(0, prefix - windows_[layer] + 1) / kv::kBlockTokens;
+    if (first_needed <= last_page - ring_[layer]) return false;
+  }
+  return true;
 }
 
 void KVCache::store_head(int64_t layer, int64_t pos, int64_t kv_head, const float* k, const float* v) {
@@ -89,18 +123,21 @@ void KVCache::store(int64_t layer, int64_t pos, const float* k, const float* v) 
 
 void KVCache::attend(int64_t layer, int64_t kv_head, const float* q, int64_t heads, int64_t len, float* out) const {
   const kv::CodecLayout& l = layouts_[size_t(layer)];
-  kv::attend(l, pages_[size_t(layer)].data(), size_t(kv_head) * l.head_bytes(), len, q, int(heads), out);
+  const int64_t window = windows_[size_t(layer)];
+  const int64_t start = window > 0 ? std::max<int64_t>(0, len - window) : 0;
+  kv::attend(l, pages_[size_t(layer)].data(), ring_[size_t(layer)], size_t(kv_head) * l.head_bytes(), start, len, q,
+             int(heads), out);
 }
 
 void KVCache::load_key(int64_t layer, int64_t pos, int64_t kv_head, float* k) const {
   const kv::CodecLayout& l = layouts_[size_t(layer)];
-  const uint8_t* region = pages_[size_t(layer)][size_t(pos / kv::kBlockTokens)] + size_t(kv_head) * l.head_bytes();
+  const uint8_t* region = page(layer, pos) + size_t(kv_head) * l.head_bytes();
   kv::decode_key(l, region, int(pos % kv::kBlockTokens), k);
 }
 
 void KVCache::load_value(int64_t layer, int64_t pos, int64_t kv_head, float* v) const {
   const kv::CodecLayout& l = layouts_[size_t(layer)];
-  const uint8_t* region = pages_[size_t(layer)][size_t(pos / kv::kBlockTokens)] + size_t(kv_head) * l.head_bytes();
+  const uint8_t* region = page(layer, pos) + size_t(kv_head) * l.head_bytes();
   kv::decode_value(l, region + l.key_bytes, int(pos % kv::kBlockTokens), v);
 }
 

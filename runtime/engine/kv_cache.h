@@ -2,9 +2,14 @@
 // (kv::kBlockTokens positions, every kv head) in that layer's codec (f32, f16, q8, turbo3, turbo4; see
 // runtime/kv/codec.h), taken from page pools charged to the ledger (account "kv") for the whole capacity up front,
 // so a step can never fail half-way for memory. Attention runs on the pages directly (kv::attend).
-// Never: grow silently past capacity (callers check and report), decompress whole layers.
+// Sliding-window layers (LayerSpec::window) keep a ring of pages bounded to the window plus one chunk
+// (kv::StateSpec says how many), so a long context costs memory only on full-attention layers; their attention
+// sees the last `window` positions, the query's own included, as transformers' sliding mask does.
+// Never: grow silently past capacity (callers check and report), decompress whole layers, take a chunk longer than
+// max_chunk() (a windowed ring would overwrite positions the chunk's first queries still see).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -21,6 +26,8 @@ struct KVCacheOptions {
   kv::Codec codec = kv::default_codec();
   std::vector<kv::Codec> per_layer;  // when not empty: one codec per layer (the plan may mix them)
   std::optional<kv::TurboSpec> turbo;  // quality studies: other bit widths for the turbo layers
+  // The longest chunk a forward pass writes at once (the prefill chunk); 0: the capacity. Sizes windowed rings.
+  int64_t max_chunk = 0;
 };
 
 class KVCache {
@@ -33,6 +40,7 @@ class KVCache {
   KVCache& operator=(KVCache&&) noexcept = default;  // the old pools go back to the ledger
 
   int64_t capacity() const { return capacity_; }
+  int64_t max_chunk() const { return max_chunk_; }
   int64_t row_size() const { return kv_heads_ * head_dim_; }  // floats per position per layer (kv_heads * head_dim)
   kv::Codec codec(int64_t layer) const { return layouts_[size_t(layer)].codec; }
   const kv::CodecLayout& layout(int64_t layer) const { return layouts_[size_t(layer)]; }
@@ -41,28 +49,42 @@ class KVCache {
   void store(int64_t layer, int64_t pos, const float* k, const float* v);
   // One kv head only (k, v: head_dim floats). Different positions/heads may be stored concurrently.
   void store_head(int64_t layer, int64_t pos, int64_t kv_head, const float* k, const float* v);
-  // Attention of `heads` query heads (q: heads * head_dim floats, unscaled) that share kv_head, over positions
-  // [0, len) of the layer; out: heads * head_dim floats. Safe to call concurrently (read-only).
+  // Attention of `heads` query heads (q: heads * head_dim floats, unscaled) that share kv_head, for the query at
+  // position len - 1: over positions [0, len) of the layer, or its last `window` of them on a windowed layer;
+  // out: heads * head_dim floats. Safe to call concurrently (read-only).
   void attend(int64_t layer, int64_t kv_head, const float* q, int64_t heads, int64_t len, float* out) const;
   // What the codec stored for one position and head (tests and quality studies).
   void load_key(int64_t layer, int64_t pos, int64_t kv_head, float* k) const;
   void load_value(int64_t layer, int64_t pos, int64_t kv_head, float* v) const;
+  // Forward announces each chunk's end before writing it, so the cache knows the furthest position it has held.
+  void will_write(int64_t end) { written_ = std::max(written_, end); }
+  // Whether a new sequence may keep positions [0, prefix) (prefix reuse): a windowed ring must still hold the window
+  // that ends at prefix, given everything written since. Full-attention layers always do.
+  bool holds_prefix(int64_t prefix) const;
 
   uint64_t bytes() const;
+  uint64_t windowed_bytes() const;  // the part held by sliding-window layers (their rings)
+  // What bytes_for would be if every layer kept every position (the saving windowed layers make is the difference).
+  static uint64_t bytes_without_windows(const model::ModelConfig& config, int64_t capacity,
+                                        const KVCacheOptions& options = {});
   static uint64_t bytes_for(const model::ModelConfig& config, int64_t capacity, const KVCacheOptions& options = {});
-  // Bytes of one position of one layer in a codec (all kv heads), page overhead included.
+  // Bytes of one position of one full-attention layer in a codec (all kv heads), page overhead included.
   static double bytes_per_token(const model::ModelConfig& config, kv::Codec codec);
 
  private:
   uint8_t* page(int64_t layer, int64_t pos);
+  const uint8_t* page(int64_t layer, int64_t pos) const;
   int64_t capacity_;
+  int64_t max_chunk_;
+  int64_t written_ = 0;  // positions [0, written_) have been written at least once
   int64_t kv_heads_;
   int64_t head_dim_;
-  int64_t blocks_;
+  std::vector<int64_t> windows_;                       // per layer: 0 (full) or the window
+  std::vector<int64_t> ring_;                          // per layer: pages held (all of the capacity, or the ring)
   std::vector<kv::CodecLayout> layouts_;
   std::vector<size_t> page_bytes_;
   std::vector<std::unique_ptr<kv::PagePool>> pools_;   // one per layer
-  std::vector<std::vector<uint8_t*>> pages_;           // [layer][block]
+  std::vector<std::vector<uint8_t*>> pages_;           // [layer][block % ring]
 };
 
 }  // namespace tierlm::engine

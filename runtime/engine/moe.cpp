@@ -52,6 +52,12 @@ MoeBlock::MoeBlock(const model::ModelWeights& w, kernels::ThreadPool& pool, tier
   lookahead_weights_.resize(size_t(k_));
   batch_.reserve(size_t(experts_));
   order_.reserve(size_t(experts_));
+  const int64_t L = w.config.num_layers;
+  expert_layer_.resize(size_t(L));
+  next_sparse_.assign(size_t(L), -1);
+  for (int64_t i = 0; i < L; ++i) expert_layer_[size_t(i)] = w.config.layer(i).expert_layer;
+  for (int64_t i = L - 2; i >= 0; --i)
+    next_sparse_[size_t(i)] = expert_layer_[size_t(i + 1)] >= 0 ? i + 1 : next_sparse_[size_t(i + 1)];
 }
 
 // Softmax over all experts, then the k largest probabilities (ties: the lower id, as a stable sort gives).
@@ -76,17 +82,18 @@ void MoeBlock::top_k(const float* logits, int32_t* ids, float* weights) const {
 
 void MoeBlock::route(int64_t layer, const float* x, int64_t n) {
   const model::LayerWeights& L = w_.layers[size_t(layer)];
+  const int64_t expert_layer = expert_layer_[size_t(layer)];
   int32_t* ids = ids_.as<int32_t>();
   float* weights = weights_.as<float>();
   if (override_) {
     for (int64_t i = 0; i < n; ++i)
-      override_(layer, i, std::span(ids + i * k_, size_t(k_)), std::span(weights + i * k_, size_t(k_)));
+      override_(expert_layer, i, std::span(ids + i * k_, size_t(k_)), std::span(weights + i * k_, size_t(k_)));
   } else {
     float* logits = logits_.as<float>();
     multiply(L.router.view, x, n, logits, pool_);
     for (int64_t i = 0; i < n; ++i) top_k(logits + i * experts_, ids + i * k_, weights + i * k_);
   }
-  if (observer_) observer_(layer, n, std::span<const int32_t>(ids, size_t(n * k_)));
+  if (observer_) observer_(expert_layer, n, std::span<const int32_t>(ids, size_t(n * k_)));
   for (int32_t e : used_) {
     expert_rows_[size_t(e)].clear();
     expert_weights_[size_t(e)].clear();
@@ -143,12 +150,15 @@ void MoeBlock::shared_expert(const model::LayerWeights& L, const float* x, int64
 
 void MoeBlock::accumulate(int64_t layer, const float* x, int64_t n, float* hidden) {
   if (n > max_rows_) throw std::invalid_argument("moe: more rows than the block was sized for");
+  const int64_t el = expert_layer_.at(size_t(layer));
+  if (el < 0) throw std::logic_error("moe: accumulate on a dense layer");
   route(layer, x, n);
   // Experts in memory first: while they compute, the reads of the missing ones are in flight.
-  std::stable_partition(used_.begin(), used_.end(), [&](int32_t e) { return cache_.cached(layer, e); });
+  std::stable_partition(used_.begin(), used_.end(), [&](int32_t e) { return cache_.cached(el, e); });
   bool prefetched = false;
   size_t next = 0;
   std::vector<int32_t>& batch = batch_;
+  const int64_t next_layer = next_sparse_[size_t(layer)];
   while (next < used_.size()) {
     // As many experts as there are unpinned slots (resident experts need none).
     const int64_t room = std::max<int64_t>(1, cache_.available_slots());
@@ -156,25 +166,26 @@ void MoeBlock::accumulate(int64_t layer, const float* x, int64_t n, float* hidde
     int64_t slots = 0;
     while (next < used_.size()) {
       const int32_t e = used_[next];
-      const bool needs_slot = !cache_.resident(layer, e);
+      const bool needs_slot = !cache_.resident(el, e);
       if (needs_slot && slots == room) break;
       slots += needs_slot;
       batch.push_back(e);
       ++next;
     }
-    cache_.request(layer, batch);
-    if (!prefetched && prefetch_ && n == 1 && !override_ && layer + 1 < w_.config.num_layers) {
-      // Lookahead: the residual stream changes slowly, so the next router on this input predicts its choice.
+    cache_.request(el, batch);
+    if (!prefetched && prefetch_ && n == 1 && !override_ && next_layer >= 0) {
+      // Lookahead: the residual stream changes slowly, so the next sparse layer's router on this input predicts
+      // its choice.
       float* logits = lookahead_.as<float>();
-      kernels::matvec(w_.layers[size_t(layer + 1)].router.view, x, logits, pool_);
+      kernels::matvec(w_.layers[size_t(next_layer)].router.view, x, logits, pool_);
       top_k(logits, lookahead_ids_.data(), lookahead_weights_.data());
-      cache_.prefetch(layer + 1, lookahead_ids_);
+      cache_.prefetch(expert_layer_[size_t(next_layer)], lookahead_ids_);
     }
     prefetched = true;
     for (int32_t e : batch) {
-      const tiering::ExpertViews views = cache_.acquire(layer, e);
+      const tiering::ExpertViews views = cache_.acquire(el, e);
       run_expert(views, expert_rows_[size_t(e)], expert_weights_[size_t(e)], x, hidden);
-      cache_.release(layer, e);
+      cache_.release(el, e);
     }
   }
   if (w_.config.arch.shared_expert) shared_expert(w_.layers[size_t(layer)], x, n, hidden);

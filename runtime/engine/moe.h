@@ -4,6 +4,8 @@
 // Experts already in memory run first so the reads of missing ones overlap their compute; for decode, the next
 // layer's router applied to this layer's input predicts its experts, and their reads start before this layer's
 // compute (prefetch).
+// Layers are the model's (w.layers index); the expert tier, the routing override and the observer see the layer's
+// expert-tier index (LayerSpec::expert_layer), which differs when dense layers sit among sparse ones.
 // Owns: routing scratch (ledger account "scratch"). Never: allocate per step, hold an expert past its use.
 #pragma once
 
@@ -29,7 +31,7 @@ class MoeBlock {
 
   MoeBlock(const model::ModelWeights& weights, kernels::ThreadPool& pool, tiering::Ledger& ledger, int64_t max_rows);
 
-  // hidden[i] += MoE_layer(x[i]) for the n rows (x and hidden: n x hidden_size).
+  // hidden[i] += MoE_layer(x[i]) for the n rows (x and hidden: n x hidden_size); `layer` must be a sparse one.
   void accumulate(int64_t layer, const float* x, int64_t n, float* hidden);
 
   void set_routing_override(RoutingOverride fn) { override_ = std::move(fn); }
@@ -59,6 +61,8 @@ class MoeBlock {
   std::vector<int32_t> used_, batch_, lookahead_ids_;
   mutable std::vector<int32_t> order_;
   std::vector<float> lookahead_weights_;
+  std::vector<int64_t> expert_layer_;  // per model layer: its expert-tier index, -1 for dense layers
+  std::vector<int64_t> next_sparse_;   // per model layer: the next sparse model layer, -1 when none
 };
 
 }  // namespace tierlm::engine

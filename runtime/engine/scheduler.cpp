@@ -48,7 +48,13 @@ struct Scheduler::Slot {
   std::vector<int32_t> tokens;  // tokens whose keys/values are in cache positions [0, tokens.size())
   uint64_t last_used = 0;
   bool busy = false;
-  Slot(const model::ModelConfig& config, int64_t capacity, tiering::Ledger& ledger) : cache(config, capacity, ledger) {}
+  // A step feeds a slot at most prefill_size tokens, which bounds the rings of windowed layers.
+  Slot(const model::ModelConfig& config, int64_t capacity, int64_t max_chunk, tiering::Ledger& ledger)
+      : cache(config, capacity, ledger, [&] {
+          KVCacheOptions o;
+          o.max_chunk = max_chunk;
+          return o;
+        }()) {}
 };
 
 struct Scheduler::Sequence {
@@ -101,12 +107,17 @@ void Scheduler::engine_main(std::promise<void>* ready) {
   try {
     engine_ = std::make_unique<EngineState>(weights_, ledger_, options_, context_);
     for (int64_t i = 0; i < options_.max_batch; ++i)
-      slots_.push_back(std::make_unique<Slot>(weights_.config, context_, ledger_));
+      slots_.push_back(std::make_unique<Slot>(weights_.config, context_, options_.prefill_size, ledger_));
     {
       std::lock_guard lock(mutex_);
       stats_.slots = options_.max_batch;
       stats_.context = context_;
       stats_.kv_bytes = slots_.empty() ? 0 : slots_.size() * slots_[0]->cache.bytes();
+      stats_.kv_windowed_bytes = slots_.empty() ? 0 : slots_.size() * slots_[0]->cache.windowed_bytes();
+      KVCacheOptions kv_options;
+      kv_options.max_chunk = options_.prefill_size;
+      stats_.kv_bytes_without_windows =
+          slots_.size() * KVCache::bytes_without_windows(weights_.config, context_, kv_options);
       stats_.threads = engine_->pool.size();
     }
   } catch (...) {
@@ -207,7 +218,9 @@ void Scheduler::admit_locked() {
       if (slot->busy) continue;
       const std::optional<int64_t> on_device =
           options_.gpu ? std::optional<int64_t>(options_.gpu->cached_positions(&slot->cache)) : std::nullopt;
-      const int64_t reuse = reusable_prefix(slot->tokens, prompt, on_device);
+      int64_t reuse = reusable_prefix(slot->tokens, prompt, on_device);
+      // A windowed layer's ring may have moved past the window that ends at the shared prefix: then start over.
+      if (!slot->cache.holds_prefix(reuse)) reuse = 0;
       if (reuse > best_reuse || (reuse == best_reuse && slot->last_used < best->last_used)) {
         best = slot.get();
         best_reuse = reuse;

@@ -115,6 +115,8 @@ struct SchedulerStats {
   int64_t kv_positions_used = 0;      // positions filled by active sequences
   int64_t kv_positions_cached = 0;    // positions kept by idle slots for prefix reuse
   uint64_t kv_bytes = 0;              // allocated for all slots
+  uint64_t kv_windowed_bytes = 0;     // the part of kv_bytes held by sliding-window layers (bounded rings)
+  uint64_t kv_bytes_without_windows = 0;  // what kv_bytes would be if windowed layers kept the whole context
   uint64_t prompt_tokens_total = 0;   // prompt tokens of admitted sequences
   uint64_t prefilled_tokens_total = 0;// prompt tokens actually run through the model
   uint64_t cached_tokens_total = 0;   // prompt tokens served from the prefix cache

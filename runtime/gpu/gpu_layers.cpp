@@ -6,6 +6,8 @@
 
 #include <stdexcept>
 
+#include <fmt/format.h>
+
 #ifdef TIERLM_HAVE_CUDA
 
 #include <algorithm>
@@ -1092,6 +1094,7 @@ struct GpuLayers::Impl {
 
 GpuLayers::GpuLayers(const model::ModelWeights& weights, const GpuOptions& options, int64_t max_chunk,
                      int64_t max_context) {
+  check_supported(weights.config, std::clamp<int64_t>(options.layers, 0, weights.config.num_layers));
   if (!gpu_available()) throw std::runtime_error("gpu layers requested but " + gpu_unavailable_reason());
   impl_ = std::make_unique<Impl>(weights, options, max_chunk, max_context);
 }
@@ -1170,3 +1173,24 @@ double GpuLayers::device_step_us() const { return 0; }
 }  // namespace tierlm::gpu
 
 #endif
+
+namespace tierlm::gpu {
+
+void GpuLayers::check_supported(const model::ModelConfig& c, int64_t layers) {
+  const bool biases = c.o_bias || c.mlp_bias;
+  for (int64_t i = 0; i < layers; ++i) {
+    const model::LayerSpec l = c.layer(i);
+    if (l.mixer != model::Mixer::attention)
+      throw std::invalid_argument(fmt::format("gpu: layer {} uses {} (window {}), which the GPU backend does not run "
+                                              "yet (sliding_window); run it on the CPU (fewer --gpu-layers)",
+                                              i, model::mixer_name(l.mixer), l.window));
+    if (c.arch.moe && l.mlp != model::Mlp::moe)
+      throw std::invalid_argument(fmt::format("gpu: layer {} has a dense MLP among sparse ones (mlp_only_layers / "
+                                              "decoder_sparse_step), which the GPU backend does not run yet", i));
+    if (biases)
+      throw std::invalid_argument(fmt::format("gpu: layer {} has {} biases, which the GPU backend does not apply yet",
+                                              i, c.o_bias ? "attention_bias (o_proj)" : "mlp_bias"));
+  }
+}
+
+}  // namespace tierlm::gpu

@@ -130,8 +130,8 @@ const AttentionKernels& active_attention_kernels() {
 
 void force_scalar_attention(bool scalar) { g_force_scalar.store(scalar); }
 
-void attend(const CodecLayout& L, const uint8_t* const* pages, size_t head_offset, int64_t len, const float* q,
-            int heads, float* out) {
+void attend(const CodecLayout& L, const uint8_t* const* pages, int64_t ring, size_t head_offset, int64_t start,
+            int64_t len, const float* q, int heads, float* out) {
   const AttentionKernels& K = active_attention_kernels();
   const int d = L.head_dim;
   const float scale = 1.0f / std::sqrt(float(d));
@@ -164,13 +164,15 @@ void attend(const CodecLayout& L, const uint8_t* const* pages, size_t head_offse
     }
     std::fill(acc, acc + size_t(H) * d, 0.0f);
     const QueryGroup group{H, a, qjl ? b : nullptr, qjl ? b_sum : nullptr};
-    for (int64_t p = 0; p * kBlockTokens < len; ++p) {
+    for (int64_t p = start / kBlockTokens; p * kBlockTokens < len; ++p) {
       const int tokens = int(std::min<int64_t>(kBlockTokens, len - p * kBlockTokens));
-      const uint8_t* keys = pages[p] + head_offset;
+      // Slots before the window's first position (first page only) take no part: weight 0 below.
+      const int skip = p == start / kBlockTokens ? int(start % kBlockTokens) : 0;
+      const uint8_t* keys = pages[p % ring] + head_offset;
       K.score(L, keys, tokens, group, scores);
       for (int h = 0; h < H; ++h) {
         float* s = scores + h * kBlockTokens;
-        const float block_max = *std::max_element(s, s + tokens);
+        const float block_max = *std::max_element(s + skip, s + tokens);
         if (block_max > m[h]) {
           const float correction = std::exp(m[h] - block_max);  // 0 for the first block (m = -inf)
           if (l[h] > 0) {
@@ -180,7 +182,8 @@ void attend(const CodecLayout& L, const uint8_t* const* pages, size_t head_offse
           l[h] *= correction;
           m[h] = block_max;
         }
-        l[h] += K.exp_sum(s, tokens, m[h]);
+        l[h] += K.exp_sum(s + skip, tokens - skip, m[h]);
+        std::fill(s, s + skip, 0.0f);
       }
       K.accumulate(L, keys + L.key_bytes, tokens, scores, H, acc);
     }

@@ -39,9 +39,12 @@ const AttentionKernels& active_attention_kernels();
 void force_scalar_attention(bool scalar);
 bool avx512_attention_available();
 
-// Page p of the layer holds positions [p*kBlockTokens, (p+1)*kBlockTokens); this head's regions start at
-// pages[p] + head_offset (keys) and + layout.key_bytes (values). q and out: heads x head_dim, out may not alias q.
-void attend(const CodecLayout& layout, const uint8_t* const* pages, size_t head_offset, int64_t len, const float* q,
-            int heads, float* out);
+// Attention over positions [start, len) of a layer. Absolute page p (positions [p*kBlockTokens, (p+1)*kBlockTokens))
+// is pages[p % ring]: a full-attention layer passes all its pages (ring >= pages used), a windowed layer its ring,
+// whose pages are reused once their positions left the window. This head's regions start at pages[i] + head_offset
+// (keys) and + layout.key_bytes (values). Slots of the first page before `start` get weight 0, whatever they hold.
+// q and out: heads x head_dim, out may not alias q.
+void attend(const CodecLayout& layout, const uint8_t* const* pages, int64_t ring, size_t head_offset, int64_t start,
+            int64_t len, const float* q, int heads, float* out);
 
 }  // namespace tierlm::kv

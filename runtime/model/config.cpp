@@ -1,11 +1,13 @@
 #include "runtime/model/config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
 #include <boost/json.hpp>
 #include <fmt/format.h>
 
+#include "runtime/model/config_keys.h"
 #include "runtime/model/safetensors.h"
 
 namespace tierlm::model {
@@ -16,16 +18,21 @@ namespace {
 
 // The architecture table: everything that differs between families is a field here, not a forward pass.
 const std::vector<ArchitectureSpec>& table() {
+  using S = ArchitectureSpec::Sliding;
   static const std::vector<ArchitectureSpec> specs = {
-      {"llama", false, false, false},
-      {"mistral", false, false, false},
-      {"qwen2", true, false, false},
-      {"qwen3", false, true, false},
+      {.model_type = "llama", .reads_attention_bias = true, .reads_mlp_bias = true},
+      {.model_type = "mistral", .sliding = S::every_layer, .windows_checked = true},
+      {.model_type = "qwen2", .qkv_bias = true, .sliding = S::layer_types, .windows_checked = true},
+      {.model_type = "qwen3", .qk_norm = true, .reads_attention_bias = true, .sliding = S::layer_types},
       // Mixture-of-experts families: experts live in the expert tier (tiering/), the rest loads like a dense model.
-      {"qwen3_moe", false, true, true},
-      {"mixtral", false, false, true, false, true, false, "block_sparse_moe", "w1", "w3", "w2"},
-      {"olmoe", false, true, true, true},
-      {"qwen2_moe", true, false, true, false, false, true},
+      {.model_type = "qwen3_moe", .qk_norm = true, .moe = true, .reads_attention_bias = true,
+       .sliding = S::layer_types, .reads_sparse_step = true},
+      {.model_type = "mixtral", .moe = true, .moe_renormalize = true, .moe_block = "block_sparse_moe",
+       .expert_gate = "w1", .expert_up = "w3", .expert_down = "w2", .sliding = S::every_layer,
+       .windows_checked = true},
+      {.model_type = "olmoe", .qk_norm = true, .moe = true, .qk_norm_full_width = true, .reads_attention_bias = true},
+      {.model_type = "qwen2_moe", .qkv_bias = true, .moe = true, .shared_expert = true, .reads_qkv_bias = true,
+       .sliding = S::layer_types, .reads_sparse_step = true},
   };
   return specs;
 }
@@ -122,6 +129,85 @@ std::vector<int32_t> token_ids(const Reader& r, const json::object& o, const std
   return ids;
 }
 
+std::vector<int64_t> integer_list(const Reader& r, const json::object& o, const std::string& key) {
+  std::vector<int64_t> out;
+  auto it = o.find(key);
+  if (it == o.end() || it->value().is_null()) return out;
+  if (!it->value().is_array()) r.fail(key, "must be a list of integers");
+  for (auto& v : it->value().as_array()) out.push_back(r.as_int(key, v));
+  return out;
+}
+
+// The family row expanded into one LayerSpec per layer, as transformers builds the layers from the same keys.
+std::vector<LayerSpec> expand_layers(const Reader& r, const json::object& o, const ModelConfig& c) {
+  using S = ArchitectureSpec::Sliding;
+  const int64_t L = c.num_layers;
+  std::vector<LayerSpec> layers(static_cast<size_t>(L));
+  const int64_t window = r.integer_or("sliding_window", 0);
+  std::vector<bool> sliding(size_t(L), false);
+  if (c.arch.sliding == S::every_layer) {
+    // mistral / mixtral: a non-null sliding_window windows every layer (transformers picks the sliding mask then).
+    if (r.get("sliding_window")) {
+      if (window <= 0) r.fail("sliding_window", "must be positive or null");
+      sliding.assign(size_t(L), true);
+    }
+  } else if (c.arch.sliding == S::layer_types) {
+    if (auto it = o.find("layer_types"); it != o.end() && !it->value().is_null()) {
+      if (!it->value().is_array() || int64_t(it->value().as_array().size()) != L)
+        r.fail("layer_types", fmt::format("must list one type per layer ({})", L));
+      int64_t i = 0;
+      for (auto& v : it->value().as_array()) {
+        const std::string type = v.is_string() ? std::string(v.as_string()) : "";
+        if (type == "sliding_attention") {
+          sliding[size_t(i)] = true;
+        } else if (type != "full_attention") {
+          r.fail("layer_types", fmt::format("entry {} ('{}') is not supported (supported: full_attention, "
+                                            "sliding_attention)", i, type));
+        }
+        ++i;
+      }
+    } else if (r.boolean_or("use_sliding_window", false) && window > 0) {
+      // Configs written before layer_types: layers from max_window_layers on are windowed.
+      const int64_t first = r.integer_or("max_window_layers", L);
+      for (int64_t i = std::max<int64_t>(first, 0); i < L; ++i) sliding[size_t(i)] = true;
+    }
+  }
+  const bool any_sliding = std::find(sliding.begin(), sliding.end(), true) != sliding.end();
+  if (any_sliding) {
+    if (window <= 0) r.fail("sliding_window", "must be positive when layers use sliding-window attention");
+    if (!c.arch.windows_checked)
+      r.fail("sliding_window", fmt::format("sliding-window attention on {} is not supported yet (no transformers "
+                                           "fixture checks it; supported on mistral, mixtral, qwen2)", c.model_type));
+  }
+
+  std::vector<bool> sparse(size_t(L), c.arch.moe);
+  if (c.arch.moe && c.arch.reads_sparse_step) {
+    // transformers: layer i is sparse unless listed in mlp_only_layers, and only when (i + 1) % step == 0.
+    const int64_t step = r.integer_or("decoder_sparse_step", 1);
+    if (step < 1) r.fail("decoder_sparse_step", "must be at least 1");
+    for (int64_t i = 0; i < L; ++i) sparse[size_t(i)] = (i + 1) % step == 0;
+    for (int64_t i : integer_list(r, o, "mlp_only_layers")) {
+      if (i < 0 || i >= L) r.fail("mlp_only_layers", fmt::format("layer {} is outside [0, {})", i, L));
+      sparse[size_t(i)] = false;
+    }
+  }
+  int64_t expert_layer = 0;
+  for (int64_t i = 0; i < L; ++i) {
+    LayerSpec& l = layers[size_t(i)];
+    if (sliding[size_t(i)]) {
+      l.mixer = Mixer::sliding_attention;
+      l.window = window;
+    }
+    if (sparse[size_t(i)]) {
+      l.mlp = Mlp::moe;
+      l.expert_layer = expert_layer++;
+    }
+  }
+  if (c.arch.moe && expert_layer == 0)
+    r.fail("mlp_only_layers", "leaves no sparse layer (with decoder_sparse_step); the model would have no experts");
+  return layers;
+}
+
 }  // namespace
 
 const ArchitectureSpec* find_architecture(const std::string& model_type) {
@@ -129,6 +215,37 @@ const ArchitectureSpec* find_architecture(const std::string& model_type) {
     if (spec.model_type == model_type) return &spec;
   return nullptr;
 }
+
+const char* mixer_name(Mixer m) {
+  switch (m) {
+    case Mixer::attention: return "full_attention";
+    case Mixer::sliding_attention: return "sliding_attention";
+  }
+  return "?";
+}
+
+const char* mlp_name(Mlp m) { return m == Mlp::moe ? "moe" : "dense"; }
+
+LayerSpec ModelConfig::layer(int64_t i) const {
+  if (!layers.empty()) return layers.at(size_t(i));
+  LayerSpec l;
+  if (arch.moe) {
+    l.mlp = Mlp::moe;
+    l.expert_layer = i;
+  }
+  return l;
+}
+
+int64_t ModelConfig::sparse_layers() const {
+  if (layers.empty()) return arch.moe ? num_layers : 0;
+  return std::count_if(layers.begin(), layers.end(), [](const LayerSpec& l) { return l.mlp == Mlp::moe; });
+}
+
+bool ModelConfig::any_windowed() const {
+  return std::any_of(layers.begin(), layers.end(), [](const LayerSpec& l) { return l.window > 0; });
+}
+
+kv::StateSpec ModelConfig::state_spec(int64_t i) const { return {num_kv_heads, head_dim, layer(i).window}; }
 
 std::vector<std::string> supported_architectures() {
   std::vector<std::string> names;
@@ -141,18 +258,26 @@ ModelConfig parse_config(const std::string& text, const std::string& origin) {
   json::value root = json::parse(text, ec);
   if (ec) throw ModelError(fmt::format("{}: not valid JSON ({})", origin, ec.message()));
   if (!root.is_object()) throw ModelError(fmt::format("{}: expected a JSON object", origin));
-  const json::object& o = root.as_object();
-  // Multimodal configs nest the language model under "text_config".
-  Reader r(o, origin);
+  // Multimodal configs nest the language model under "text_config": its keys are the model's; quantization and
+  // tie_word_embeddings may sit at the top.
+  const json::object& top = root.as_object();
+  const json::object* text_config = nullptr;
+  if (auto it = top.find("text_config"); it != top.end() && it->value().is_object())
+    text_config = &it->value().as_object();
+  const json::object& o = text_config ? *text_config : top;
+  const std::string text_origin = text_config ? origin + " (text_config)" : origin;
+  Reader r(o, text_origin);
+  Reader outer(top, origin);
 
   ModelConfig c;
-  c.model_type = r.string_or("model_type", "");
+  c.model_type = r.string_or("model_type", outer.string_or("model_type", ""));
   if (c.model_type.empty()) r.fail("model_type", "is missing");
   const ArchitectureSpec* spec = find_architecture(c.model_type);
   if (!spec)
     r.fail("model_type", fmt::format("'{}' is not a supported architecture (supported: {})", c.model_type,
                                      fmt::join(supported_architectures(), ", ")));
   c.arch = *spec;
+  refuse_unimplemented_keys(o, c.arch, text_origin);
   c.vocab_size = r.integer("vocab_size");
   c.hidden_size = r.integer("hidden_size");
   c.intermediate_size = r.integer_or("intermediate_size", 0);
@@ -161,10 +286,14 @@ ModelConfig parse_config(const std::string& text, const std::string& origin) {
   c.num_kv_heads = r.integer_or("num_key_value_heads", c.num_heads);
   c.max_position_embeddings = r.integer_or("max_position_embeddings", 4096);
   c.rms_norm_eps = r.number_or("rms_norm_eps", 1e-6);
-  c.tie_word_embeddings = r.boolean_or("tie_word_embeddings", false);
+  c.tie_word_embeddings = r.boolean_or("tie_word_embeddings", outer.boolean_or("tie_word_embeddings", false));
   c.hidden_act = r.string_or("hidden_act", "silu");
-  c.torch_dtype = r.string_or("torch_dtype", r.string_or("dtype", ""));
-  if (r.boolean_or("attention_bias", false)) c.arch.qkv_bias = true;
+  c.torch_dtype = r.string_or("torch_dtype", r.string_or("dtype", outer.string_or("torch_dtype", "")));
+  // Biases: llama-family attention_bias puts one on q, k, v and o (as transformers' LlamaAttention, Qwen3Attention
+  // and OlmoeAttention do), mlp_bias on gate, up and down; qwen2_moe's qkv_bias on q, k, v only.
+  if (c.arch.reads_attention_bias && r.boolean_or("attention_bias", false)) c.arch.qkv_bias = c.o_bias = true;
+  if (c.arch.reads_mlp_bias) c.mlp_bias = r.boolean_or("mlp_bias", false);
+  if (c.arch.reads_qkv_bias) c.arch.qkv_bias = r.boolean_or("qkv_bias", true);
 
   for (auto [name, value] : {std::pair{"vocab_size", c.vocab_size}, {"hidden_size", c.hidden_size},
                              {"num_hidden_layers", c.num_layers}, {"num_attention_heads", c.num_heads},
@@ -180,16 +309,19 @@ ModelConfig parse_config(const std::string& text, const std::string& origin) {
     c.head_dim = c.hidden_size / c.num_heads;
   }
   if (c.head_dim <= 0 || c.head_dim % 2 != 0) r.fail("head_dim", "must be a positive even number");
-  if (!c.arch.moe && c.intermediate_size <= 0) r.fail("intermediate_size", "is missing or not positive");
   if (c.hidden_act != "silu" && c.hidden_act != "swiglu")
     r.fail("hidden_act", fmt::format("'{}' is not supported (supported: silu)", c.hidden_act));
-  c.rope = parse_rope(r, o, origin);
+  c.rope = parse_rope(r, o, text_origin);
 
   auto bos = token_ids(r, o, "bos_token_id");
+  if (bos.empty()) bos = token_ids(outer, top, "bos_token_id");
   if (!bos.empty()) c.bos_token_id = bos.front();
   c.eos_token_ids = token_ids(r, o, "eos_token_id");
+  if (c.eos_token_ids.empty()) c.eos_token_ids = token_ids(outer, top, "eos_token_id");
 
-  if (auto it = o.find("quantization"); it != o.end() && it->value().is_object()) {
+  for (const json::object* where : {&o, &top}) {
+    auto it = where->find("quantization");
+    if (it == where->end() || !it->value().is_object()) continue;
     Reader q(it->value().as_object(), origin + " (quantization)");
     QuantizationConfig qc;
     qc.group_size = int(q.integer("group_size"));
@@ -198,6 +330,7 @@ ModelConfig parse_config(const std::string& text, const std::string& origin) {
     if (qc.group_size != 32 && qc.group_size != 64 && qc.group_size != 128)
       q.fail("group_size", fmt::format("{} is not supported (supported: 32, 64, 128)", qc.group_size));
     c.quantization = qc;
+    break;
   }
 
   c.num_experts = r.integer_or("num_experts", r.integer_or("num_local_experts", 0));
@@ -212,12 +345,11 @@ ModelConfig parse_config(const std::string& text, const std::string& origin) {
     if (c.moe_intermediate_size <= 0) r.fail("moe_intermediate_size", "is missing or not positive");
     if (c.arch.shared_expert && c.shared_expert_intermediate_size <= 0)
       r.fail("shared_expert_intermediate_size", "is missing or not positive");
-    // Dense MLP layers interleaved with sparse ones (qwen2_moe/qwen3_moe options) are not supported yet.
-    if (r.integer_or("decoder_sparse_step", 1) != 1) r.fail("decoder_sparse_step", "other than 1 is not supported");
-    if (auto it = o.find("mlp_only_layers");
-        it != o.end() && it->value().is_array() && !it->value().as_array().empty())
-      r.fail("mlp_only_layers", "is not supported (every layer must be sparse)");
   }
+  c.layers = expand_layers(r, o, c);
+  if (c.sparse_layers() < c.num_layers && c.intermediate_size <= 0)
+    r.fail("intermediate_size", "is missing or not positive (the model has dense MLP layers)");
+  warn_unread_keys(o, c.arch, text_origin);
   return c;
 }
 

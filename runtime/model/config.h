@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/model/layer_spec.h"
+
 namespace tierlm::model {
 
 struct RopeConfig {
@@ -39,6 +41,18 @@ struct ArchitectureSpec {
   const char* expert_gate = "gate_proj";  // per-expert tensor names (mixtral: w1 / w3 / w2)
   const char* expert_up = "up_proj";
   const char* expert_down = "down_proj";
+  // Config keys the family reads besides the common ones (runtime/model/config_keys.cpp): q/k/v/o biases from
+  // attention_bias and gate/up/down biases from mlp_bias (llama), qkv biases from qkv_bias (qwen2_moe).
+  bool reads_attention_bias = false;
+  bool reads_mlp_bias = false;
+  bool reads_qkv_bias = false;
+  // Where sliding-window attention comes from: none; `sliding_window` on every layer (mistral, mixtral); or
+  // `layer_types` / use_sliding_window + max_window_layers (qwen2). `windows_checked`: a transformers fixture with
+  // windowed layers backs it; other families refuse windowed layers by name.
+  enum class Sliding : uint8_t { none, every_layer, layer_types } sliding = Sliding::none;
+  bool windows_checked = false;
+  // Dense MLP layers among sparse ones from mlp_only_layers / decoder_sparse_step (qwen2_moe, qwen3_moe).
+  bool reads_sparse_step = false;
 };
 
 struct ModelConfig {
@@ -66,6 +80,19 @@ struct ModelConfig {
   int64_t moe_intermediate_size = 0;
   int64_t shared_expert_intermediate_size = 0;
   bool norm_topk_prob = false;
+  // Biases beyond arch.qkv_bias: o_proj (llama-family attention_bias) and gate/up/down (mlp_bias).
+  bool o_bias = false;
+  bool mlp_bias = false;
+  // One entry per layer (num_layers of them) once parsed; hand-built configs (synthetic models) may leave it empty,
+  // and layer() then answers the family default: full attention, and MoE on every layer of MoE families.
+  std::vector<LayerSpec> layers;
+
+  LayerSpec layer(int64_t i) const;
+  // Layers whose MLP is MoE: the expert tier holds this many layers of experts.
+  int64_t sparse_layers() const;
+  bool any_windowed() const;
+  // What layer i's per-sequence KV state costs (runtime/kv/state_spec.h).
+  kv::StateSpec state_spec(int64_t i) const;
 };
 
 // Parses DIR/config.json; throws ModelError naming the file and field on anything missing, mistyped or unsupported.

@@ -144,9 +144,10 @@ ModelWeights load_model(const std::filesystem::path& dir, const LoadOptions& opt
       l.k_norm = L.vector(p + "self_attn.k_norm.weight", c.arch.qk_norm_full_width ? kv_rows : hd);
     }
     l.o = L.matrix({{p + "self_attn.o_proj", H}}, q_rows);
+    if (c.o_bias) l.o_bias = L.vector(p + "self_attn.o_proj.bias", H);
     l.input_norm = L.vector(p + "input_layernorm.weight", H);
     l.post_attention_norm = L.vector(p + "post_attention_layernorm.weight", H);
-    if (c.arch.moe) {
+    if (c.layer(i).mlp == Mlp::moe) {
       const std::string b = p + c.arch.moe_block + ".";
       l.router = L.matrix({{b + "gate", c.num_experts}}, H);
       if (c.arch.shared_expert) {
@@ -156,8 +157,15 @@ ModelWeights load_model(const std::filesystem::path& dir, const LoadOptions& opt
         l.shared_expert_gate = tensor_to_f32(index, L.tensor(b + "shared_expert_gate.weight", {1, H}));
       }
     } else {
-      l.gate_up = L.matrix({{p + "mlp.gate_proj", c.intermediate_size}, {p + "mlp.up_proj", c.intermediate_size}}, H);
-      l.down = L.matrix({{p + "mlp.down_proj", H}}, c.intermediate_size);
+      const int64_t I = c.intermediate_size;
+      l.gate_up = L.matrix({{p + "mlp.gate_proj", I}, {p + "mlp.up_proj", I}}, H);
+      l.down = L.matrix({{p + "mlp.down_proj", H}}, I);
+      if (c.mlp_bias) {
+        l.gate_up_bias = L.vector(p + "mlp.gate_proj.bias", I);
+        auto up = L.vector(p + "mlp.up_proj.bias", I);
+        l.gate_up_bias.insert(l.gate_up_bias.end(), up.begin(), up.end());
+        l.down_bias = L.vector(p + "mlp.down_proj.bias", H);
+      }
     }
     m.layers.push_back(std::move(l));
     tick();

@@ -21,10 +21,13 @@ struct LayerWeights {
   std::vector<float> qkv_bias;            // empty unless arch.qkv_bias
   std::vector<float> q_norm, k_norm;      // head_dim each, empty unless arch.qk_norm
   kernels::Weight o;
+  std::vector<float> o_bias;              // hidden floats, empty unless config.o_bias
   std::vector<float> input_norm, post_attention_norm;
+  // Dense MLP layers (LayerSpec::mlp == dense): the MLP; MoE layers leave these empty.
   kernels::Weight gate_up;                // rows: [gate (intermediate) | up (intermediate)]
   kernels::Weight down;
-  // MoE layers (arch.moe): the router and the optional shared expert; the routed experts live in the expert tier.
+  std::vector<float> gate_up_bias, down_bias;  // empty unless config.mlp_bias
+  // MoE layers (LayerSpec::mlp == moe): the router and the optional shared expert; the routed experts live in the expert tier.
   kernels::Weight router;                 // [num_experts x hidden]
   kernels::Weight shared_gate_up;         // rows: [gate | up] (shared_expert_intermediate_size each)
   kernels::Weight shared_down;

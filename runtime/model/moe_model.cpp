@@ -49,7 +49,12 @@ tiering::ExpertStore expert_store_from_safetensors(const TensorIndex& index, con
   auto extent = [&](const TensorInfo& t, uint64_t offset, uint64_t length) {
     return Extent{files.of(t.file), t.offset + offset, length};
   };
-  const std::string first = fmt::format("model.layers.0.{}.", a.moe_block);
+  // The expert tier numbers sparse layers only (LayerSpec::expert_layer); dense layers among them have no experts.
+  std::vector<int64_t> sparse;
+  for (int64_t layer = 0; layer < c.num_layers; ++layer)
+    if (c.layer(layer).mlp == Mlp::moe) sparse.push_back(layer);
+  if (sparse.empty()) throw ModelError("expert store: the model has no sparse layer");
+  const std::string first = fmt::format("model.layers.{}.{}.", sparse.front(), a.moe_block);
   const bool stacked = index.contains(first + "switch_mlp.gate_proj.weight");
   const bool mlx = c.quantization &&
                    (stacked ? index.contains(first + "switch_mlp.gate_proj.scales")
@@ -58,7 +63,7 @@ tiering::ExpertStore expert_store_from_safetensors(const TensorIndex& index, con
   std::optional<tiering::ExpertLayout> layout;
   const int bits = mlx ? c.quantization->bits : 0, group = mlx ? c.quantization->group_size : 0;
 
-  for (int64_t layer = 0; layer < c.num_layers; ++layer) {
+  for (int64_t layer : sparse) {
     const std::string block = fmt::format("model.layers.{}.{}.", layer, a.moe_block);
     for (int64_t e = 0; e < E; ++e) {
       std::vector<Extent> ext;
@@ -99,7 +104,7 @@ tiering::ExpertStore expert_store_from_safetensors(const TensorIndex& index, con
                                                                  : WeightFormat::bf16;
     layout = tiering::ExpertLayout::make(slot_format.value_or(file_format), H, I);
   }
-  return tiering::ExpertStore(std::move(files.files), c.num_layers, E,
+  return tiering::ExpertStore(std::move(files.files), int64_t(sparse.size()), E,
                               mlx ? tiering::ExpertEncoding::mlx : tiering::ExpertEncoding::dense, source, *layout,
                               std::move(extents));
 }
@@ -119,7 +124,7 @@ std::shared_ptr<tiering::ExpertTier> open_expert_tier(const std::filesystem::pat
   if (!packed.empty()) {
     tiering::ExpertStore store = tiering::ExpertStore::open_packed(packed);
     const auto& l = store.layout();
-    if (store.layers() != c.num_layers || store.experts() != c.num_experts || l.hidden != c.hidden_size ||
+    if (store.layers() != c.sparse_layers() || store.experts() != c.num_experts || l.hidden != c.hidden_size ||
         l.intermediate != c.moe_intermediate_size)
       throw ModelError(fmt::format("{}: packed experts ({} layers x {} experts, {}x{}) do not match config.json",
                                    packed.string(), store.layers(), store.experts(), l.hidden, l.intermediate));
@@ -146,7 +151,7 @@ PackResult pack_experts(const std::filesystem::path& dir, std::optional<WeightFo
   tiering::ExpertReader reader(store.files(), reader_options);
   tiering::Ledger scratch;
   tiering::LedgerBuffer staging(scratch, tiering::accounts::scratch, store.staging_bytes(), tiering::kIoAlignment);
-  tiering::PackedHeader header{c.num_layers, c.num_experts, store.layout()};
+  tiering::PackedHeader header{c.sparse_layers(), c.num_experts, store.layout()};
   tiering::write_packed_experts(
       result.path, header,
       [&](int64_t layer, int64_t expert, void* block) {
@@ -154,7 +159,7 @@ PackResult pack_experts(const std::filesystem::path& dir, std::optional<WeightFo
         store.finish(layer, expert, staging.data(), block, scratch);
       },
       progress);
-  result.experts = c.num_layers * c.num_experts;
+  result.experts = c.sparse_layers() * c.num_experts;
   result.expert_bytes = store.layout().bytes;
   result.file_bytes = std::filesystem::file_size(result.path);
   return result;

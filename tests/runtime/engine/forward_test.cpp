@@ -89,6 +89,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"llama3", std::nullopt, 1e-3, true}, Case{"smollm", std::nullopt, 1e-3, true},
                       Case{"mistral", std::nullopt, 1e-3, true}, Case{"qwen2", std::nullopt, 1e-3, true},
                       Case{"qwen3", std::nullopt, 1e-3, true},
+                      // sliding_window 8 on every layer (mistral) or on layers 1-2 of 3 (qwen2 layer_types), shorter
+                      // than the 24-token prompt; llama with attention_bias (q/k/v/o) and mlp_bias (gate/up/down).
+                      Case{"mistral-swa", std::nullopt, 1e-3, true}, Case{"qwen2-swa", std::nullopt, 1e-3, true},
+                      Case{"llama-bias", std::nullopt, 1e-3, true},
                       // MLX affine files: transformers ran the dequantized weights in f32. Our quantized kernels
                       // quantize activations to int8 per 32 columns (about 0.5% error per dot product), so the
                       // bound is looser and greedy is compared teacher-forced; see QuantizedKernels* below for the
@@ -102,6 +106,29 @@ INSTANTIATE_TEST_SUITE_P(
       std::replace(name.begin(), name.end(), '-', '_');
       return name;
     });
+
+// The llama-bias fixture discriminates: dropping the o_proj and MLP biases (what tierlm did before mlp_bias was read
+// and attention_bias reached o_proj) is far from transformers' logits.
+TEST(Forward, DroppedBiasesMissTransformers) {
+  tiering::Ledger ledger;
+  model::LoadOptions options;
+  options.ledger = &ledger;
+  auto w = model::load_model(fixture("llama-bias"), options);
+  for (auto& l : w.layers) {
+    l.o_bias.clear();
+    l.gate_up_bias.clear();
+    l.down_bias.clear();
+  }
+  const auto ref = read_json(fixture("llama-bias") / "reference.json").as_object();
+  std::vector<int32_t> prompt;
+  for (auto& t : ref.at("prompt").as_array()) prompt.push_back(int32_t(t.as_int64()));
+  kernels::ThreadPool pool(2);
+  engine::Forward forward(w, pool, ledger, 64, 64);
+  engine::KVCache cache(w.config, 64, ledger);
+  std::vector<float> logits(static_cast<size_t>(w.config.vocab_size));
+  forward.run(prompt, 0, cache, logits.data());
+  EXPECT_GT(relative_error(logits.data(), floats(ref.at("prompt_logits").as_array().back())), 1e-2);
+}
 
 TEST(Forward, ChunkedPrefillEqualsWholePrefill) {
   tiering::Ledger ledger;

@@ -1,0 +1,36 @@
+// runtime/model/layer_spec.h — the per-layer model description: what each decoder layer mixes tokens with (full
+// attention, sliding-window attention with its window; later linear attention, MLA) and which MLP it has (dense, or
+// the MoE block whose experts live in the expert tier). Config parsing expands the family row into one LayerSpec per
+// layer; the forward pass, the KV cache, the GPU backend and the planner walk these instead of family-wide flags.
+// Never: hold weights or per-sequence state (a LayerSpec is data; its state_spec() says what the state costs).
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/kv/state_spec.h"
+
+namespace tierlm::model {
+
+enum class Mixer : uint8_t {
+  attention,          // causal attention over every earlier position
+  sliding_attention,  // causal attention over the last `window` positions, the query's own included
+};
+
+enum class Mlp : uint8_t {
+  dense,  // gate/up/down of intermediate_size
+  moe,    // router + experts (+ shared expert where the family has one)
+};
+
+const char* mixer_name(Mixer m);
+const char* mlp_name(Mlp m);
+
+struct LayerSpec {
+  Mixer mixer = Mixer::attention;
+  int64_t window = 0;        // sliding_attention: positions a query sees; 0 otherwise
+  Mlp mlp = Mlp::dense;
+  int64_t expert_layer = -1; // moe: this layer's index in the expert tier (sparse layers numbered in order)
+
+  bool operator==(const LayerSpec&) const = default;
+};
+
+}  // namespace tierlm::model

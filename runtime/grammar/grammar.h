@@ -50,11 +50,12 @@ class SchemaError : public std::invalid_argument {
 class Grammar;     // compiled; thread-safe to share
 class Vocabulary;  // every token's bytes as a trie; build once per tokenizer, thread-safe to share
 
-// Supported: type (object, array, string, number, integer, boolean, null, and arrays of them), properties, required,
-// additionalProperties (false, true, or a schema for objects without properties), items, prefixItems is not,
-// enum, const, anyOf, oneOf (as anyOf: keep the branches disjoint), allOf with one member, $ref to #/$defs/NAME or
+// Supported: type (object, array, string, number, integer, boolean, null, and arrays of them), properties,
+// required, additionalProperties (false, true, or a schema for objects without properties), items, enum, const,
+// anyOf, oneOf (as anyOf: keep the branches disjoint), allOf with one member, $ref to #, #/$defs/NAME or
 // #/definitions/NAME (recursion allowed), minItems, maxItems, minLength, maxLength; annotations (title,
-// description, default, examples, $schema, $id, $comment) are ignored. Anything else throws SchemaError.
+// description, default, examples, $schema, $id, $comment, deprecated, readOnly, writeOnly) are ignored. Anything
+// else (minimum, pattern, format, prefixItems, ...) throws SchemaError naming it.
 std::shared_ptr<const Grammar> compile_json_schema(const boost::json::value& schema);
 // response_format {type: json_object}: any JSON object.
 std::shared_ptr<const Grammar> compile_json_object();

@@ -1,12 +1,12 @@
 // Structured output: decode tok/s with a JSON-schema constraint against without, through the Scheduler (what
 // `serve` runs), on the embedded default model (profiles/models/tierlm-tiny, its own tokenizer) and on a synthetic
 // 1B-shaped llama (model::llama_1b_config, q4 weights; the Llama-3 tokenizer from .cache/tokenizers/llama3, whose
-// 128,256 ids match the synthetic vocabulary). Both runs sample at temperature 0.7; the constrained run uses the
-// nested schema of tests/runtime/grammar/schemas.json #1 with the grammar compiled once (as `serve` keeps it), so a
-// sequence that completes early is followed by another until the token count is reached. Decode tok/s = tokens
-// after the first / time from the first token to the last, summed over sequences. Rounds alternate the two modes
-// so machine noise hits both; the table reports the median round.
-// usage: grammar_decode_bench [--tokens N] [--rounds R] [--threads T] [--skip-1b]
+// 128,256 ids match the synthetic vocabulary). Both runs sample at temperature 0.7 (or --temperature); the
+// constrained run uses the nested schema of tests/runtime/grammar/schemas.json #1 with the grammar compiled once
+// (as `serve` keeps it), so a sequence that completes early is followed by another until the token count is
+// reached. Decode tok/s = tokens after the first / time from the first token to the last, summed over sequences.
+// Rounds alternate the two modes so machine noise hits both; the table reports the median round.
+// usage: grammar_decode_bench [--tokens N] [--rounds R] [--threads T] [--temperature T (0.7; 0: greedy)] [--skip-1b]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -21,6 +21,7 @@
 #include "runtime/cli/model_setup.h"
 #include "runtime/engine/scheduler.h"
 #include "runtime/grammar/grammar.h"
+#include "runtime/grammar/vocabulary.h"
 #include "runtime/model/synthetic.h"
 #include "runtime/tokenizer/tokenizer.h"
 
@@ -48,7 +49,8 @@ struct Timing : engine::SequenceObserver {
 // returns decode tok/s.
 double decode_rate(engine::Scheduler& scheduler, const std::vector<int32_t>& prompt, int64_t tokens,
                    const std::shared_ptr<const grammar::Grammar>& g,
-                   const std::shared_ptr<const grammar::Vocabulary>& vocabulary, int64_t& sequences) {
+                   const std::shared_ptr<const grammar::Vocabulary>& vocabulary, int64_t& sequences,
+                   float temperature) {
   int64_t decoded = 0;
   double seconds = 0;
   uint64_t seed = 1;
@@ -56,7 +58,7 @@ double decode_rate(engine::Scheduler& scheduler, const std::vector<int32_t>& pro
     engine::SequenceParams p;
     p.prompt = prompt;
     p.max_tokens = tokens - decoded + 1;
-    p.sampling.temperature = 0.7f;
+    p.sampling.temperature = temperature;
     p.sampling.seed = seed++;
     p.sampling.has_seed = true;
     if (g) p.constraint = grammar::make_constraint(g, vocabulary);
@@ -75,7 +77,7 @@ double decode_rate(engine::Scheduler& scheduler, const std::vector<int32_t>& pro
 
 void compare(const char* name, const model::ModelWeights& weights, tiering::Ledger& ledger,
              const tok::Tokenizer& tokenizer, const std::vector<int32_t>& prompt, int64_t tokens, int rounds,
-             int threads) {
+             int threads, float temperature) {
   std::ifstream in(kSource / "tests/runtime/grammar/schemas.json");
   std::stringstream text;
   text << in.rdbuf();
@@ -90,20 +92,23 @@ void compare(const char* name, const model::ModelWeights& weights, tiering::Ledg
   engine::Scheduler scheduler(weights, ledger, options);
   std::vector<double> plain, constrained;
   int64_t plain_sequences = 0, constrained_sequences = 0;
-  decode_rate(scheduler, prompt, 8, g, vocabulary, constrained_sequences);  // warm-up (also fills the mask cache)
+  // Warm-up (also fills the mask cache).
+  decode_rate(scheduler, prompt, 8, g, vocabulary, constrained_sequences, temperature);
   constrained_sequences = 0;
   for (int r = 0; r < rounds; ++r) {
-    plain.push_back(decode_rate(scheduler, prompt, tokens, nullptr, vocabulary, plain_sequences));
-    constrained.push_back(decode_rate(scheduler, prompt, tokens, g, vocabulary, constrained_sequences));
+    plain.push_back(decode_rate(scheduler, prompt, tokens, nullptr, vocabulary, plain_sequences, temperature));
+    constrained.push_back(
+        decode_rate(scheduler, prompt, tokens, g, vocabulary, constrained_sequences, temperature));
   }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
   const double a = median(plain), b = median(constrained);
-  std::printf("%-22s vocab %6d (trie %7d nodes, %5.0f ms)  plain %8.1f tok/s  schema %8.1f tok/s  ratio %5.1f%%  "
-              "(%d rounds x %lld tokens; %lld constrained sequences)\n",
-              name, vocabulary->size(), vocabulary->nodes(), build_ms, a, b, 100.0 * b / a, rounds,
+  std::printf("%-22s T=%.1f vocab %6d (trie %7d nodes, %5.0f ms)  plain %8.1f tok/s  schema %8.1f tok/s  "
+              "ratio %5.1f%%  (%d rounds x %lld tokens; %lld constrained sequences)\n",
+              name, double(temperature), vocabulary->size(), vocabulary->nodes(), build_ms, a, b, 100.0 * b / a,
+              rounds,
               (long long)tokens, (long long)constrained_sequences);
   std::fflush(stdout);
 }
@@ -113,21 +118,25 @@ void compare(const char* name, const model::ModelWeights& weights, tiering::Ledg
 int main(int argc, char** argv) {
   int64_t tokens = 128;
   int rounds = 5, threads = 0;
+  float temperature = 0.7f;
   bool skip_1b = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) tokens = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--temperature") && i + 1 < argc) temperature = float(std::atof(argv[++i]));
     else if (!std::strcmp(argv[i], "--skip-1b")) skip_1b = true;
     else {
-      std::fprintf(stderr, "usage: %s [--tokens N] [--rounds R] [--threads T] [--skip-1b]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--tokens N] [--rounds R] [--threads T] [--temperature T] [--skip-1b]\n",
+                   argv[0]);
       return 2;
     }
   }
   {
     auto loaded = cli::load_for_cli(cli::default_model_dir(), 0, "", {});
     const auto prompt = loaded.tokenizer.encode("Return a JSON description of the user account:", false);
-    compare("tierlm-tiny", loaded.weights, *loaded.ledger, loaded.tokenizer, prompt, tokens, rounds, threads);
+    compare("tierlm-tiny", loaded.weights, *loaded.ledger, loaded.tokenizer, prompt, tokens, rounds, threads,
+            temperature);
   }
   if (!skip_1b) {
     const auto dir = kSource / ".cache/tokenizers/llama3";
@@ -140,7 +149,7 @@ int main(int argc, char** argv) {
     const auto weights = model::synthetic_model(model::llama_1b_config(), kernels::WeightFormat::q4, ledger);
     const auto prompt = tokenizer.encode("Return a JSON description of the user account:", false);
     compare("synthetic llama-1B q4", weights, ledger, tokenizer, prompt, std::max<int64_t>(tokens / 4, 16), rounds,
-            threads);
+            threads, temperature);
   }
   return 0;
 }

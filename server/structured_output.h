@@ -26,7 +26,8 @@ namespace tierlm::server {
 
 class StructuredOutputs {
  public:
-  StructuredOutputs(tok::Tokenizer tokenizer, tiering::Ledger* ledger) : tokenizer_(std::move(tokenizer)), ledger_(ledger) {}
+  StructuredOutputs(tok::Tokenizer tokenizer, tiering::Ledger* ledger)
+      : tokenizer_(std::move(tokenizer)), ledger_(ledger) {}
 
   // null for response_format text. Throws ApiError(400) for a schema the grammar compiler refuses.
   std::shared_ptr<engine::TokenConstraint> constraint_for(const StructuredOutput& format);

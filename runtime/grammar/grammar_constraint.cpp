@@ -1,5 +1,6 @@
 // The per-sequence TokenConstraint over a Grammar and a Vocabulary, and the Grammar's cache of token masks.
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <stdexcept>
 
@@ -73,8 +74,11 @@ class GrammarConstraint final : public engine::TokenConstraint {
         std::fill(out + begin, out + end, kForbidden);
         continue;
       }
-      for (size_t i = begin; i < end; ++i)
-        if (!((bits >> (i - begin)) & 1)) out[i] = kForbidden;
+      // Only the forbidden tokens' bits: few in a mostly-open state (inside a string).
+      for (uint64_t forbidden = ~bits; forbidden != 0; forbidden &= forbidden - 1) {
+        const size_t i = begin + size_t(std::countr_zero(forbidden));
+        if (i < end) out[i] = kForbidden;
+      }
     }
     std::fill(out + covered, out + n, kForbidden);
     bool end_allowed = false;

@@ -198,7 +198,8 @@ int32_t Compiler::schema(const json::value& value, const std::string& where) {
       return schema(a[0], where + "/allOf/0");
     }
     std::vector<int32_t> alternatives;
-    for (size_t i = 0; i < a.size(); ++i) alternatives.push_back(schema(a[i], fmt::format("{}/{}/{}", where, keyword, i)));
+    for (size_t i = 0; i < a.size(); ++i)
+      alternatives.push_back(schema(a[i], fmt::format("{}/{}/{}", where, keyword, i)));
     return choice(std::move(alternatives));
   }
   if (const json::value* c = s.if_contains("const")) return values(json::array{*c}, s, where);

@@ -144,7 +144,8 @@ std::shared_ptr<const Vocabulary> build_vocabulary(const tok::Tokenizer& tokeniz
     if (reference >= 0) {
       const int32_t pair[2] = {reference, id};
       text = tokenizer.decode(pair, false);
-      text = text.rfind(reference_text, 0) == 0 ? text.substr(reference_text.size()) : tokenizer.decode({&id, 1}, false);
+      text = text.rfind(reference_text, 0) == 0 ? text.substr(reference_text.size())
+                                                : tokenizer.decode({&id, 1}, false);
     } else {
       text = tokenizer.decode({&id, 1}, false);
     }

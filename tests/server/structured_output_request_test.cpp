@@ -35,7 +35,8 @@ TEST(StructuredOutputRequest, Kinds) {
             StructuredOutput::Kind::text);
   EXPECT_EQ(parse(R"({"type":"text"})").structured_output.kind, StructuredOutput::Kind::text);
   EXPECT_EQ(parse(R"({"type":"json_object"})").structured_output.kind, StructuredOutput::Kind::json_object);
-  const auto r = parse(R"({"type":"json_schema","json_schema":{"name":"n","strict":true,"schema":{"type":"integer"}}})");
+  const auto r =
+      parse(R"({"type":"json_schema","json_schema":{"name":"n","strict":true,"schema":{"type":"integer"}}})");
   EXPECT_EQ(r.structured_output.kind, StructuredOutput::Kind::json_schema);
   EXPECT_EQ(r.structured_output.name, "n");
   EXPECT_TRUE(r.structured_output.strict);

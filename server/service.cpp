@@ -26,7 +26,8 @@ std::string random_id(const char* prefix) {
 Service::Service(std::string model_id, tok::Tokenizer tokenizer, ChatPrompt chat_prompt, engine::Scheduler& scheduler,
                  Telemetry& telemetry)
     : model_id_(std::move(model_id)), tokenizer_(std::move(tokenizer)), chat_prompt_(std::move(chat_prompt)),
-      scheduler_(scheduler), telemetry_(telemetry), structured_(tokenizer_, &telemetry.ledger()), created_(unix_now()) {}
+      scheduler_(scheduler), telemetry_(telemetry), structured_(tokenizer_, &telemetry.ledger()),
+      created_(unix_now()) {}
 
 StartedCompletion Service::start_completion(std::string_view body, Endpoint endpoint, std::function<void()> notify,
                                             std::chrono::steady_clock::time_point deadline) {

@@ -431,8 +431,8 @@ struct Scripted : TokenConstraint {
   bool complete() override { return step >= script.size(); }
 };
 
-SequenceResult run_constrained(Scheduler& s, std::shared_ptr<Scripted> constraint, float temperature, int64_t max_tokens,
-                   std::vector<int32_t>& tokens, std::vector<int32_t> stops = {}) {
+SequenceResult run_constrained(Scheduler& s, std::shared_ptr<Scripted> constraint, float temperature,
+                               int64_t max_tokens, std::vector<int32_t>& tokens, std::vector<int32_t> stops = {}) {
   SequenceParams p;
   p.prompt = fixture().tokenizer.encode("Return the number of", true);
   p.max_tokens = max_tokens;

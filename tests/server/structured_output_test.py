@@ -75,7 +75,8 @@ def main():
     jobs = []  # (schema to validate against, response_format, seed, temperature, stream, endpoint)
     for i, schema in enumerate(schemas):
         for seed in range(SEEDS):
-            jobs.append((schema, json_schema_format(schema), seed, 1.0, seed == 1, "completion" if seed == 2 else "chat"))
+            endpoint = "completion" if seed == 2 else "chat"
+            jobs.append((schema, json_schema_format(schema), seed, 1.0, seed == 1, endpoint))
         jobs.append((schema, json_schema_format(schema), 0, 0.0, False, "chat"))
     for seed in range(SEEDS):
         jobs.append(({"type": "object"}, {"type": "json_object"}, seed, 1.0, seed == 1, "chat"))
@@ -118,7 +119,8 @@ def main():
         error = json.loads(payload).get("error", {})
         check(status == 400 and keyword in error.get("message", "") and keyword in (error.get("param") or ""),
               f"unsupported {keyword}: {status} {payload}")
-    for bad in ({"type": "xml"}, {"type": "json_schema"}, {"type": "json_schema", "json_schema": {"schema": {}}}, "json"):
+    for bad in ({"type": "xml"}, {"type": "json_schema"}, {"type": "json_schema", "json_schema": {"schema": {}}},
+                "json"):
         status, payload = post("/chat/completions", {"messages": [{"role": "user", "content": "x"}],
                                                      "response_format": bad})
         check(status == 400 and "response_format" in payload, f"malformed response_format {bad}: {status} {payload}")

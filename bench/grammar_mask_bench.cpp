@@ -7,6 +7,9 @@
 // its last 16 grammars); "cold": a freshly compiled grammar, every state's mask computed on first use. Reported:
 // median / p90 / max microseconds of thread CPU time per token (counters; median_wall_us: the median in wall time),
 // and the whole document per iteration as the time.
+// Measured 2026-11-25 on the shared 2-core dev VM (load average ~13): warm median 11-22 us CPU per token (p90
+// 22-26), cold median 28-37 us (p90 134-164 us; max ~9 ms: a trie walk from an open string state, once per state);
+// masking 151,936 logits from a cached mask: 4 us CPU inside a string, 10-11 us on a property name.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>

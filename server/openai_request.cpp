@@ -201,6 +201,47 @@ void parse_prompt(const json::object& body, CompletionRequest& r) {
   token_list(a, "prompt");
 }
 
+// response_format: {type: text | json_object | json_schema, json_schema: {name, schema, strict, description}}.
+// The schema itself is checked when it is compiled (the service answers 400 naming an unsupported keyword).
+StructuredOutput parse_response_format(const json::object& body) {
+  StructuredOutput out;
+  const json::value* format = field(body, "response_format");
+  if (!format) return out;
+  if (!format->is_object()) wrong_type("response_format", "an object", *format);
+  const json::object& f = format->get_object();
+  const json::value* type = field(f, "type");
+  if (!type) invalid("response_format.type", "'response_format' needs a 'type' (text, json_object or json_schema).");
+  if (!type->is_string()) wrong_type("response_format.type", "a string", *type);
+  const std::string_view kind = type->get_string();
+  if (kind == "text") return out;
+  if (kind == "json_object") {
+    out.kind = StructuredOutput::Kind::json_object;
+    return out;
+  }
+  if (kind != "json_schema")
+    invalid("response_format.type",
+            fmt::format("Invalid 'response_format.type': '{}' (expected text, json_object or json_schema).", kind));
+  out.kind = StructuredOutput::Kind::json_schema;
+  const json::value* spec = field(f, "json_schema");
+  if (!spec) invalid("response_format.json_schema", "'response_format' of type json_schema needs 'json_schema'.");
+  if (!spec->is_object()) wrong_type("response_format.json_schema", "an object", *spec);
+  const json::object& js = spec->get_object();
+  const json::value* name = field(js, "name");
+  if (!name) invalid("response_format.json_schema.name", "'response_format.json_schema' needs a 'name'.");
+  if (!name->is_string()) wrong_type("response_format.json_schema.name", "a string", *name);
+  out.name = std::string(name->get_string());
+  if (const json::value* schema = field(js, "schema")) {
+    if (!schema->is_object() && !schema->is_bool())
+      wrong_type("response_format.json_schema.schema", "an object", *schema);
+    out.schema = *schema;
+  }
+  if (const json::value* strict = field(js, "strict")) {
+    if (!strict->is_bool()) wrong_type("response_format.json_schema.strict", "a boolean", *strict);
+    out.strict = strict->get_bool();
+  }
+  return out;
+}
+
 }  // namespace
 
 CompletionRequest parse_completion_request(std::string_view text, Endpoint endpoint) {
@@ -287,6 +328,7 @@ CompletionRequest parse_completion_request(std::string_view text, Endpoint endpo
     if (auto lp = integer(body, "logprobs", 0, 5)) r.top_logprobs = int(*lp);
   }
   r.ignore_eos = boolean(body, "ignore_eos").value_or(false);
+  r.structured_output = parse_response_format(body);
   return r;
 }
 

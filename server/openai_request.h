@@ -19,6 +19,16 @@ namespace tierlm::server {
 
 enum class Endpoint { chat, completion };
 
+// response_format: what the output must be. json_object: any JSON object; json_schema: valid against `schema`
+// (strict or not, the output only ever holds the declared properties).
+struct StructuredOutput {
+  enum class Kind { text, json_object, json_schema };
+  Kind kind = Kind::text;
+  std::string name;                       // json_schema.name
+  boost::json::value schema;              // json_schema.schema (null: any JSON value)
+  bool strict = false;
+};
+
 struct CompletionRequest {
   Endpoint endpoint = Endpoint::chat;
   std::string model;                      // empty when the client sent none
@@ -38,6 +48,7 @@ struct CompletionRequest {
   bool include_usage = false;             // stream_options.include_usage
   int top_logprobs = -1;                  // -1: no logprobs (chat: logprobs=false; completion: logprobs absent)
   bool ignore_eos = false;                // extension (vLLM's name): generate exactly max_tokens, for benchmarks
+  StructuredOutput structured_output;     // response_format
 };
 
 // Throws ApiError for malformed JSON, wrong types, out-of-range values and unsupported options (n != 1, echo, ...).

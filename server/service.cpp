@@ -26,7 +26,8 @@ std::string random_id(const char* prefix) {
 Service::Service(std::string model_id, tok::Tokenizer tokenizer, ChatPrompt chat_prompt, engine::Scheduler& scheduler,
                  Telemetry& telemetry)
     : model_id_(std::move(model_id)), tokenizer_(std::move(tokenizer)), chat_prompt_(std::move(chat_prompt)),
-      scheduler_(scheduler), telemetry_(telemetry), created_(unix_now()) {}
+      scheduler_(scheduler), telemetry_(telemetry), structured_(tokenizer_, &telemetry.ledger()),
+      created_(unix_now()) {}
 
 StartedCompletion Service::start_completion(std::string_view body, Endpoint endpoint, std::function<void()> notify,
                                             std::chrono::steady_clock::time_point deadline) {
@@ -61,6 +62,7 @@ StartedCompletion Service::start_completion(std::string_view body, Endpoint endp
   params.sampling = req.sampling;
   params.top_logprobs = req.top_logprobs;
   params.deadline = deadline;
+  params.constraint = structured_.constraint_for(req.structured_output);  // response_format (400 for its errors)
   if (!req.ignore_eos) {
     params.stop_tokens = tokenizer_.eos_ids();
     if (endpoint == Endpoint::chat)

@@ -16,6 +16,7 @@
 #include "server/chat_prompt.h"
 #include "server/completion_stream.h"
 #include "server/openai_request.h"
+#include "server/structured_output.h"
 #include "server/telemetry.h"
 
 namespace tierlm::server {
@@ -48,6 +49,7 @@ class Service {
   Telemetry& telemetry() { return telemetry_; }
   const tok::Tokenizer& tokenizer() const { return tokenizer_; }
   const ChatPrompt& chat_prompt() const { return chat_prompt_; }
+  StructuredOutputs& structured_outputs() { return structured_; }
 
  private:
   std::string model_id_;
@@ -55,6 +57,7 @@ class Service {
   ChatPrompt chat_prompt_;
   engine::Scheduler& scheduler_;
   Telemetry& telemetry_;
+  StructuredOutputs structured_;
   int64_t created_;
 };
 

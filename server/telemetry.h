@@ -109,6 +109,7 @@ class Telemetry {
   std::string metrics() const;
   boost::json::object snapshot(TelemetryCursor& cursor) const;
   const ServerInfo& info() const { return info_; }
+  tiering::Ledger& ledger() const { return ledger_; }  // for components the server adds (grammar masks)
 
  private:
   TieringCounters tiering() const;

@@ -8,7 +8,7 @@ PKGS=(g++ cmake make pkg-config git
       libspdlog-dev libfmt-dev libopenblas-dev libhwloc-dev libnuma-dev liburing-dev libcli11-dev
       libonig-dev libicu-dev libgtest-dev libgmock-dev libbenchmark-dev
       libcurl4-openssl-dev libssl-dev  # the hub client (tierlm pull, --model ORG/NAME)
-      python3 python3-jinja2 ccache
+      python3 python3-jinja2 python3-jsonschema ccache  # jsonschema: the oracle of structured-output tests
       chromium wrk)  # server tests: the dashboard in headless Chromium (~20 s to install), the wrk load test
 # Node.js/npm are only needed for fetching the npm tokenizer packages and the openai SDK tests.
 command -v npm >/dev/null 2>&1 || PKGS+=(nodejs npm)

@@ -65,6 +65,7 @@ struct Scheduler::Sequence {
   Slot* slot = nullptr;
   std::vector<int32_t> generated;
   std::vector<float> logits;
+  std::vector<float> masked_logits;  // the constraint's copy of logits
   int32_t next_token = -1;      // sampled, not yet fed (decode phase)
   int32_t greedy_token = -1;    // the step's argmax, when the sequence decodes greedily (Forward fills it)
   bool decoding = false;
@@ -363,7 +364,8 @@ void Scheduler::update_kv_stats_locked() {
 // Where Forward should put the sequence's greedy token: only when the sampler would take the plain argmax of the
 // logits and nothing else reads them (no logprobs), so a GPU head can send back the token instead of the logits.
 int32_t* Scheduler::greedy_target(Sequence& seq) {
-  return seq.sampler->plain_greedy() && seq.params.top_logprobs < 0 ? &seq.greedy_token : nullptr;
+  return seq.sampler->plain_greedy() && seq.params.top_logprobs < 0 && !seq.params.constraint ? &seq.greedy_token
+                                                                                              : nullptr;
 }
 
 // Samples the sequence's next token from `logits` (or takes `greedy`, the argmax Forward already computed) and
@@ -372,7 +374,15 @@ void Scheduler::emit(Sequence& seq, Slot& slot, const float* logits, const int32
   const int64_t vocab = weights_.config.vocab_size;
   TokenOutput out;
   // OpenAI-style penalties count the tokens generated so far (not the prompt), as vLLM does.
-  out.token = greedy ? *greedy : seq.sampler->sample(std::span(logits, size_t(vocab)), seq.generated);
+  if (seq.params.constraint) {
+    try {
+      out.token = sample_constrained(seq, logits);
+    } catch (const std::exception& e) {
+      return finish(seq, "error", e.what());
+    }
+  } else {
+    out.token = greedy ? *greedy : seq.sampler->sample(std::span(logits, size_t(vocab)), seq.generated);
+  }
   if (seq.params.top_logprobs >= 0) fill_logprobs(logits, vocab, seq.params.top_logprobs, out);
   if (!seq.first_token) seq.first_token = Clock::now();
   seq.generated.push_back(out.token);
@@ -389,10 +399,24 @@ void Scheduler::emit(Sequence& seq, Slot& slot, const float* logits, const int32
     return finish(seq, "error", e.what());
   }
   if (!more) return finish(seq, "stop");
+  if (seq.params.constraint && seq.params.constraint->complete()) return finish(seq, "stop");
   if (int64_t(seq.generated.size()) >= seq.params.max_tokens) return finish(seq, "length");
   if (int64_t(slot.tokens.size()) + 1 > context_) return finish(seq, "length");  // no room to feed it
   seq.next_token = out.token;
   seq.decoding = true;
+}
+
+// Samples from a copy of the logits that the sequence's constraint masked, then advances the constraint (an end
+// token finishes the sequence before the constraint would see it).
+int32_t Scheduler::sample_constrained(Sequence& seq, const float* logits) {
+  const size_t vocab = size_t(weights_.config.vocab_size);
+  seq.masked_logits.assign(logits, logits + vocab);
+  if (!seq.params.constraint->mask(seq.masked_logits, seq.params.stop_tokens))
+    throw std::runtime_error("structured output: no token can continue the constrained text");
+  const int32_t token = seq.sampler->sample(seq.masked_logits, seq.generated);
+  const auto& stops = seq.params.stop_tokens;
+  if (std::find(stops.begin(), stops.end(), token) == stops.end()) seq.params.constraint->accept(token);
+  return token;
 }
 
 void Scheduler::finish(Sequence& seq, const std::string& reason, const std::string& error) {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "runtime/engine/sampler.h"
+#include "runtime/engine/token_constraint.h"
 #include "runtime/model/model.h"
 #include "tiering/ledger.h"
 
@@ -59,6 +60,9 @@ struct SequenceParams {
   // Past it the sequence finishes at the next step: "length" when it has generated tokens, "timeout" when it has
   // none yet (still queued or prefilling). max(): no deadline.
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  // Structured output: every token is sampled (greedy too) from the logits this constraint masks, and the sequence
+  // finishes with "stop" once the constraint is complete. null: unconstrained.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 struct TokenLogprob {
@@ -164,6 +168,7 @@ class Scheduler {
   bool step();
   void emit(Sequence& seq, Slot& slot, const float* logits, const int32_t* greedy = nullptr);
   static int32_t* greedy_target(Sequence& seq);
+  int32_t sample_constrained(Sequence& seq, const float* logits);
   void finish(Sequence& seq, const std::string& reason, const std::string& error = {});
 
   const model::ModelWeights& weights_;

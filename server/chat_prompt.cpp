@@ -38,12 +38,27 @@ ChatPrompt ChatPrompt::load(const std::filesystem::path& model_dir,
     spdlog::warn("[server] {} has no chat template: /v1/chat/completions will answer 400 until --chat-template is given",
                  model_dir.string());
   }
+  if (p.has_template_) {
+    try {
+      const tmpl::ChatTemplate& t = p.override_ ? *p.override_ : p.templates_->select(/*has_tools=*/true);
+      p.tool_call_format_ = detect_tool_call_format(t.source());
+      p.has_reasoning_ =
+          t.source().find("<think>") != std::string::npos || p.tool_call_format_ == ToolCallFormat::harmony;
+    } catch (const tmpl::TemplateError&) {
+      // only named templates and none is "default": requests will say so; nothing to detect here
+    }
+    spdlog::info("[server] chat output: tool calls as {}, reasoning {}", to_string(p.tool_call_format_),
+                 p.has_reasoning_ ? "split out" : "none");
+  }
+  // harmony's <|end|> closes the analysis message, not the turn (its turn ends are the eos <|return|> / <|call|>).
   for (const char* t : {"<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end_of_text|>", "<|end|>"})
-    if (tokenizer.token_to_id(t) >= 0) p.end_of_turn_.push_back(t);
+    if (tokenizer.token_to_id(t) >= 0 && !(p.tool_call_format_ == ToolCallFormat::harmony && std::string(t) == "<|end|>"))
+      p.end_of_turn_.push_back(t);
   return p;
 }
 
-std::string ChatPrompt::render(const boost::json::array& messages, const boost::json::value& tools) const {
+std::string ChatPrompt::render(const boost::json::array& messages, const boost::json::value& tools,
+                               const boost::json::object& extra) const {
   if (!has_template_)
     throw ApiError(400, "This model has no chat template, so chat messages cannot be turned into a prompt. Use "
                         "/v1/completions, or start the server with --chat-template FILE.",
@@ -52,7 +67,7 @@ std::string ChatPrompt::render(const boost::json::array& messages, const boost::
   try {
     const tmpl::ChatTemplate& t = override_ ? *override_ : templates_->select(has_tools);
     return tmpl::render_chat(t, messages, /*add_generation_prompt=*/true, has_tools ? tools : boost::json::value(nullptr),
-                             templates_->special_tokens);
+                             templates_->special_tokens, extra);
   } catch (const tmpl::TemplateError& e) {
     // raise_exception in a template is how models reject a conversation (roles must alternate, ...).
     throw ApiError(400, "The chat template rejected these messages: " + e.message(), "invalid_request_error",

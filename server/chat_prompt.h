@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "server/assistant_output.h"
+
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
@@ -36,7 +38,13 @@ class ChatPrompt {
   // Renders messages (as normalized by parse_completion_request) with add_generation_prompt = true; tools select
   // the "tool_use" template when the model has one. Throws ApiError(400) when there is no template or the template
   // rejects the conversation (raise_exception), with the template's message.
-  std::string render(const boost::json::array& messages, const boost::json::value& tools) const;
+  // extra: further template variables (chat_template_kwargs, reasoning_effort).
+  std::string render(const boost::json::array& messages, const boost::json::value& tools,
+                     const boost::json::object& extra = {}) const;
+  // The tool-call wire format the template teaches (from its source; the tool_use template's when there is one),
+  // and whether it has thinking blocks (<think> or harmony's analysis channel) to split from the answer.
+  ToolCallFormat tool_call_format() const { return tool_call_format_; }
+  bool has_reasoning() const { return has_reasoning_; }
 
   // Token strings that close an assistant turn in common formats and exist in this tokenizer (<|im_end|>,
   // <|eot_id|>, <end_of_turn>, <|end_of_text|>...), stop tokens for chat in addition to the model's eos ids.
@@ -50,6 +58,8 @@ class ChatPrompt {
   bool has_template_ = false;
   std::string description_;
   std::vector<std::string> end_of_turn_;
+  ToolCallFormat tool_call_format_ = ToolCallFormat::none;
+  bool has_reasoning_ = false;
 };
 
 }  // namespace tierlm::server

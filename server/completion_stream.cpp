@@ -8,8 +8,9 @@ namespace tierlm::server {
 
 namespace json = boost::json;
 
-CompletionStream::CompletionStream(const tok::Tokenizer& tokenizer, std::vector<std::string> stops, bool logprobs)
-    : tokenizer_(tokenizer), decoder_(tokenizer, /*skip_special_tokens=*/true), matcher_(std::move(stops)),
+CompletionStream::CompletionStream(const tok::Tokenizer& tokenizer, std::vector<std::string> stops, bool logprobs,
+                                   bool keep_special_tokens)
+    : tokenizer_(tokenizer), decoder_(tokenizer, /*skip_special_tokens=*/!keep_special_tokens), matcher_(std::move(stops)),
       logprobs_(logprobs) {}
 
 bool CompletionStream::on_token(const engine::TokenOutput& token) {
@@ -21,11 +22,12 @@ bool CompletionStream::on_token(const engine::TokenOutput& token) {
       LogprobEntry e;
       const int32_t id = token.token;
       e.token = tokenizer_.decode(std::span(&id, 1), false);
+      e.bytes = token_bytes(tokenizer_, id);
       e.logprob = token.logprob;
       e.text_offset = emitted_bytes_;
       for (const auto& t : token.top) {
         const int32_t tid = t.token;
-        e.top.emplace_back(tokenizer_.decode(std::span(&tid, 1), false), t.logprob);
+        e.top.push_back({tokenizer_.decode(std::span(&tid, 1), false), token_bytes(tokenizer_, tid), t.logprob});
       }
       pending_.logprobs.push_back(std::move(e));
     }
@@ -49,6 +51,7 @@ void CompletionStream::on_finish(const engine::SequenceResult& result) {
     pending_.text += tail;
     pending_.finished = true;
     pending_.finish_reason = matcher_.stopped() ? "stop" : result.finish_reason;
+    pending_.stop_sequence = matcher_.matched();
     pending_.error = result.error;
     pending_.usage.prompt_tokens = result.prompt_tokens;
     pending_.usage.completion_tokens = result.completion_tokens;
@@ -66,10 +69,56 @@ CompletionPiece CompletionStream::take() {
   if (out.finished) {  // the end stays visible to later takes
     pending_.finished = true;
     pending_.finish_reason = out.finish_reason;
+    pending_.stop_sequence = out.stop_sequence;
     pending_.error = out.error;
     pending_.usage = out.usage;
   }
   return out;
+}
+
+namespace {
+
+// GPT-2's byte-level alphabet, inverted: the code point a byte-level vocabulary uses for each byte.
+const std::vector<int>& byte_of_code_point() {
+  static const std::vector<int> table = [] {
+    std::vector<int> t(512, -1);
+    int extra = 0;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+      t[size_t(printable ? b : 256 + extra++)] = b;
+    }
+    return t;
+  }();
+  return table;
+}
+
+// Decodes one UTF-8 code point at s[i], advancing i; -1 when malformed.
+int32_t next_code_point(const std::string& s, size_t& i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+  if (len == 0 || i + size_t(len) > s.size()) return -1;
+  int32_t cp = len == 1 ? c : c & (0x7F >> len);
+  for (int k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + size_t(k)]) & 0x3F);
+  i += size_t(len);
+  return cp;
+}
+
+}  // namespace
+
+std::string token_bytes(const tok::Tokenizer& tokenizer, int32_t id) {
+  const std::string decoded = tokenizer.decode(std::span(&id, 1), false);
+  if (decoded.find("\xEF\xBF\xBD") == std::string::npos) return decoded;  // whole characters: the text is the bytes
+  const std::string piece = tokenizer.id_to_token(id);
+  if (piece.size() == 6 && piece.starts_with("<0x") && piece.back() == '>')
+    return std::string(1, char(std::stoi(piece.substr(3, 2), nullptr, 16)));
+  std::string bytes;
+  const auto& table = byte_of_code_point();
+  for (size_t i = 0; i < piece.size();) {
+    const int32_t cp = next_code_point(piece, i);
+    if (cp < 0 || size_t(cp) >= table.size() || table[size_t(cp)] < 0) return decoded;  // not byte-level
+    bytes.push_back(char(table[size_t(cp)]));
+  }
+  return bytes;
 }
 
 namespace {
@@ -87,7 +136,7 @@ json::value usage_json(const Usage& u) {
 
 json::value finite(float x) { return std::isfinite(x) ? json::value(double(x)) : json::value(-9999.0); }
 
-json::array token_bytes(const std::string& s) {
+json::array byte_list(const std::string& s) {
   json::array a;
   for (unsigned char c : s) a.push_back(int64_t(c));
   return a;
@@ -101,13 +150,13 @@ json::value logprobs_json(Endpoint endpoint, const std::vector<LogprobEntry>& en
       json::object o;
       o["token"] = e.token;
       o["logprob"] = finite(e.logprob);
-      o["bytes"] = token_bytes(e.token);
+      o["bytes"] = byte_list(e.bytes);
       json::array top;
-      for (const auto& [t, lp] : e.top) {
+      for (const auto& t : e.top) {
         json::object x;
-        x["token"] = t;
-        x["logprob"] = finite(lp);
-        x["bytes"] = token_bytes(t);
+        x["token"] = t.token;
+        x["logprob"] = finite(t.logprob);
+        x["bytes"] = byte_list(t.bytes);
         top.push_back(std::move(x));
       }
       o["top_logprobs"] = std::move(top);
@@ -123,7 +172,7 @@ json::value logprobs_json(Endpoint endpoint, const std::vector<LogprobEntry>& en
     tokens.push_back(json::value(e.token));
     lps.push_back(finite(e.logprob));
     json::object top;
-    for (const auto& [t, lp] : e.top) top[t] = finite(lp);
+    for (const auto& t : e.top) top[t.token] = finite(t.logprob);
     tops.push_back(std::move(top));
     offsets.push_back(e.text_offset);
   }
@@ -137,45 +186,71 @@ json::value logprobs_json(Endpoint endpoint, const std::vector<LogprobEntry>& en
 
 json::value reason(const std::string& r) { return r.empty() ? json::value(nullptr) : json::value(r); }
 
+json::array tool_calls_json(const std::vector<ToolCall>& calls, int first, bool with_index) {
+  json::array out;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json::object fn;
+    fn["name"] = calls[i].name;
+    fn["arguments"] = calls[i].arguments;
+    json::object c;
+    if (with_index) c["index"] = first + int(i);
+    c["id"] = calls[i].id;
+    c["type"] = "function";
+    c["function"] = std::move(fn);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 }  // namespace
 
-std::string ResponseFormat::full(const std::string& text, const std::vector<LogprobEntry>& entries,
-                                 const std::string& finish_reason, const Usage& usage) const {
-  json::object choice;
-  choice["index"] = 0;
-  if (endpoint == Endpoint::chat) {
-    json::object message;
-    message["role"] = "assistant";
-    message["content"] = text;
-    message["refusal"] = nullptr;
-    choice["message"] = std::move(message);
-  } else {
-    choice["text"] = text;
+std::string ResponseFormat::full(const std::vector<Choice>& choices, const Usage& usage) const {
+  json::array list;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const Choice& c = choices[i];
+    json::object choice;
+    choice["index"] = int64_t(i);
+    if (endpoint == Endpoint::chat) {
+      json::object message;
+      message["role"] = "assistant";
+      const bool calls = !c.output.tool_calls.empty();
+      message["content"] = calls && c.output.content.empty() ? json::value(nullptr) : json::value(c.output.content);
+      if (!c.output.reasoning.empty()) message["reasoning_content"] = c.output.reasoning;
+      if (calls) message["tool_calls"] = tool_calls_json(c.output.tool_calls, 0, false);
+      message["refusal"] = nullptr;
+      choice["message"] = std::move(message);
+    } else {
+      choice["text"] = c.output.content;
+    }
+    choice["logprobs"] = logprobs ? logprobs_json(endpoint, c.logprobs) : json::value(nullptr);
+    choice["finish_reason"] = reason(c.finish_reason);
+    list.push_back(std::move(choice));
   }
-  choice["logprobs"] = logprobs ? logprobs_json(endpoint, entries) : json::value(nullptr);
-  choice["finish_reason"] = reason(finish_reason);
   json::object body;
   body["id"] = id;
   body["object"] = endpoint == Endpoint::chat ? "chat.completion" : "text_completion";
   body["created"] = created;
   body["model"] = model;
-  body["choices"] = json::array{std::move(choice)};
+  body["choices"] = std::move(list);
   body["usage"] = usage_json(usage);
   body["system_fingerprint"] = "tierlm";
   return json::serialize(body);
 }
 
-std::string ResponseFormat::chunk(const std::string& text, const std::vector<LogprobEntry>& entries,
-                                  const std::string& finish_reason, bool role_chunk, bool usage_null) const {
+std::string ResponseFormat::chunk(int index, const AssistantDelta& out, const std::vector<LogprobEntry>& entries,
+                                  const std::string& finish_reason, bool role_chunk, bool usage_null,
+                                  int first_call) const {
   json::object choice;
-  choice["index"] = 0;
+  choice["index"] = index;
   if (endpoint == Endpoint::chat) {
     json::object delta;
     if (role_chunk) delta["role"] = "assistant";
-    if (role_chunk || !text.empty()) delta["content"] = text;
+    if (role_chunk || !out.content.empty()) delta["content"] = out.content;
+    if (!out.reasoning.empty()) delta["reasoning_content"] = out.reasoning;
+    if (!out.tool_calls.empty()) delta["tool_calls"] = tool_calls_json(out.tool_calls, first_call, true);
     choice["delta"] = std::move(delta);
   } else {
-    choice["text"] = text;
+    choice["text"] = out.content;
   }
   choice["logprobs"] = logprobs && !entries.empty() ? logprobs_json(endpoint, entries) : json::value(nullptr);
   choice["finish_reason"] = reason(finish_reason);

@@ -14,6 +14,7 @@
 
 #include "runtime/engine/scheduler.h"
 #include "runtime/tokenizer/tokenizer.h"
+#include "server/assistant_output.h"
 #include "server/openai_request.h"
 #include "server/stop_matcher.h"
 
@@ -21,8 +22,13 @@ namespace tierlm::server {
 
 struct LogprobEntry {
   std::string token;
+  std::string bytes;  // the token's own bytes (a token may end mid-UTF-8 character; `token` then shows U+FFFD)
   float logprob = 0;
-  std::vector<std::pair<std::string, float>> top;
+  struct Top {
+    std::string token, bytes;
+    float logprob = 0;
+  };
+  std::vector<Top> top;
   int64_t text_offset = 0;  // bytes of completion text before this token's (legacy completions format)
 };
 
@@ -36,13 +42,16 @@ struct CompletionPiece {
   std::vector<LogprobEntry> logprobs;
   bool finished = false;
   std::string finish_reason;   // OpenAI's: "stop" | "length"; or "cancelled" / "error"
+  std::string stop_sequence;   // the stop string that ended it, if one did
   std::string error;
   Usage usage;
 };
 
 class CompletionStream : public engine::SequenceObserver {
  public:
-  CompletionStream(const tok::Tokenizer& tokenizer, std::vector<std::string> stops, bool logprobs);
+  // keep_special_tokens: decode special tokens into the text (formats whose tool-call markers are special tokens).
+  CompletionStream(const tok::Tokenizer& tokenizer, std::vector<std::string> stops, bool logprobs,
+                   bool keep_special_tokens = false);
 
   bool on_token(const engine::TokenOutput& token) override;
   void on_finish(const engine::SequenceResult& result) override;
@@ -63,6 +72,10 @@ class CompletionStream : public engine::SequenceObserver {
   int64_t emitted_bytes_ = 0;
 };
 
+// The raw bytes of one token: byte-level BPE symbols mapped back to bytes, <0xNN> byte-fallback pieces as the byte;
+// otherwise the decoded text.
+std::string token_bytes(const tok::Tokenizer& tokenizer, int32_t id);
+
 // The OpenAI JSON bodies of one response.
 struct ResponseFormat {
   Endpoint endpoint = Endpoint::chat;
@@ -71,11 +84,17 @@ struct ResponseFormat {
   int64_t created = 0;
   bool logprobs = false;
 
-  std::string full(const std::string& text, const std::vector<LogprobEntry>& logprobs, const std::string& finish_reason,
-                   const Usage& usage) const;
-  // A stream chunk; role_chunk: the first chat chunk carrying the assistant role; finish_reason empty: null.
-  std::string chunk(const std::string& text, const std::vector<LogprobEntry>& logprobs,
-                    const std::string& finish_reason, bool role_chunk, bool usage_null) const;
+  // One finished choice (completions: the text is output.content).
+  struct Choice {
+    AssistantDelta output;
+    std::vector<LogprobEntry> logprobs;
+    std::string finish_reason;
+  };
+  std::string full(const std::vector<Choice>& choices, const Usage& usage) const;
+  // A stream chunk of choice `index`; role_chunk: the first chat chunk carrying the assistant role; finish_reason
+  // empty: null. first_call: how many tool calls this choice has streamed before (their delta indexes follow).
+  std::string chunk(int index, const AssistantDelta& delta, const std::vector<LogprobEntry>& logprobs,
+                    const std::string& finish_reason, bool role_chunk, bool usage_null, int first_call = 0) const;
   std::string usage_chunk(const Usage& usage) const;
 };
 

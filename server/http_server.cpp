@@ -20,7 +20,9 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "server/anthropic_messages.h"
 #include "server/api_error.h"
+#include "server/completion_writer.h"
 #include "server/dashboard.h"
 #include "server/log_throttle.h"
 #include "server/request_policy.h"
@@ -72,6 +74,7 @@ struct Exchange {
   std::string cors_origin;     // non-empty: Access-Control-Allow-Origin
   std::string allow;           // Allow header for 405 and OPTIONS
   std::string route = "other";
+  bool anthropic = false;      // errors in Anthropic's shape (the /v1/messages routes)
   int status = 0;
   std::string refusal;         // non-empty: counted in tierlm_http_rejected_total{reason}
   bool chunked() const { return version >= 11; }
@@ -153,22 +156,22 @@ struct HttpServer::Impl {
   struct Tie {
     Impl& impl;
     std::shared_ptr<Wakeup> wakeup;
-    std::shared_ptr<engine::SequenceHandle> handle;
+    std::vector<std::shared_ptr<engine::SequenceHandle>> handles;
     Tie(Impl& i, std::shared_ptr<Wakeup> w) : impl(i), wakeup(std::move(w)) {
       std::lock_guard lock(impl.live_mutex);
       impl.live_wakeups.insert(wakeup);
     }
-    void set_handle(std::shared_ptr<engine::SequenceHandle> h) {
-      handle = std::move(h);
+    void add_handle(std::shared_ptr<engine::SequenceHandle> h) {
+      handles.push_back(h);
       std::lock_guard lock(impl.live_mutex);
-      impl.live_handles.insert(handle);
+      impl.live_handles.insert(std::move(h));
     }
     ~Tie() {
       wakeup->close();
-      if (handle) handle->cancel();  // no effect once the sequence has finished
+      for (auto& h : handles) h->cancel();  // no effect once the sequence has finished
       std::lock_guard lock(impl.live_mutex);
       impl.live_wakeups.erase(wakeup);
-      if (handle) impl.live_handles.erase(handle);
+      for (auto& h : handles) impl.live_handles.erase(h);
     }
   };
 
@@ -355,7 +358,9 @@ struct HttpServer::Impl {
     ex.refusal = std::move(refusal);
     if (e.status() >= 500)
       spdlog::warn("[server] {} {}: {} (x-request-id {})", e.status(), ex.route, e.what(), ex.request_id);
-    co_return co_await send(stream, ex, e.status(), "application/json", e.body());
+    // Built before the co_await: GCC 12 destroys a ?: temporary inside a co_await expression twice.
+    std::string body = ex.anthropic ? anthropic_error_body(e) : e.body();
+    co_return co_await send(stream, ex, e.status(), "application/json", std::move(body));
   }
 
   // Peeks a readable socket: true when the client has closed it (EOF or reset); false when it sent more data
@@ -391,10 +396,12 @@ struct HttpServer::Impl {
     facts.origin = header(req, http::field::origin);
     facts.content_type = header(req, http::field::content_type);
     facts.authorization = header(req, http::field::authorization);
+    facts.x_api_key = header(req, "x-api-key");
     facts.preflight_method = header(req, http::field::access_control_request_method);
     facts.local_address = local_address;
     const Verdict verdict = check_request(policy, facts);
     ex.route = verdict.route;
+    ex.anthropic = verdict.route.starts_with("/v1/messages");
     ex.cors_origin = verdict.cors_origin;
     ex.allow = verdict.allow;
 
@@ -409,7 +416,8 @@ struct HttpServer::Impl {
       res.set(http::field::allow, ex.allow);
       if (!ex.cors_origin.empty()) {
         res.set(http::field::access_control_allow_methods, ex.allow);
-        res.set(http::field::access_control_allow_headers, "Authorization, Content-Type, X-Request-Id");
+        res.set(http::field::access_control_allow_headers,
+                "Authorization, Content-Type, X-Request-Id, X-Api-Key, Anthropic-Version, Anthropic-Beta");
         res.set(http::field::access_control_max_age, "600");
       }
       res.keep_alive(ex.keep_alive);
@@ -443,8 +451,39 @@ struct HttpServer::Impl {
       co_return co_await send(stream, ex, 200, "application/json", std::move(body));
     }
     if (path == "/v1/telemetry") co_return co_await telemetry_stream(stream, req, ex);
+    if (path == "/v1/models/{id}") {
+      const std::string_view target(req.target().data(), req.target().size());
+      const std::string_view p = target.substr(0, target.find('?'));
+      std::string body;
+      std::optional<ApiError> failure;
+      try {
+        body = service.model_json(percent_decode(p.substr(std::string_view("/v1/models/").size())));
+      } catch (const ApiError& e) {
+        failure = e;
+      }
+      if (failure) co_return co_await send_error(stream, ex, *failure, refusal_of(*failure));
+      co_return co_await send(stream, ex, 200, "application/json", std::move(body));
+    }
+    if (path == "/v1/messages/count_tokens") {
+      std::string body;
+      std::optional<ApiError> failure;
+      try {
+        AnthropicRequest a = parse_anthropic_count_tokens(req.body());
+        if (!a.request.model.empty() && a.request.model != service.model_id())
+          throw ApiError(404, fmt::format("model: {}", a.request.model), "not_found_error", "model", "model_not_found");
+        body = anthropic_count_tokens_body(service.count_prompt_tokens(a.request));
+      } catch (const ApiError& e) {
+        failure = e;
+      } catch (const std::exception& e) {
+        failure = ApiError(400, e.what());
+      }
+      if (failure) co_return co_await send_error(stream, ex, *failure, refusal_of(*failure));
+      co_return co_await send(stream, ex, 200, "application/json", std::move(body));
+    }
     co_return co_await completion(stream, req, ex,
-                                  path == "/v1/chat/completions" ? Endpoint::chat : Endpoint::completion);
+                                  path == "/v1/chat/completions" ? Api::chat
+                                  : path == "/v1/messages"       ? Api::anthropic
+                                                                 : Api::completion);
   }
 
   // Sends the header of a text/event-stream response: chunked for HTTP/1.1; for HTTP/1.0 (no chunked encoding) the
@@ -468,6 +507,7 @@ struct HttpServer::Impl {
   }
 
   awaitable<bool> write_event(beast::tcp_stream& stream, const Exchange& ex, std::string_view data) {
+    if (data.empty()) co_return true;  // an empty chunk would be the chunked body's terminator
     stream.expires_after(kWriteTimeout);
     boost::system::error_code ec;
     if (ex.chunked())
@@ -523,18 +563,62 @@ struct HttpServer::Impl {
                     "server_overloaded", {}, "request_timeout");
   }
 
-  awaitable<bool> completion(beast::tcp_stream& stream, Request& req, Exchange& ex, Endpoint endpoint) {
+  // One choice's progress through the loop below.
+  struct ChoiceRun {
+    std::optional<AssistantOutputParser> parser;  // chat: splits reasoning, content and tool calls
+    ResponseFormat::Choice result;
+    int calls_sent = 0;
+    bool done = false;
+    std::string stop_sequence;
+    Usage usage;
+  };
+
+  // Splits a piece of a choice's text; parallel_tool_calls false keeps only the first call.
+  static AssistantDelta split(ChoiceRun& run, const StartedCompletion& started, const std::string& text, bool last) {
+    AssistantDelta d;
+    if (run.parser) {
+      if (!text.empty()) d = run.parser->push(text);
+      if (last) d.append(run.parser->finish());
+    } else {
+      d.content = text;
+    }
+    if (started.single_tool_call) {
+      const int room = std::max(0, 1 - run.calls_sent - int(run.result.output.tool_calls.size()));
+      if (int(d.tool_calls.size()) > room) d.tool_calls.resize(size_t(room));
+    }
+    return d;
+  }
+
+  static std::string finish_reason_of(const ChoiceRun& run, const std::string& engine_reason) {
+    if (engine_reason == "stop" && (run.calls_sent > 0 || !run.result.output.tool_calls.empty())) return "tool_calls";
+    return engine_reason;
+  }
+
+  // kind: which API's body and response shape (chat/completions, completions, Anthropic messages).
+  enum class Api { chat, completion, anthropic };
+
+  awaitable<bool> completion(beast::tcp_stream& stream, Request& req, Exchange& ex, Api api) {
     auto wakeup = std::make_shared<Wakeup>();
     wakeup->timer = std::make_shared<net::steady_timer>(stream.get_executor(), Clock::time_point::max());
     Tie tie(*this, wakeup);
     StartedCompletion started;
+    std::unique_ptr<CompletionWriter> writer;
     std::optional<ApiError> failure;
     const auto deadline = options.request_timeout_seconds > 0
                               ? Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                    std::chrono::duration<double>(options.request_timeout_seconds))
                               : Clock::time_point::max();
     try {
-      started = service.start_completion(req.body(), endpoint, [wakeup] { wakeup->fire(); }, deadline);
+      auto notify = [wakeup] { wakeup->fire(); };
+      if (api == Api::anthropic) {
+        AnthropicRequest a = parse_anthropic_messages(req.body());
+        started = service.start(std::move(a.request), notify, deadline);
+        writer = make_anthropic_writer(service.model_id(), started.prompt_tokens);
+      } else {
+        started = service.start_completion(req.body(), api == Api::chat ? Endpoint::chat : Endpoint::completion, notify,
+                                           deadline);
+        writer = make_openai_writer(started.format, started.include_usage);
+      }
     } catch (const ApiError& e) {
       failure = e;
     } catch (const std::exception& e) {
@@ -542,77 +626,107 @@ struct HttpServer::Impl {
       failure = ApiError(400, e.what());
     }
     if (failure) co_return co_await send_error(stream, ex, *failure, refusal_of(*failure));
-    tie.set_handle(started.handle);
+    for (auto& c : started.choices) tie.add_handle(c.handle);
     service.telemetry().generation_started();
     struct Done {
       Telemetry& t;
       ~Done() { t.generation_finished(); }
     } done{service.telemetry()};
     net::steady_timer& timer = *wakeup->timer;
-    // Watching the socket while queued or generating is what notices a client that hangs up: the sequence is then
-    // cancelled (Tie) and gives its queue place or slot back at once.
+    // Watching the socket while queued or generating is what notices a client that hangs up: the sequences are then
+    // cancelled (Tie) and give their queue places or slots back at once.
     bool watch = true;
-    const ResponseFormat& format = started.format;
-
-    if (!started.streaming) {
-      std::string text;
-      std::vector<LogprobEntry> logprobs;
-      for (;;) {
-        timer.expires_at(Clock::time_point::max());
-        CompletionPiece piece = started.stream->take();
-        text += piece.text;
-        logprobs.insert(logprobs.end(), std::make_move_iterator(piece.logprobs.begin()),
-                        std::make_move_iterator(piece.logprobs.end()));
-        if (piece.finished) {
-          if (piece.finish_reason == "error")
-            co_return co_await send_error(stream, ex, ApiError(500, "Generation failed: " + piece.error,
-                                                               "server_error", {}, "engine_error"));
-          if (piece.finish_reason == "timeout") co_return co_await send_error(stream, ex, timeout_error(), "timeout");
-          if (piece.finish_reason == "cancelled") {
-            ex.status = 499;  // client gone (or server stopping): nothing to send
-            co_return false;
-          }
-          co_return co_await send(stream, ex, 200, "application/json",
-                                  format.full(text, logprobs, piece.finish_reason, piece.usage));
-        }
-        if (!co_await wait_engine(stream, timer, watch)) {
-          ex.status = 499;
-          co_return false;  // Tie's destructor cancels the sequence
-        }
-      }
+    const size_t n = started.choices.size();
+    std::vector<ChoiceRun> runs(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (!started.parse_output) continue;
+      AssistantOutputOptions o = started.output;
+      if (n > 1) o.id_prefix += std::to_string(i) + "_";
+      runs[i].parser.emplace(std::move(o));
     }
-
-    if (!co_await start_sse(stream, ex)) co_return false;
-    const bool usage_null = started.include_usage;
-    if (endpoint == Endpoint::chat && !co_await write_event(stream, ex, sse(format.chunk("", {}, "", true, usage_null))))
-      co_return false;
+    Usage total;
+    auto add_usage = [&](const Usage& u, size_t i) {
+      if (i == 0) total.prompt_tokens = u.prompt_tokens, total.cached_tokens = u.cached_tokens;
+      total.completion_tokens += u.completion_tokens;
+    };
+    // A failed choice fails the request: "error" / "timeout" / "cancelled" of any choice.
+    std::string failed;
+    std::string failure_detail;
+    const bool streaming = started.streaming;
+    if (streaming) {
+      if (!co_await start_sse(stream, ex)) co_return false;
+      if (!co_await write_event(stream, ex, writer->stream_start(int(n)))) co_return false;
+    }
     for (;;) {
       timer.expires_at(Clock::time_point::max());
-      CompletionPiece piece = started.stream->take();
-      if (!piece.text.empty() || !piece.logprobs.empty())
-        if (!co_await write_event(stream, ex, sse(format.chunk(piece.text, piece.logprobs, "", false, usage_null))))
-          co_return false;
-      if (piece.finished) {
-        if (piece.finish_reason == "cancelled") co_return false;
-        std::string tail;
-        if (piece.finish_reason == "error") {
-          ex.status = 500;
-          spdlog::warn("[server] {}: generation failed: {} (x-request-id {})", ex.route, piece.error, ex.request_id);
-          tail += sse(error_body("Generation failed: " + piece.error, "server_error", {}, "engine_error"));
-        } else if (piece.finish_reason == "timeout") {
-          const ApiError e = timeout_error();
-          ex.status = 503;
-          ex.refusal = "timeout";
-          tail += sse(e.body());
-        } else {
-          tail += sse(format.chunk("", {}, piece.finish_reason, false, usage_null));
-          if (started.include_usage) tail += sse(format.usage_chunk(piece.usage));
+      std::string out;
+      size_t finished = 0;
+      for (size_t i = 0; i < n; ++i) {
+        ChoiceRun& run = runs[i];
+        if (run.done) {
+          ++finished;
+          continue;
         }
-        tail += "data: [DONE]\n\n";
-        if (!co_await write_event(stream, ex, tail)) co_return false;
+        CompletionPiece piece = started.choices[i].stream->take();
+        AssistantDelta d = split(run, started, piece.text, piece.finished);
+        if (piece.finished && failed.empty() &&
+            (piece.finish_reason == "error" || piece.finish_reason == "timeout" || piece.finish_reason == "cancelled")) {
+          failed = piece.finish_reason;
+          failure_detail = piece.error;
+        }
+        if (streaming) {
+          out += writer->stream_delta(int(i), d, piece.logprobs, run.calls_sent);
+          run.calls_sent += int(d.tool_calls.size());
+        } else {
+          run.result.logprobs.insert(run.result.logprobs.end(), std::make_move_iterator(piece.logprobs.begin()),
+                                     std::make_move_iterator(piece.logprobs.end()));
+          run.result.output.append(std::move(d));
+        }
+        if (piece.finished) {
+          run.done = true;
+          ++finished;
+          run.result.finish_reason = finish_reason_of(run, piece.finish_reason);
+          run.stop_sequence = piece.stop_sequence;
+          run.usage = piece.usage;
+          add_usage(piece.usage, i);
+          if (streaming && failed.empty())
+            out += writer->stream_choice_end(int(i), run.result.finish_reason, run.stop_sequence, run.usage);
+        }
+      }
+      if (!failed.empty() && finished < n) {
+        for (auto& c : started.choices) c.handle->cancel();  // the others stop too; wait for their ends
+      }
+      if (finished == n && !failed.empty()) {
+        if (failed == "cancelled") {
+          ex.status = 499;  // client gone (or server stopping): nothing to send
+          co_return false;
+        }
+        const ApiError e = failed == "timeout" ? timeout_error()
+                                               : ApiError(500, "Generation failed: " + failure_detail, "server_error",
+                                                          {}, "engine_error");
+        std::string refusal = failed == "timeout" ? "timeout" : "";
+        if (!streaming) co_return co_await send_error(stream, ex, e, std::move(refusal));
+        ex.status = e.status();
+        if (failed == "timeout") ex.refusal = "timeout";
+        else spdlog::warn("[server] {}: generation failed: {} (x-request-id {})", ex.route, failure_detail, ex.request_id);
+        if (!co_await write_event(stream, ex, out + writer->stream_error(e))) co_return false;
         co_return co_await end_events(stream, ex);
       }
-      if (!co_await wait_engine(stream, timer, watch)) co_return false;
+      if (finished == n) {
+        if (!streaming) {
+          std::vector<ResponseFormat::Choice> choices;
+          for (auto& r : runs) choices.push_back(std::move(r.result));
+          co_return co_await send(stream, ex, 200, "application/json",
+                                  writer->full(choices, runs[0].stop_sequence, total));
+        }
+        if (!co_await write_event(stream, ex, out + writer->stream_end(total))) co_return false;
+        co_return co_await end_events(stream, ex);
+      }
+      if (streaming && !out.empty() && !co_await write_event(stream, ex, out)) co_return false;
+      if (!co_await wait_engine(stream, timer, watch)) {
+        ex.status = 499;
+        co_return false;  // Tie's destructor cancels the sequences
+      }
     }
   }
 };

@@ -1,5 +1,6 @@
 #include "server/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -7,87 +8,15 @@
 #include <fmt/format.h>
 
 #include "server/api_error.h"
+#include "server/json_fields.h"
+#include "server/request_fields.h"
 
 namespace tierlm::server {
 
 namespace json = boost::json;
+using namespace jsonf;  // invalid, wrong_type, field, number, integer, boolean, string, kind_of
 
 namespace {
-
-[[noreturn]] void invalid(const std::string& param, const std::string& message,
-                          const std::string& code = "invalid_value") {
-  throw ApiError(400, message, "invalid_request_error", param, code);
-}
-
-const char* kind_of(const json::value& v) {
-  switch (v.kind()) {
-    case json::kind::null: return "null";
-    case json::kind::bool_: return "a boolean";
-    case json::kind::int64:
-    case json::kind::uint64: return "an integer";
-    case json::kind::double_: return "a number";
-    case json::kind::string: return "a string";
-    case json::kind::array: return "an array";
-    case json::kind::object: return "an object";
-  }
-  return "a value";
-}
-
-[[noreturn]] void wrong_type(const std::string& param, const char* expected, const json::value& v) {
-  invalid(param, fmt::format("Invalid type for '{}': expected {}, but got {}.", param, expected, kind_of(v)),
-          "invalid_type");
-}
-
-// A field that is absent or null counts as not given.
-const json::value* field(const json::object& o, std::string_view key) {
-  const json::value* v = o.if_contains(key);
-  return (v && !v->is_null()) ? v : nullptr;
-}
-
-std::optional<double> number(const json::object& o, std::string_view key, double lo, double hi) {
-  const json::value* v = field(o, key);
-  if (!v) return std::nullopt;
-  double x;
-  if (v->is_double()) x = v->get_double();
-  else if (v->is_int64()) x = double(v->get_int64());
-  else if (v->is_uint64()) x = double(v->get_uint64());
-  else wrong_type(std::string(key), "a number", *v);
-  if (!std::isfinite(x) || x < lo || x > hi)
-    invalid(std::string(key), fmt::format("'{}' must be between {} and {}, got {}.", key, lo, hi, x));
-  return x;
-}
-
-std::optional<int64_t> integer(const json::object& o, std::string_view key, int64_t lo, int64_t hi) {
-  const json::value* v = field(o, key);
-  if (!v) return std::nullopt;
-  int64_t x;
-  if (v->is_int64()) x = v->get_int64();
-  else if (v->is_uint64()) {
-    if (v->get_uint64() > uint64_t(std::numeric_limits<int64_t>::max()))
-      invalid(std::string(key), fmt::format("'{}' is too large.", key));
-    x = int64_t(v->get_uint64());
-  } else if (v->is_double() && std::floor(v->get_double()) == v->get_double() && std::abs(v->get_double()) < 9e15) {
-    x = int64_t(v->get_double());  // 5.0 is an integer to JavaScript clients
-  } else {
-    wrong_type(std::string(key), "an integer", *v);
-  }
-  if (x < lo || x > hi) invalid(std::string(key), fmt::format("'{}' must be between {} and {}, got {}.", key, lo, hi, x));
-  return x;
-}
-
-std::optional<bool> boolean(const json::object& o, std::string_view key) {
-  const json::value* v = field(o, key);
-  if (!v) return std::nullopt;
-  if (!v->is_bool()) wrong_type(std::string(key), "a boolean", *v);
-  return v->get_bool();
-}
-
-std::optional<std::string> string(const json::object& o, std::string_view key, const std::string& param) {
-  const json::value* v = field(o, key);
-  if (!v) return std::nullopt;
-  if (!v->is_string()) wrong_type(param, "a string", *v);
-  return std::string(v->get_string());
-}
 
 // content: a string, or an array of {"type":"text","text":...} parts (concatenated), or null.
 std::string message_content(const json::value* v, const std::string& param) {
@@ -169,6 +98,118 @@ json::array parse_messages(const json::object& body) {
     out.push_back(std::move(msg));
   }
   return out;
+}
+
+// tools: [{"type":"function","function":{"name", "description"?, "parameters"?, "strict"?}}], names unique.
+void parse_tools(const json::object& body, CompletionRequest& r) {
+  if (const json::value* tools = field(body, "tools")) {
+    if (!tools->is_array()) wrong_type("tools", "an array", *tools);
+    std::vector<std::string> names;
+    for (size_t i = 0; i < tools->get_array().size(); ++i) {
+      const auto& t = tools->get_array()[i];
+      const std::string p = fmt::format("tools[{}]", i);
+      if (!t.is_object()) wrong_type(p, "an object", t);
+      auto type = string(t.get_object(), "type", p + ".type");
+      if (type.value_or("function") != "function")
+        invalid(p + ".type", fmt::format("Tool type '{}' is not supported (only 'function').", *type), "unsupported_value");
+      const json::value* fn = field(t.get_object(), "function");
+      if (!fn) invalid(p + ".function", fmt::format("Missing required parameter: '{}.function'.", p),
+                       "missing_required_parameter");
+      if (!fn->is_object()) wrong_type(p + ".function", "an object", *fn);
+      auto name = string(fn->get_object(), "name", p + ".function.name");
+      if (!name || name->empty())
+        invalid(p + ".function.name", fmt::format("Missing required parameter: '{}.function.name'.", p),
+                "missing_required_parameter");
+      if (std::find(names.begin(), names.end(), *name) != names.end())
+        invalid(p + ".function.name", fmt::format("Duplicate function name '{}'.", *name));
+      names.push_back(*name);
+      if (const json::value* params = field(fn->get_object(), "parameters"); params && !params->is_object())
+        wrong_type(p + ".function.parameters", "an object", *params);
+    }
+    if (!tools->get_array().empty()) r.tools = *tools;
+  }
+  if (const json::value* choice = field(body, "tool_choice")) {
+    if (choice->is_string()) {
+      const std::string c(choice->get_string());
+      if (c == "auto") r.tool_choice = ToolChoice::auto_;
+      else if (c == "none") r.tool_choice = ToolChoice::none;
+      else if (c == "required") r.tool_choice = ToolChoice::required;
+      else invalid("tool_choice", fmt::format("Invalid value: '{}'. Supported values are: 'none', 'auto' and "
+                                              "'required', or an object naming a function.", c));
+    } else if (choice->is_object()) {
+      const json::value* fn = field(choice->get_object(), "function");
+      auto type = string(choice->get_object(), "type", "tool_choice.type");
+      if (type.value_or("function") != "function" || !fn || !fn->is_object())
+        invalid("tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or "
+                               "{\"type\": \"function\", \"function\": {\"name\": ...}}.");
+      auto name = string(fn->get_object(), "name", "tool_choice.function.name");
+      if (!name) invalid("tool_choice.function.name", "Missing required parameter: 'tool_choice.function.name'.",
+                         "missing_required_parameter");
+      r.tool_choice = ToolChoice::function;
+      r.tool_choice_name = *name;
+    } else {
+      wrong_type("tool_choice", "a string or an object", *choice);
+    }
+    if ((r.tool_choice == ToolChoice::required || r.tool_choice == ToolChoice::function) && r.tools.is_null())
+      invalid("tool_choice", "'tool_choice' requires 'tools' to be given.");
+    if (r.tool_choice == ToolChoice::function) {
+      bool found = false;
+      for (const auto& t : r.tools.get_array())
+        found = found || t.at("function").at("name").as_string() == r.tool_choice_name;
+      if (!found) invalid("tool_choice", fmt::format("Function '{}' named by 'tool_choice' is not among 'tools'.",
+                                                     r.tool_choice_name));
+    }
+  }
+  r.parallel_tool_calls = boolean(body, "parallel_tool_calls").value_or(true);
+}
+
+// chat_template_kwargs (an object of extra template variables) and reasoning_effort (low | medium | high).
+void parse_template_kwargs(const json::object& body, CompletionRequest& r) {
+  if (const json::value* kw = field(body, "chat_template_kwargs")) {
+    if (!kw->is_object()) wrong_type("chat_template_kwargs", "an object", *kw);
+    for (const auto& item : kw->get_object()) {
+      const std::string_view key(item.key().data(), item.key().size());
+      // These are the conversation itself; letting a kwarg replace them would bypass validation.
+      for (std::string_view reserved : {"messages", "tools", "add_generation_prompt", "documents"})
+        if (key == reserved)
+          invalid("chat_template_kwargs." + std::string(key),
+                  fmt::format("'{}' cannot be set through chat_template_kwargs.", key));
+      r.template_kwargs[key] = item.value();
+    }
+  }
+  if (auto effort = string(body, "reasoning_effort", "reasoning_effort")) {
+    if (*effort != "low" && *effort != "medium" && *effort != "high" && *effort != "minimal")
+      invalid("reasoning_effort", fmt::format("Invalid value: '{}'. Supported values are: 'minimal', 'low', "
+                                              "'medium' and 'high'.", *effort));
+    r.template_kwargs["reasoning_effort"] = *effort;
+  }
+}
+
+// logit_bias: {"token id": bias in [-100, 100]}; ids are checked against the vocabulary by the service.
+void parse_logit_bias(const json::object& body, CompletionRequest& r) {
+  const json::value* v = field(body, "logit_bias");
+  if (!v) return;
+  if (!v->is_object()) wrong_type("logit_bias", "an object mapping token ids to numbers", *v);
+  if (v->get_object().size() > 1024) invalid("logit_bias", "At most 1024 tokens may be biased.");
+  for (const auto& item : v->get_object()) {
+    const std::string key(item.key());
+    int64_t id = -1;
+    try {
+      size_t used = 0;
+      id = std::stoll(key, &used);
+      if (used != key.size()) id = -1;
+    } catch (...) {
+      id = -1;
+    }
+    if (id < 0 || id > std::numeric_limits<int32_t>::max())
+      invalid("logit_bias", fmt::format("Invalid key '{}' in 'logit_bias': keys must be token ids.", key));
+    const json::value& b = item.value();
+    if (!b.is_number()) wrong_type("logit_bias", "an object mapping token ids to numbers", b);
+    const double bias = b.to_number<double>();
+    if (!(bias >= -100 && bias <= 100))
+      invalid("logit_bias", fmt::format("Bias for token {} must be between -100 and 100, got {}.", id, bias));
+    r.sampling.logit_bias.emplace_back(int32_t(id), float(bias));
+  }
 }
 
 void parse_prompt(const json::object& body, CompletionRequest& r) {
@@ -254,16 +295,15 @@ CompletionRequest parse_completion_request(std::string_view text, Endpoint endpo
     throw ApiError(400, fmt::format("The request body must be a JSON object, got {}.", kind_of(doc)),
                    "invalid_request_error", {}, "invalid_json");
   const json::object& body = doc.get_object();
+  reject_unknown_fields(body, endpoint == Endpoint::chat ? BodyKind::chat_completions : BodyKind::completions);
   CompletionRequest r;
   r.endpoint = endpoint;
   if (auto model = string(body, "model", "model")) r.model = *model;
 
   if (endpoint == Endpoint::chat) {
     r.messages = parse_messages(body);
-    if (const json::value* tools = field(body, "tools")) {
-      if (!tools->is_array()) wrong_type("tools", "an array", *tools);
-      r.tools = *tools;
-    }
+    parse_tools(body, r);
+    parse_template_kwargs(body, r);
   } else {
     parse_prompt(body, r);
     if (auto echo = boolean(body, "echo"); echo && *echo)
@@ -274,8 +314,8 @@ CompletionRequest parse_completion_request(std::string_view text, Endpoint endpo
       invalid("best_of", "Only best_of=1 is supported.", "unsupported_value");
   }
 
-  if (auto n = integer(body, "n", 1, 128); n && *n != 1)
-    invalid("n", fmt::format("Only n=1 is supported (got {}).", *n), "unsupported_value");
+  if (auto n = integer(body, "n", 1, 16)) r.n = int(*n);
+  parse_logit_bias(body, r);
   const int64_t kMaxTokens = int64_t(1) << 30;
   if (auto m = integer(body, "max_tokens", 1, kMaxTokens)) r.max_tokens = *m;
   if (auto m = integer(body, "max_completion_tokens", 1, kMaxTokens)) r.max_tokens = *m;
@@ -316,6 +356,9 @@ CompletionRequest parse_completion_request(std::string_view text, Endpoint endpo
   r.stream = boolean(body, "stream").value_or(false);
   if (const json::value* so = field(body, "stream_options")) {
     if (!so->is_object()) wrong_type("stream_options", "an object", *so);
+    static constexpr std::string_view kStreamOptions[] = {"include_usage"};
+    reject_unknown_fields(so->get_object(), kStreamOptions, "stream_options");
+    if (!r.stream) invalid("stream_options", "'stream_options' is only allowed when 'stream' is true.");
     if (auto u = boolean(so->get_object(), "include_usage")) r.include_usage = *u;
   }
 

@@ -29,6 +29,10 @@ struct StructuredOutput {
   bool strict = false;
 };
 
+// tool_choice: auto (the model decides), none (no tools offered, no parsing), required / function (the model must
+// call one / the named one: needs constrained decoding, see tool_choice_constraint.h).
+enum class ToolChoice { auto_, none, required, function };
+
 struct CompletionRequest {
   Endpoint endpoint = Endpoint::chat;
   std::string model;                      // empty when the client sent none
@@ -36,12 +40,18 @@ struct CompletionRequest {
   // parsed to objects when they are JSON), tool_call_id and name when given.
   boost::json::array messages;
   boost::json::value tools;               // null or the tools array, passed to the template
+  ToolChoice tool_choice = ToolChoice::auto_;
+  std::string tool_choice_name;           // ToolChoice::function: the function's name
+  bool parallel_tool_calls = true;        // false: at most one call is returned (the first)
+  // Extra template variables: chat_template_kwargs (e.g. enable_thinking), plus reasoning_effort when given.
+  boost::json::object template_kwargs;
   // completion: the prompt as text, or as token ids when the client sent ids.
   std::string prompt_text;
   std::vector<int32_t> prompt_tokens;
   bool prompt_is_tokens = false;
 
   std::optional<int64_t> max_tokens;      // max_completion_tokens, else max_tokens
+  int n = 1;                              // choices, each its own sequence (seed + i when seeded)
   engine::SamplingParams sampling;
   std::vector<std::string> stop;
   bool stream = false;

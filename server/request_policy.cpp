@@ -22,7 +22,7 @@ struct Route {
 
 // "/" is the dashboard's static page (no data of its own: every route it reads needs the key); "/health/live" is the
 // bare liveness probe.
-constexpr std::array<Route, 9> kRoutes = {{
+constexpr std::array<Route, 12> kRoutes = {{
     {"/", false, true, false},
     {"/health", false, false, false},
     {"/health/live", false, true, false},
@@ -32,11 +32,18 @@ constexpr std::array<Route, 9> kRoutes = {{
     {"/wisdom", false, false, false},
     {"/v1/chat/completions", true, false, false},
     {"/v1/completions", true, false, false},
+    {"/v1/models/{id}", false, false, false},
+    {"/v1/messages", true, false, false},
+    {"/v1/messages/count_tokens", true, false, false},
 }};
 
 const Route* find_route(std::string_view path) {
   for (const auto& r : kRoutes)
     if (r.path == path) return &r;
+  // GET /v1/models/{id}: one path segment after the prefix.
+  constexpr std::string_view kModel = "/v1/models/";
+  if (path.starts_with(kModel) && path.size() > kModel.size() && path.substr(kModel.size()).find('/') == std::string_view::npos)
+    return &kRoutes[9];
   return nullptr;
 }
 
@@ -272,33 +279,34 @@ bool key_matches(std::string_view provided, std::string_view key) {
   return diff == 0;
 }
 
-std::string query_param(std::string_view target, std::string_view key) {
-  const auto q = target.find('?');
-  if (q == std::string_view::npos) return {};
-  std::string_view rest = target.substr(q + 1);
+std::string percent_decode(std::string_view v, bool plus_is_space) {
   auto hex = [](char c) -> int {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
     if (c >= 'A' && c <= 'F') return c - 'A' + 10;
     return -1;
   };
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] == '%' && i + 2 < v.size() && hex(v[i + 1]) >= 0 && hex(v[i + 2]) >= 0) {
+      out += char(hex(v[i + 1]) * 16 + hex(v[i + 2]));
+      i += 2;
+    } else {
+      out += plus_is_space && v[i] == '+' ? ' ' : v[i];
+    }
+  }
+  return out;
+}
+
+std::string query_param(std::string_view target, std::string_view key) {
+  const auto q = target.find('?');
+  if (q == std::string_view::npos) return {};
+  std::string_view rest = target.substr(q + 1);
   while (!rest.empty()) {
     const auto amp = rest.find('&');
     const std::string_view pair = rest.substr(0, amp);
     const auto eq = pair.find('=');
-    if (eq != std::string_view::npos && pair.substr(0, eq) == key) {
-      std::string out;
-      const std::string_view v = pair.substr(eq + 1);
-      for (size_t i = 0; i < v.size(); ++i) {
-        if (v[i] == '%' && i + 2 < v.size() && hex(v[i + 1]) >= 0 && hex(v[i + 2]) >= 0) {
-          out += char(hex(v[i + 1]) * 16 + hex(v[i + 2]));
-          i += 2;
-        } else {
-          out += v[i] == '+' ? ' ' : v[i];
-        }
-      }
-      return out;
-    }
+    if (eq != std::string_view::npos && pair.substr(0, eq) == key) return percent_decode(pair.substr(eq + 1), true);
     if (amp == std::string_view::npos) break;
     rest = rest.substr(amp + 1);
   }
@@ -378,14 +386,17 @@ Verdict check_request(const RequestPolicy& policy, const RequestFacts& facts) {
   if (!policy.api_key.empty() && !(route && route->open)) {
     const auto token = facts.authorization ? bearer_token(*facts.authorization) : std::nullopt;
     bool ok = token && key_matches(*token, policy.api_key);
+    // Anthropic's clients send the key as x-api-key.
+    if (!ok && facts.x_api_key) ok = key_matches(*facts.x_api_key, policy.api_key);
     if (!ok && route && route->query_key) {
       const std::string q = query_param(facts.target, "api_key");
       ok = !q.empty() && key_matches(q, policy.api_key);
     }
     if (!ok)
       return refuse(std::move(v), 401, "unauthorized", "invalid_api_key",
-                    facts.authorization ? "Incorrect API key provided."
-                                        : "You didn't provide an API key: send 'Authorization: Bearer KEY'.");
+                    facts.authorization || facts.x_api_key
+                        ? "Incorrect API key provided."
+                        : "You didn't provide an API key: send 'Authorization: Bearer KEY' (or 'x-api-key: KEY').");
   }
 
   if (!route)

@@ -37,6 +37,7 @@ struct RequestFacts {
   std::optional<std::string_view> origin;
   std::optional<std::string_view> content_type;
   std::optional<std::string_view> authorization;
+  std::optional<std::string_view> x_api_key;         // Anthropic clients' key header, taken alongside Bearer
   std::optional<std::string_view> preflight_method;  // Access-Control-Request-Method
   std::string_view local_address;        // the address this connection reached (e.g. "192.168.1.5")
 };
@@ -86,6 +87,8 @@ std::optional<std::string_view> bearer_token(std::string_view authorization);
 bool key_matches(std::string_view provided, std::string_view key);
 // The decoded value of ?key=... in a request target ("" when absent).
 std::string query_param(std::string_view target, std::string_view key);
+// %XX escapes decoded (and '+' as a space in a query); malformed escapes kept as they are.
+std::string percent_decode(std::string_view text, bool plus_is_space = false);
 // The client's x-request-id when sane (1..128 printable ASCII characters), else a fresh random one.
 std::string request_id(std::optional<std::string_view> client_value);
 // The target with its query replaced by "?…", for log lines (a query may carry api_key).

@@ -31,16 +31,52 @@ Service::Service(std::string model_id, tok::Tokenizer tokenizer, ChatPrompt chat
 
 StartedCompletion Service::start_completion(std::string_view body, Endpoint endpoint, std::function<void()> notify,
                                             std::chrono::steady_clock::time_point deadline) {
-  CompletionRequest req = parse_completion_request(body, endpoint);
+  return start(parse_completion_request(body, endpoint), std::move(notify), deadline);
+}
+
+namespace {
+bool tools_offered(const CompletionRequest& req) {
+  return req.tools.is_array() && !req.tools.get_array().empty() && req.tool_choice != ToolChoice::none;
+}
+}  // namespace
+
+std::vector<int32_t> Service::render_prompt(const CompletionRequest& req, bool* starts_in_reasoning) const {
+  // tool_choice "none": the model is not shown the tools, so it is not invited to call them.
+  const boost::json::value no_tools;
+  const std::string text =
+      chat_prompt_.render(req.messages, tools_offered(req) ? req.tools : no_tools, req.template_kwargs);
+  if (starts_in_reasoning) {
+    const size_t end = text.find_last_not_of(" \t\r\n");
+    *starts_in_reasoning = end != std::string::npos && end >= 6 && text.compare(end - 6, 7, "<think>") == 0;
+  }
+  return tokenizer_.encode(text, /*add_special_tokens=*/false);  // the template places BOS itself
+}
+
+int64_t Service::count_prompt_tokens(const CompletionRequest& req) const {
+  return int64_t(render_prompt(req, nullptr).size());
+}
+
+StartedCompletion Service::start(CompletionRequest req, std::function<void()> notify,
+                                 std::chrono::steady_clock::time_point deadline) {
+  const Endpoint endpoint = req.endpoint;
   if (!req.model.empty() && req.model != model_id_)
     throw ApiError(404, fmt::format("The model `{}` does not exist or you do not have access to it.", req.model),
                    "invalid_request_error", "model", "model_not_found");
+  if (req.tool_choice == ToolChoice::required || req.tool_choice == ToolChoice::function)
+    throw ApiError(400, fmt::format("tool_choice '{}' needs constrained decoding (the grammar engine), which this "
+                                    "server does not have yet; use 'auto'.",
+                                    req.tool_choice == ToolChoice::required ? "required" : req.tool_choice_name),
+                   "invalid_request_error", "tool_choice", "unsupported_value");
+  for (const auto& [token, bias] : req.sampling.logit_bias)
+    if (token >= tokenizer_.vocab_size())
+      throw ApiError(400, fmt::format("Invalid key '{}' in 'logit_bias': the vocabulary has {} tokens.", token,
+                                      tokenizer_.vocab_size()), "invalid_request_error", "logit_bias", "invalid_value");
 
   engine::SequenceParams params;
   const char* prompt_param = endpoint == Endpoint::chat ? "messages" : "prompt";
+  bool starts_in_reasoning = false;
   if (endpoint == Endpoint::chat) {
-    const std::string text = chat_prompt_.render(req.messages, req.tools);
-    params.prompt = tokenizer_.encode(text, /*add_special_tokens=*/false);  // the template places BOS itself
+    params.prompt = render_prompt(req, &starts_in_reasoning);
   } else if (req.prompt_is_tokens) {
     params.prompt = req.prompt_tokens;  // ids outside the vocabulary are refused by the scheduler (400)
   } else {
@@ -71,37 +107,75 @@ StartedCompletion Service::start_completion(std::string_view body, Endpoint endp
   }
 
   StartedCompletion started;
-  started.stream = std::make_shared<CompletionStream>(tokenizer_, req.stop, req.top_logprobs >= 0);
-  started.stream->set_notifier(std::move(notify));
+  const ToolCallFormat format = chat_prompt_.tool_call_format();
+  if (endpoint == Endpoint::chat) {
+    started.parse_output = true;
+    started.output.format = format;
+    started.output.parse_tool_calls = tools_offered(req) && format != ToolCallFormat::none;
+    started.output.split_reasoning = chat_prompt_.has_reasoning();
+    started.output.starts_in_reasoning = starts_in_reasoning;
+    if (started.output.parse_tool_calls) started.output.tools = req.tools.get_array();
+    started.single_tool_call = !req.parallel_tool_calls;
+  }
+  const bool keep_special = endpoint == Endpoint::chat && needs_special_tokens(format);
+  for (int i = 0; i < req.n; ++i) {
+    StartedChoice choice;
+    choice.stream = std::make_shared<CompletionStream>(tokenizer_, req.stop, req.top_logprobs >= 0, keep_special);
+    choice.stream->set_notifier(notify);
+    started.choices.push_back(std::move(choice));
+  }
   started.streaming = req.stream;
+  started.prompt_tokens = prompt_tokens;
   started.include_usage = req.include_usage;
   started.format.endpoint = endpoint;
   started.format.id = random_id(endpoint == Endpoint::chat ? "chatcmpl-" : "cmpl-");
   started.format.model = model_id_;
   started.format.created = unix_now();
   started.format.logprobs = req.top_logprobs >= 0;
+  started.output.id_prefix = random_id("call_") + "_";
   try {
-    started.handle = scheduler_.submit(std::move(params), started.stream);
+    for (int i = 0; i < req.n; ++i) {
+      engine::SequenceParams p = params;
+      if (p.sampling.has_seed) p.sampling.seed += uint64_t(i);  // n choices differ, and stay reproducible
+      started.choices[size_t(i)].handle = scheduler_.submit(std::move(p), started.choices[size_t(i)].stream);
+    }
   } catch (const engine::QueueFullError& e) {
+    for (auto& c : started.choices)
+      if (c.handle) c.handle->cancel();
     telemetry_.record_rejected();
     throw ApiError(429, fmt::format("The server is busy: {}. Retry later.", e.what()), "server_overloaded", {},
                    "queue_full");
   } catch (const std::invalid_argument& e) {
+    for (auto& c : started.choices)
+      if (c.handle) c.handle->cancel();
     throw ApiError(400, e.what(), "invalid_request_error", {}, "invalid_value");
   }
   return started;
 }
 
-std::string Service::models_json() const {
+namespace {
+json::object model_object(const std::string& id, int64_t created) {
   json::object m;
-  m["id"] = model_id_;
+  m["id"] = id;
   m["object"] = "model";
-  m["created"] = created_;
+  m["created"] = created;
   m["owned_by"] = "tierlm";
+  return m;
+}
+}  // namespace
+
+std::string Service::models_json() const {
   json::object body;
   body["object"] = "list";
-  body["data"] = json::array{std::move(m)};
+  body["data"] = json::array{model_object(model_id_, created_)};
   return json::serialize(body);
+}
+
+std::string Service::model_json(std::string_view id) const {
+  if (id != model_id_)
+    throw ApiError(404, fmt::format("The model '{}' does not exist", id), "invalid_request_error", "model",
+                   "model_not_found");
+  return json::serialize(model_object(model_id_, created_));
 }
 
 std::string Service::wisdom_json() const {

@@ -1,5 +1,6 @@
-// server/service.h — the OpenAI routes without the HTTP: validates a request body, renders and tokenizes the
-// prompt, checks it against the context, and submits it to the scheduler; answers /v1/models and /wisdom.
+// server/service.h — the completion routes without the HTTP: validates a request body, renders and tokenizes the
+// prompt, checks it against the context, and submits its n choices to the scheduler (batched there); answers
+// /v1/models[/{id}] and /wisdom. The Anthropic route decodes its own body and starts through start().
 // The HTTP layer (http_server.cpp) only moves bytes. Owns: the tokenizer and chat prompt renderer.
 // Never: touches sockets, or lets a client's input reach the engine unvalidated.
 #pragma once
@@ -21,12 +22,21 @@
 
 namespace tierlm::server {
 
-struct StartedCompletion {
+struct StartedChoice {
   std::shared_ptr<CompletionStream> stream;
   std::shared_ptr<engine::SequenceHandle> handle;
+};
+
+struct StartedCompletion {
+  std::vector<StartedChoice> choices;
   ResponseFormat format;
   bool streaming = false;
   bool include_usage = false;
+  int64_t prompt_tokens = 0;
+  // Chat: each choice's text goes through an AssistantOutputParser built from these (ids get a per-choice prefix).
+  bool parse_output = false;
+  AssistantOutputOptions output;
+  bool single_tool_call = false;  // parallel_tool_calls: false — calls after the first are dropped
 };
 
 class Service {
@@ -41,7 +51,15 @@ class Service {
       std::string_view body, Endpoint endpoint, std::function<void()> notify,
       std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
 
+  // A validated request (from either API's decoder).
+  StartedCompletion start(CompletionRequest req, std::function<void()> notify,
+                          std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
+  // The prompt tokens a chat request would use (Anthropic's count_tokens).
+  int64_t count_prompt_tokens(const CompletionRequest& req) const;
+
   std::string models_json() const;
+  // GET /v1/models/{id}: the model object, or ApiError(404) for any other id.
+  std::string model_json(std::string_view id) const;
   // The active plan as JSON; throws ApiError(404) while no plan (wisdom) is loaded.
   std::string wisdom_json() const;
 
@@ -59,6 +77,7 @@ class Service {
   Telemetry& telemetry_;
   StructuredOutputs structured_;
   int64_t created_;
+  std::vector<int32_t> render_prompt(const CompletionRequest& req, bool* starts_in_reasoning) const;
 };
 
 }  // namespace tierlm::server

@@ -17,14 +17,16 @@ std::string StopMatcher::push(std::string_view text) {
   // how it was split into tokens); among those ending together, the longer one. Nothing in pending_ matched before
   // this push, so every match ends in the new text.
   size_t best_start = std::string::npos, best_end = std::string::npos;
+  const std::string* best = nullptr;
   for (const auto& stop : stops_) {
     const size_t at = pending_.find(stop);
     if (at == std::string::npos) continue;
     const size_t end = at + stop.size();
-    if (end < best_end || (end == best_end && at < best_start)) best_start = at, best_end = end;
+    if (end < best_end || (end == best_end && at < best_start)) best_start = at, best_end = end, best = &stop;
   }
   if (best_start != std::string::npos) {
     stopped_ = true;
+    matched_ = *best;
     std::string out = pending_.substr(0, best_start);
     pending_.clear();
     return out;

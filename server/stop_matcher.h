@@ -20,12 +20,15 @@ class StopMatcher {
   // End of generation without a match: returns the held-back text.
   std::string flush();
   bool stopped() const { return stopped_; }
+  // The stop string that matched ("" until one has).
+  const std::string& matched() const { return matched_; }
   const std::vector<std::string>& stops() const { return stops_; }
 
  private:
   std::vector<std::string> stops_;
   std::string pending_;
   bool stopped_ = false;
+  std::string matched_;
 };
 
 }  // namespace tierlm::server

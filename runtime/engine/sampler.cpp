@@ -21,6 +21,8 @@ void SamplingParams::validate() const {
   if (!(repetition_penalty > 0.0f)) bad("repetition_penalty", "must be > 0");
   if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) bad("presence_penalty", "must be in [-2, 2]");
   if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) bad("frequency_penalty", "must be in [-2, 2]");
+  for (const auto& [token, bias] : logit_bias)
+    if (token < 0 || !(bias >= -100.0f && bias <= 100.0f)) bad("logit_bias", "needs token ids >= 0 and biases in [-100, 100]");
 }
 
 int64_t argmax(std::span<const float> values) {
@@ -60,6 +62,8 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   const bool penalties =
       params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
   work_.assign(logits.begin(), logits.end());
+  for (const auto& [token, bias] : params_.logit_bias)
+    if (token < n) work_[size_t(token)] += bias;
   if (penalties) {
     std::unordered_map<int32_t, int> counts;
     for (int32_t t : history)

@@ -1,4 +1,4 @@
-// runtime/engine/sampler.h — turns logits into the next token: repetition/presence/frequency penalties,
+// runtime/engine/sampler.h — turns logits into the next token: logit_bias, repetition/presence/frequency penalties,
 // temperature, top-k, top-p, min-p, then a seeded draw (greedy when temperature is 0).
 // Owns: its RNG and a reusable candidate buffer. Never: modify the caller's logits.
 #pragma once
@@ -7,6 +7,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tierlm::engine {
@@ -21,6 +22,9 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;   // OpenAI-style: subtract per occurrence
   uint64_t seed = 0;
   bool has_seed = false;
+  // OpenAI's logit_bias: added to a token's logit before everything else (-100 bans it, 100 all but forces it).
+  // Ids past the logits' end are ignored here; the server refuses them against the vocabulary first.
+  std::vector<std::pair<int32_t, float>> logit_bias;
   // Throws std::invalid_argument naming the parameter when a value is out of range.
   void validate() const;
 };
@@ -36,10 +40,10 @@ class Sampler {
   // history: tokens seen so far (prompt + generated) for the penalties.
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
   const SamplingParams& params() const { return params_; }
-  // True when sample() is the plain argmax of the logits (temperature 0, no penalties).
+  // True when sample() is the plain argmax of the logits (temperature 0, no penalties, no bias).
   bool plain_greedy() const {
     return params_.temperature == 0.0f && params_.repetition_penalty == 1.0f && params_.presence_penalty == 0.0f &&
-           params_.frequency_penalty == 0.0f;
+           params_.frequency_penalty == 0.0f && params_.logit_bias.empty();
   }
 
  private:

@@ -305,7 +305,8 @@ TEST(HttpServer, InvalidRequestsGet4xxAndTheServerKeepsServing) {
   expect_error(post(p, "/v1/chat/completions", R"({"messages":"hello"})"), 400, "invalid_type", "messages");
   expect_error(post(p, "/v1/chat/completions", chat_body("x", 5, R"("temperature":"warm")")), 400, "invalid_type",
                "temperature");
-  expect_error(post(p, "/v1/chat/completions", chat_body("x", 5, R"("n":2)")), 400, "unsupported_value", "n");
+  expect_error(post(p, "/v1/chat/completions", chat_body("x", 5, R"("n":17)")), 400, "invalid_value", "n");
+  expect_error(post(p, "/v1/chat/completions", chat_body("x", 5, R"("store":true)")), 400, "unknown_parameter", "store");
   expect_error(post(p, "/v1/completions", R"({"prompt":"x","model":"gpt-4"})"), 404, "model_not_found", "model");
   // Too many tokens: prompt + max_tokens beyond the 512-position context.
   expect_error(post(p, "/v1/completions", R"({"prompt":"hello world","max_tokens":600})"), 400,
@@ -497,6 +498,141 @@ TEST(HttpServer, ChatPromptIsTheRenderedTemplate) {
                                "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nSum?<|im_end|>\n"
                                "<|im_start|>assistant\n";
   EXPECT_EQ(r.json().at("usage").at("prompt_tokens").as_int64(), int64_t(s.tokenizer().encode(expected, false).size()));
+}
+
+// n choices run as n sequences (batched by the scheduler); streamed chunks carry each choice's index.
+TEST(HttpServer, SeveralChoicesStreamedAndNot) {
+  auto& s = shared_server();
+  const std::string body = chat_body("def add(a, b):", 8, R"("n":3,"temperature":1,"seed":5)");
+  auto r = post(s.port(), "/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json::value doc = r.json();
+  const auto& choices = doc.at("choices").as_array();
+  ASSERT_EQ(choices.size(), 3u);
+  std::vector<std::string> texts;
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(choices[i].at("index").as_int64(), int64_t(i));
+    texts.emplace_back(choices[i].at("message").at("content").as_string());
+  }
+  int64_t completion = doc.at("usage").at("completion_tokens").as_int64();
+  EXPECT_GE(completion, 3);
+  auto streamed = post(s.port(), "/v1/chat/completions", body.substr(0, body.size() - 1) + R"(,"stream":true})");
+  std::vector<std::string> joined(3);
+  for (const auto& e : sse_events(streamed.body)) {
+    if (e == "[DONE]") continue;
+    const json::value chunk = json::parse(e);
+    for (const auto& c : chunk.at("choices").as_array())
+      if (const auto* content = c.at("delta").as_object().if_contains("content"))
+        joined[size_t(c.at("index").as_int64())] += content->as_string();
+  }
+  EXPECT_EQ(joined, texts);
+}
+
+TEST(HttpServer, ModelById) {
+  auto& s = shared_server();
+  auto r = request(s.port(), "GET", "/v1/models/tierlm-tiny");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json().at("id").as_string(), "tierlm-tiny");
+  EXPECT_EQ(r.json().at("object").as_string(), "model");
+  expect_error(request(s.port(), "GET", "/v1/models/gpt-4o"), 404, "model_not_found", "model");
+  expect_error(request(s.port(), "GET", "/v1/models/a/b"), 404, "unknown_url");
+}
+
+// A thinking template: its generation prompt opens <think>, so the output is reasoning until </think>; the kwargs
+// reach the template (enable_thinking false closes the block in the prompt, reasoning_effort is written into it).
+TEST(HttpServer, ReasoningAndTemplateKwargs) {
+  ServerOptions o;
+  o.chat_template_file = std::string(TIERLM_SOURCE_DIR) + "/tests/server/fixtures/thinking.jinja";
+  TestServer s(o);
+  auto thinking = post(s.port(), "/v1/chat/completions", chat_body("def add(a, b):", 8));
+  ASSERT_EQ(thinking.status, 200) << thinking.body;
+  const json::value thinking_doc = thinking.json();
+  const auto& m = thinking_doc.at("choices").at(0).at("message").as_object();
+  ASSERT_TRUE(m.contains("reasoning_content")) << thinking.body;
+  EXPECT_FALSE(m.at("reasoning_content").as_string().empty());
+  EXPECT_EQ(m.at("content").as_string(), "");  // the tiny model never closes </think>
+  auto streamed = post(s.port(), "/v1/chat/completions", chat_body("def add(a, b):", 8, R"("stream":true)"));
+  std::string reasoning;
+  for (const auto& e : sse_events(streamed.body)) {
+    if (e == "[DONE]") continue;
+    const json::value chunk = json::parse(e);
+    const auto& d = chunk.at("choices").at(0).at("delta").as_object();
+    if (d.contains("reasoning_content")) reasoning += d.at("reasoning_content").as_string();
+    if (d.contains("content")) {
+      EXPECT_EQ(d.at("content").as_string(), "");
+    }
+  }
+  EXPECT_EQ(reasoning, m.at("reasoning_content").as_string());
+
+  auto plain = post(s.port(), "/v1/chat/completions",
+                    chat_body("def add(a, b):", 8, R"("chat_template_kwargs":{"enable_thinking":false})"));
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  const json::value plain_doc = plain.json();
+  const auto& pm = plain_doc.at("choices").at(0).at("message").as_object();
+  EXPECT_FALSE(pm.contains("reasoning_content"));
+  EXPECT_FALSE(pm.at("content").as_string().empty());
+  const std::string base = "<|im_start|>user\ndef add(a, b):<|im_end|>\n<|im_start|>assistant\n";
+  auto tokens = [&](const std::string& t) { return int64_t(s.tokenizer().encode(t, false).size()); };
+  EXPECT_EQ(thinking.json().at("usage").at("prompt_tokens").as_int64(), tokens(base + "<think>\n"));
+  EXPECT_EQ(plain.json().at("usage").at("prompt_tokens").as_int64(), tokens(base + "<think>\n\n</think>\n\n"));
+  auto effort = post(s.port(), "/v1/chat/completions", chat_body("def add(a, b):", 1, R"("reasoning_effort":"high")"));
+  EXPECT_EQ(effort.json().at("usage").at("prompt_tokens").as_int64(), tokens(base + "Reasoning: high\n<think>\n"));
+}
+
+// The Anthropic Messages route over the same engine: a message, the streamed event sequence, count_tokens, errors in
+// Anthropic's shape, and x-api-key next to Bearer.
+TEST(HttpServer, AnthropicMessages) {
+  ServerOptions o;
+  o.http.api_key = "sekret-9";
+  TestServer s(o);
+  const std::string key = "x-api-key: sekret-9\r\nanthropic-version: 2023-06-01\r\n";
+  const std::string body = R"({"model":"tierlm-tiny","max_tokens":8,"temperature":0,"system":"Be brief.",
+      "messages":[{"role":"user","content":"def add(a, b):"}]})";
+  auto r = post(s.port(), "/v1/messages", body, key);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto m = r.json();
+  EXPECT_EQ(m.at("type").as_string(), "message");
+  EXPECT_EQ(m.at("content").at(0).at("type").as_string(), "text");
+  const std::string text(m.at("content").at(0).at("text").as_string());
+  const std::string stop_reason(m.at("stop_reason").as_string());
+  EXPECT_TRUE(stop_reason == "end_turn" || stop_reason == "max_tokens") << r.body;
+  auto count = post(s.port(), "/v1/messages/count_tokens", R"({"model":"tierlm-tiny","system":"Be brief.",
+      "messages":[{"role":"user","content":"def add(a, b):"}]})", key);
+  ASSERT_EQ(count.status, 200) << count.body;
+  EXPECT_EQ(count.json().at("input_tokens"), m.at("usage").at("input_tokens"));
+
+  auto streamed = post(s.port(), "/v1/messages", body.substr(0, body.size() - 1) + R"(,"stream":true})", key);
+  ASSERT_EQ(streamed.status, 200);
+  std::vector<std::string> names;
+  std::string joined;
+  std::istringstream in(streamed.body);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("event: ", 0) == 0) names.push_back(line.substr(7));
+    if (line.rfind("data: ", 0) == 0) {
+      const auto d = json::parse(line.substr(6));
+      EXPECT_EQ(d.at("type").as_string(), names.back());
+      if (names.back() == "content_block_delta") joined += d.at("delta").at("text").as_string();
+    }
+  }
+  ASSERT_GE(names.size(), 5u) << streamed.body;
+  EXPECT_EQ(names.front(), "message_start");
+  EXPECT_EQ(names[1], "content_block_start");
+  EXPECT_EQ(names[names.size() - 3], "content_block_stop");
+  EXPECT_EQ(names[names.size() - 2], "message_delta");
+  EXPECT_EQ(names.back(), "message_stop");
+  EXPECT_EQ(joined, text);
+
+  auto wrong = post(s.port(), "/v1/messages", body, "x-api-key: nope\r\n");
+  EXPECT_EQ(wrong.status, 401);
+  EXPECT_EQ(wrong.json().at("type").as_string(), "error");
+  EXPECT_EQ(wrong.json().at("error").at("type").as_string(), "authentication_error");
+  auto unknown = post(s.port(), "/v1/messages", R"({"model":"claude-x","max_tokens":8,"messages":[{"role":"user",
+      "content":"hi"}]})", key);
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_EQ(unknown.json().at("error").at("type").as_string(), "not_found_error");
+  auto bad = post(s.port(), "/v1/messages", R"({"model":"tierlm-tiny","messages":[{"role":"user","content":"hi"}]})", key);
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(bad.json().at("error").at("type").as_string(), "invalid_request_error");
 }
 
 TEST(HttpServer, ChatWithoutAnyTemplateIsAClear400) {

@@ -114,10 +114,82 @@ TEST(OpenAIRequest, WrongTypesNameTheParameter) {
   rejects(std::string("{") + kMsgs + R"(,"logprobs":true,"top_logprobs":21})", "top_logprobs");
 }
 
-TEST(OpenAIRequest, OnlyOneChoice) {
-  auto e = rejects(std::string("{") + kMsgs + R"(,"n":2})", "n");
-  EXPECT_EQ(e.code(), "unsupported_value");
-  parse_completion_request(std::string("{") + kMsgs + R"(,"n":1})", Endpoint::chat);
+TEST(OpenAIRequest, ChoicesUpToSixteen) {
+  EXPECT_EQ(parse_completion_request(std::string("{") + kMsgs + R"(,"n":3})", Endpoint::chat).n, 3);
+  EXPECT_EQ(parse_completion_request(R"({"prompt":"a","n":2})", Endpoint::completion).n, 2);
+  rejects(std::string("{") + kMsgs + R"(,"n":17})", "n");
+  rejects(std::string("{") + kMsgs + R"(,"n":0})", "n");
+}
+
+// Every field a route does not implement is refused by name, including ones OpenAI defines.
+TEST(OpenAIRequest, UnimplementedFieldsAreRefusedByName) {
+  auto e = rejects(std::string("{") + kMsgs + R"(,"store":true})", "store");
+  EXPECT_EQ(e.code(), "unknown_parameter");
+  rejects(std::string("{") + kMsgs + R"(,"modalities":["text","audio"]})", "modalities");
+  rejects(std::string("{") + kMsgs + R"(,"prediction":{}})", "prediction");
+  rejects(std::string("{") + kMsgs + R"(,"functions":[]})", "functions");
+  rejects(std::string("{") + kMsgs + R"(,"web_search_options":{}})", "web_search_options");
+  rejects(R"({"prompt":"a","tools":[]})", "tools", Endpoint::completion);  // a chat-only field on completions
+  rejects(std::string("{") + kMsgs + R"(,"stream":true,"stream_options":{"include_obfuscation":true}})",
+          "stream_options.include_obfuscation");
+  rejects(std::string("{") + kMsgs + R"(,"stream_options":{"include_usage":true}})", "stream_options");
+  rejects(std::string("{") + kMsgs + R"(,"response_format":{"type":"json_object"}})", "response_format");
+  parse_completion_request(std::string("{") + kMsgs + R"(,"response_format":{"type":"text"},"user":"u"})",
+                           Endpoint::chat);
+}
+
+TEST(OpenAIRequest, ToolsAndToolChoice) {
+  const std::string tools = R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}},
+                                        {"type":"function","function":{"name":"g"}}])";
+  auto a = parse_completion_request(std::string("{") + kMsgs + "," + tools + "}", Endpoint::chat);
+  EXPECT_EQ(a.tool_choice, ToolChoice::auto_);
+  EXPECT_TRUE(a.parallel_tool_calls);
+  EXPECT_EQ(a.tools.as_array().size(), 2u);
+  auto b = parse_completion_request(
+      std::string("{") + kMsgs + "," + tools + R"(,"tool_choice":{"type":"function","function":{"name":"g"}},
+      "parallel_tool_calls":false})", Endpoint::chat);
+  EXPECT_EQ(b.tool_choice, ToolChoice::function);
+  EXPECT_EQ(b.tool_choice_name, "g");
+  EXPECT_FALSE(b.parallel_tool_calls);
+  EXPECT_EQ(parse_completion_request(std::string("{") + kMsgs + "," + tools + R"(,"tool_choice":"none"})",
+                                     Endpoint::chat).tool_choice, ToolChoice::none);
+  EXPECT_EQ(parse_completion_request(std::string("{") + kMsgs + "," + tools + R"(,"tool_choice":"required"})",
+                                     Endpoint::chat).tool_choice, ToolChoice::required);
+  rejects(std::string("{") + kMsgs + "," + tools + R"(,"tool_choice":"always"})", "tool_choice");
+  rejects(std::string("{") + kMsgs + "," + tools + R"(,"tool_choice":{"type":"function","function":{"name":"h"}}})",
+          "tool_choice");
+  rejects(std::string("{") + kMsgs + R"(,"tool_choice":"required"})", "tool_choice");  // no tools
+  rejects(std::string("{") + kMsgs + R"(,"tools":[{"type":"retrieval"}]})", "tools[0].type");
+  rejects(std::string("{") + kMsgs + R"(,"tools":[{"type":"function","function":{}}]})", "tools[0].function.name");
+  rejects(std::string("{") + kMsgs + R"(,"tools":[{"type":"function","function":{"name":"f"}},
+                                                  {"type":"function","function":{"name":"f"}}]})",
+          "tools[1].function.name");
+  rejects(std::string("{") + kMsgs + R"(,"tools":[{"type":"function","function":{"name":"f","parameters":3}}]})",
+          "tools[0].function.parameters");
+}
+
+TEST(OpenAIRequest, TemplateKwargsAndReasoningEffort) {
+  auto r = parse_completion_request(
+      std::string("{") + kMsgs + R"(,"chat_template_kwargs":{"enable_thinking":false,"x":[1]},"reasoning_effort":"low"})",
+      Endpoint::chat);
+  EXPECT_EQ(r.template_kwargs.at("enable_thinking"), boost::json::value(false));
+  EXPECT_EQ(r.template_kwargs.at("x"), boost::json::parse("[1]"));
+  EXPECT_EQ(r.template_kwargs.at("reasoning_effort").as_string(), "low");
+  rejects(std::string("{") + kMsgs + R"(,"chat_template_kwargs":{"messages":[]}})", "chat_template_kwargs.messages");
+  rejects(std::string("{") + kMsgs + R"(,"chat_template_kwargs":[1]})", "chat_template_kwargs");
+  rejects(std::string("{") + kMsgs + R"(,"reasoning_effort":"extreme"})", "reasoning_effort");
+}
+
+TEST(OpenAIRequest, LogitBias) {
+  auto r = parse_completion_request(std::string("{") + kMsgs + R"(,"logit_bias":{"5":-100,"17":2.5}})", Endpoint::chat);
+  ASSERT_EQ(r.sampling.logit_bias.size(), 2u);
+  EXPECT_EQ(r.sampling.logit_bias[0], (std::pair<int32_t, float>{5, -100.0f}));
+  EXPECT_EQ(r.sampling.logit_bias[1], (std::pair<int32_t, float>{17, 2.5f}));
+  rejects(std::string("{") + kMsgs + R"(,"logit_bias":{"x":1}})", "logit_bias");
+  rejects(std::string("{") + kMsgs + R"(,"logit_bias":{"-1":1}})", "logit_bias");
+  rejects(std::string("{") + kMsgs + R"(,"logit_bias":{"1":101}})", "logit_bias");
+  rejects(std::string("{") + kMsgs + R"(,"logit_bias":{"1":"a"}})", "logit_bias");
+  rejects(std::string("{") + kMsgs + R"(,"logit_bias":[1]})", "logit_bias");
 }
 
 TEST(OpenAIRequest, CompletionPrompts) {
@@ -141,13 +213,13 @@ TEST(OpenAIRequest, CompletionPrompts) {
 }
 
 TEST(OpenAIRequest, ErrorBodyShape) {
-  auto e = rejects(std::string("{") + kMsgs + R"(,"n":3})", "n");
+  auto e = rejects(std::string("{") + kMsgs + R"(,"n":30})", "n");
   auto body = boost::json::parse(e.body()).as_object();
   auto& err = body.at("error").as_object();
   EXPECT_TRUE(err.at("message").is_string());
   EXPECT_EQ(err.at("type").as_string(), "invalid_request_error");
   EXPECT_EQ(err.at("param").as_string(), "n");
-  EXPECT_EQ(err.at("code").as_string(), "unsupported_value");
+  EXPECT_EQ(err.at("code").as_string(), "invalid_value");
   auto plain = boost::json::parse(ApiError(404, "x").body()).as_object();
   EXPECT_TRUE(plain.at("error").at("param").is_null());
   EXPECT_TRUE(plain.at("error").at("code").is_null());

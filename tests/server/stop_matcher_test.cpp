@@ -98,5 +98,15 @@ TEST(StopMatcher, RandomSplitsMatchTheOracle) {
   }
 }
 
+// matched() names the stop string that ended the text (Anthropic's stop_sequence): the first to complete wins.
+TEST(StopMatcher, MatchedNamesTheWinningStop) {
+  StopMatcher m({"world", "lo w"});
+  EXPECT_EQ(m.matched(), "");
+  EXPECT_EQ(m.push("hel"), "he");
+  EXPECT_EQ(m.push("lo world"), "l");  // "he" + "l" + "lo w" matched
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(m.matched(), "lo w");
+}
+
 }  // namespace
 }  // namespace tierlm::server

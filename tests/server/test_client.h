@@ -122,6 +122,7 @@ struct ServerOptions {
   engine::SchedulerOptions scheduler;
   HttpServerOptions http;
   bool chat_template = true;
+  std::string chat_template_file;  // "" : tests/server/fixtures/chatml.jinja
   std::string weight_format;  // "" : as stored
   std::string model_dir = tiny_model_dir();  // tokenizer (and, unless synthetic_layers > 0, weights)
   // > 0: serve a random-weight model of Llama-3.2-1B's shape with this many layers (weight_format, default q8_0)
@@ -163,7 +164,9 @@ class TestServer {
     info.weight_bytes = weights_->bytes();
     // tierlm-tiny has ChatML special tokens but no chat_template: the tests supply one.
     auto prompt = ChatPrompt::load(o.model_dir,
-                                   o.chat_template ? std::optional<std::string>(chatml_template()) : std::nullopt,
+                                   o.chat_template ? std::optional<std::string>(o.chat_template_file.empty() ? chatml_template()
+                                                                                                : o.chat_template_file)
+                                                   : std::nullopt,
                                    *tokenizer_);
     info.chat_template = prompt.description();
     telemetry_ = std::make_unique<Telemetry>(info, ledger_, *scheduler_);

@@ -107,3 +107,30 @@ TEST(Sampler, ArgmaxMatchesMaxElement) {
   EXPECT_EQ(tierlm::engine::argmax(with_nan), 2);
   EXPECT_EQ(tierlm::engine::argmax(std::vector<float>(20, std::nanf(""))), 0);
 }
+
+// logit_bias is added to the logits before everything else: exact math on a three-token distribution.
+TEST(Sampler, LogitBiasShiftsTheDistribution) {
+  std::vector<float> logits = {0.0f, float(std::log(2.0)), float(std::log(7.0))};
+  SamplingParams greedy;
+  greedy.logit_bias = {{0, 3.0f}};  // 0 + 3 > log 7: greedy now picks token 0
+  Sampler g(greedy);
+  EXPECT_FALSE(g.plain_greedy());
+  EXPECT_EQ(g.sample(logits, {}), 0);
+  // Biasing token 2 by log(2/7) and token 0 by log(2) makes all three logits log(2): 1/3 each; -100 bans one.
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 11;
+  p.has_seed = true;
+  p.logit_bias = {{2, float(std::log(2.0 / 7.0))}, {0, float(std::log(2.0))}};
+  Sampler s(p);
+  std::map<int, int> counts;
+  const int draws = 30000;
+  for (int i = 0; i < draws; ++i) counts[s.sample(logits, {})]++;
+  for (int t = 0; t < 3; ++t) EXPECT_NEAR(counts[t] / double(draws), 1.0 / 3.0, 0.015) << t;
+  p.logit_bias = {{2, -100.0f}};
+  Sampler banned(p);
+  for (int i = 0; i < 2000; ++i) EXPECT_NE(banned.sample(logits, {}), 2);
+  SamplingParams bad;
+  bad.logit_bias = {{1, 101.0f}};
+  EXPECT_THROW(Sampler{bad}, std::invalid_argument);
+}

@@ -112,10 +112,16 @@ await check("sampling: seed reproducible, stop strings, penalties, top_k/min_p",
 });
 
 await check("errors surface as SDK exceptions with OpenAI bodies", async () => {
-  await assert.rejects(client.chat.completions.create({ model, messages, n: 2 }), (e) => {
+  await assert.rejects(client.chat.completions.create({ model, messages, n: 17 }), (e) => {
     assert.ok(e instanceof OpenAI.BadRequestError);
     assert.equal(e.status, 400);
     assert.equal(e.param, "n");
+    return true;
+  });
+  // A field the server does not implement is refused by name, never ignored.
+  await assert.rejects(client.chat.completions.create({ model, messages, store: true }), (e) => {
+    assert.equal(e.status, 400);
+    assert.equal(e.param, "store");
     return true;
   });
   await assert.rejects(client.chat.completions.create({ model: "gpt-4o", messages }), (e) => {
@@ -126,6 +132,86 @@ await check("errors surface as SDK exceptions with OpenAI bodies", async () => {
   await assert.rejects(client.completions.create({ model, prompt: "x", max_tokens: 100000 }), (e) => {
     assert.equal(e.status, 400);
     assert.equal(e.code, "context_length_exceeded");
+    return true;
+  });
+});
+
+const tools = [{
+  type: "function",
+  function: { name: "get_weather", description: "Weather for a city",
+              parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } },
+}];
+
+await check("tools: a tool result reaches the template, the reply round-trips (streamed == not)", async () => {
+  // The embedded model was never trained on tool calls, so this asserts the protocol, not that it calls the tool.
+  const convo = (result) => [
+    { role: "user", content: "What is the weather in Paris?" },
+    { role: "assistant", content: null,
+      tool_calls: [{ id: "call_1", type: "function", function: { name: "get_weather", arguments: "{\"city\":\"Paris\"}" } }] },
+    { role: "tool", tool_call_id: "call_1", content: result },
+  ];
+  const short = await client.chat.completions.create({ model, messages: convo("18 C"), tools, max_tokens: 8, temperature: 0 });
+  const long = await client.chat.completions.create({
+    model, messages: convo("18 C, light rain from the west, humidity 80 percent"), tools, max_tokens: 8, temperature: 0 });
+  assert.ok(long.usage.prompt_tokens > short.usage.prompt_tokens, "the tool result is in the prompt");
+  const m = short.choices[0].message;
+  assert.ok(["stop", "length", "tool_calls"].includes(short.choices[0].finish_reason));
+  assert.ok(m.tool_calls === undefined || Array.isArray(m.tool_calls));
+  const stream = await client.chat.completions.create({
+    model, messages: convo("18 C"), tools, max_tokens: 8, temperature: 0, stream: true });
+  let content = "", calls = 0, finish = null;
+  for await (const chunk of stream) {
+    const c = chunk.choices[0];
+    if (!c) continue;
+    content += c.delta.content ?? "";
+    calls += (c.delta.tool_calls ?? []).length;
+    if (c.finish_reason) finish = c.finish_reason;
+  }
+  assert.equal(content, m.content ?? "");
+  assert.equal(calls, (m.tool_calls ?? []).length);
+  assert.equal(finish, short.choices[0].finish_reason);
+  // tool_choice required / named needs constrained decoding, which the server does not pretend to have.
+  await assert.rejects(client.chat.completions.create({ model, messages, tools, tool_choice: "required" }), (e) => {
+    assert.equal(e.status, 400);
+    assert.equal(e.param, "tool_choice");
+    return true;
+  });
+});
+
+await check("n > 1: choices batched, seeded, streamed chunks reassemble each choice", async () => {
+  const req = { model, messages, max_tokens: 10, temperature: 1, seed: 77, n: 3 };
+  const r = await client.chat.completions.create(req);
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2]);
+  const texts = r.choices.map((c) => c.message.content);
+  const s = await client.chat.completions.create({ ...req, stream: true });
+  const streamed = ["", "", ""];
+  for await (const chunk of s) for (const c of chunk.choices) streamed[c.index] += c.delta.content ?? "";
+  assert.deepEqual(streamed, texts);
+  assert.ok(r.usage.completion_tokens >= 3);
+});
+
+await check("logit_bias forces a token; logprobs bytes are the tokens' raw bytes", async () => {
+  const plain = await client.chat.completions.create({ model, messages, max_tokens: 6, temperature: 0, logprobs: true });
+  const lp = plain.choices[0].logprobs.content;
+  const bytes = Buffer.from(lp.flatMap((t) => t.bytes));
+  assert.equal(bytes.toString("utf8"), plain.choices[0].message.content);
+  const forced = await client.chat.completions.create({
+    model, messages, max_tokens: 6, temperature: 0, logprobs: true, logit_bias: { "300": 100 } });
+  const toks = forced.choices[0].logprobs.content.map((t) => t.token);
+  assert.equal(toks.length, 6);
+  assert.ok(toks.every((t) => t === toks[0]), JSON.stringify(toks));
+  assert.notEqual(forced.choices[0].message.content, plain.choices[0].message.content);
+  await assert.rejects(client.chat.completions.create({ model, messages, logit_bias: { "99999999": 1 } }),
+                       (e) => e.status === 400 && e.param === "logit_bias");
+});
+
+await check("models.retrieve: the model, 404 for any other id", async () => {
+  const m = await client.models.retrieve(model);
+  assert.equal(m.id, model);
+  assert.equal(m.object, "model");
+  await assert.rejects(client.models.retrieve("gpt-4o"), (e) => {
+    assert.ok(e instanceof OpenAI.NotFoundError);
+    assert.equal(e.code, "model_not_found");
     return true;
   });
 });

@@ -137,6 +137,8 @@ StartedCompletion Service::start(CompletionRequest req, std::function<void()> no
     for (int i = 0; i < req.n; ++i) {
       engine::SequenceParams p = params;
       if (p.sampling.has_seed) p.sampling.seed += uint64_t(i);  // n choices differ, and stay reproducible
+      // A constraint is per-sequence state (the grammar's position): each choice walks its own.
+      if (i > 0 && p.constraint) p.constraint = structured_.constraint_for(req.structured_output);
       started.choices[size_t(i)].handle = scheduler_.submit(std::move(p), started.choices[size_t(i)].stream);
     }
   } catch (const engine::QueueFullError& e) {

@@ -1,6 +1,7 @@
 // calibrate/speed_probes.cpp — RAM bandwidth per NUMA node (runtime/kernels/bandwidth.h on a pool bound to the node)
 // and compute by thread count: OpenBLAS SGEMM (prefill's batched GEMM) and our q8_0/q4 matvec (decode).
 #include <cblas.h>
+#include <malloc.h>
 #include <numa.h>
 
 #include <algorithm>
@@ -81,6 +82,7 @@ std::vector<NodeBandwidth> probe_bandwidth(const Topology& topology, const Probe
     numa_run_on_node(-1);
     numa_set_localalloc();
   }
+  malloc_trim(0);
   return result;
 }
 
@@ -199,6 +201,8 @@ std::vector<ComputeSample> probe_compute(const Topology& topology, const ProbeOp
   openblas_set_num_threads(blas_threads);
   gemm.reset();
   q8_original = kernels::Weight{};
+  copies.clear();
+  malloc_trim(0);  // the q8 copies' heap pages go back before the q4 copies are made
   {
     const std::vector<kernels::WeightView> q4 = stream_of(q4_original);  // the q8 copies are freed first
     for (ComputeSample& s : result) {
@@ -209,6 +213,7 @@ std::vector<ComputeSample> probe_compute(const Topology& topology, const ProbeOp
     }
   }
   copies.clear();
+  malloc_trim(0);  // the copies came from the heap: give them back before the next probe or the model profile
   return result;
 }
 

@@ -44,7 +44,7 @@ TEST(ServingFit, APlanThatCoversTheRequestStands) {
   }
 }
 
-TEST(ServingFit, AlargerBatchShrinksTheExpertCacheAndSaysSo) {
+TEST(ServingFit, ALargerBatchShrinksTheExpertCacheAndSaysSo) {
   const WisdomEntry e = entry_for(6ull << 30, 8, 4096);
   ServingRequest r;
   r.batch = 16;

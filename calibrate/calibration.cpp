@@ -39,6 +39,7 @@ WisdomEntry calibrate_model(const CalibrateOptions& o) {
   request.budget_bytes = o.budget_bytes;
   request.context = std::min<int64_t>(o.context, std::max<int64_t>(entry.model.max_context, 1));
   request.batch = o.batch;
+  request.fit_batch = o.fit_batch;
   if (trace.tokens() > 0) request.trace = &trace;
   entry.plan = make_plan(entry.device, entry.model, request);
   const std::time_t now = std::time(nullptr);

@@ -17,13 +17,18 @@ namespace tierlm::calibrate {
 
 using Progress = std::function<void(const std::string& stage, size_t done, size_t total)>;
 
+// The batch a plan is sized for unless one is asked: `serve`'s default --max-batch, so the plan holds the KV of the
+// configuration serve runs at defaults (serve then defaults to the plan's batch and context).
+inline constexpr int64_t kServeBatch = 8;
+
 struct CalibrateOptions {
   std::filesystem::path model_dir;
   std::filesystem::path wisdom_path = default_wisdom_path();
   bool quick = false;
   uint64_t budget_bytes = 0;  // 0: planner default
   int64_t context = 4096;
-  int64_t batch = 1;
+  int64_t batch = kServeBatch;
+  bool fit_batch = false;     // batch is the default, not asked for: the planner may lower it to fit (PlanRequest)
   std::string weight_format;  // "" : as stored
   std::string prompts_dir = std::string(TIERLM_SOURCE_DIR) + "/profiles/prompts";
   double trace_seconds = 60;  // quick: at most 5

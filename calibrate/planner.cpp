@@ -58,9 +58,11 @@ double distinct_experts(const std::vector<double>& freq, int64_t rows) {
 uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 // Runtime scratch as Forward and MoeBlock allocate it (runtime/engine/forward.cpp, moe.cpp): activations for the
-// prefill chunk, the MoE block's routing and expert buffers, and the gathered logits of a decode batch (allocated
-// only when more than one sequence's last row is gathered).
-uint64_t runtime_scratch_bytes(const ModelProfile& m, int64_t chunk, int64_t batch) {
+// rows of one step (the scheduler's step_rows: the prefill chunk plus one decode row per sequence), the MoE block's
+// routing and expert buffers, and the gathered logits of a decode batch (allocated only when more than one
+// sequence's last row is gathered).
+uint64_t runtime_scratch_bytes(const ModelProfile& m, int64_t prefill_chunk, int64_t batch) {
+  const int64_t chunk = prefill_chunk + batch;
   const int64_t q = m.heads * m.head_dim, kv = m.kv_heads * m.head_dim;
   int64_t floats = chunk * (2 * m.hidden + q + 2 * kv + q) + (batch > 1 ? batch * m.vocab : 0);
   if (m.moe()) {
@@ -153,6 +155,14 @@ uint64_t kv_sequence_bytes(const ModelProfile& m, const std::string& codec, int6
   uint64_t total = 0;
   for (int64_t l = 0; l < m.layers; ++l) total += m.state_spec(l).bytes(layout, context, chunk);
   return total;
+}
+
+uint64_t kv_cache_bytes(const ModelProfile& m, const std::string& codec, int64_t context, int64_t batch,
+                        int64_t chunk) {
+  // Every sequence's pages for the whole context, allocated up front (runtime/engine/kv_cache.h).
+  return uint64_t(std::max<int64_t>(batch, 0)) *
+         kv_sequence_bytes(m, codec, int64_t(round_up(uint64_t(std::max<int64_t>(context, 0)), kv::kBlockTokens)),
+                           chunk);
 }
 
 double estimate_hit_rate(const ModelProfile& m, const std::vector<std::vector<int32_t>>& resident, int64_t slots,
@@ -382,8 +392,7 @@ StepCost evaluate(const DeviceProfile& d, const ModelProfile& m, const Plan& p, 
 
   auto& mem = pr.memory;
   mem["weights"] = m.dense_bytes();
-  mem["kv"] = uint64_t(B) * kv_sequence_bytes(m, p.kv_codec, int64_t(round_up(uint64_t(p.context), 32)),
-                                               p.prefill_chunk);
+  mem["kv"] = kv_cache_bytes(m, p.kv_codec, p.context, B, p.prefill_chunk);
   mem["scratch"] = runtime_scratch_bytes(m, p.prefill_chunk, B);
   pr.scratch_peak_bytes = scratch_bytes(m, p.prefill_chunk, B);
   if (m.moe()) {
@@ -515,7 +524,9 @@ static void plan_gpu(const DeviceProfile& d, const ModelProfile& m, Plan& p, con
   p.rationale.push_back({"gpu_layers", std::to_string(p.gpu_layers), p.gpu_reason, ms});
 }
 
-Plan make_plan(const DeviceProfile& d, const ModelProfile& m, const PlanRequest& request) {
+namespace {
+
+Plan plan_for_batch(const DeviceProfile& d, const ModelProfile& m, const PlanRequest& request) {
   if (request.context < 1 || request.batch < 1) throw PlanError("plan: context and batch must be positive");
   if (m.moe() && int64_t(m.expert_frequency.size()) != m.moe_layers)
     throw PlanError("plan: the model profile has no expert frequencies for every MoE layer");
@@ -588,9 +599,13 @@ Plan make_plan(const DeviceProfile& d, const ModelProfile& m, const PlanRequest&
                                 mib(p.budget_bytes), mib(fixed_pre_kv), mib(fixed_pre_kv * 11 / 10)));
   const uint64_t free_for_kv = p.budget_bytes - fixed_pre_kv;
   auto kv_bytes = [&](const std::string& codec) {
-    return uint64_t(p.batch) *
-           kv_sequence_bytes(m, codec, int64_t(round_up(uint64_t(p.context), 32)), p.prefill_chunk);
+    return kv_cache_bytes(m, codec, p.context, p.batch, p.prefill_chunk);
   };
+  // KV comes before experts: the expert tier gets what KV leaves, down to its minimum cache (min_slots), so a short
+  // budget trades expert slots (and resident experts) for KV; only a KV cache that leaves less than that fails.
+  const int64_t min_slots = 2 * m.top_k;
+  const uint64_t slot_bytes = m.expert_bytes + m.expert_staging_bytes;
+  const uint64_t min_expert_bytes = m.moe() ? uint64_t(min_slots) * slot_bytes : 0;
   std::vector<std::string> codecs = {"f32", "f16", "q8", "turbo4", "turbo3"};
   std::map<std::string, double> kv_ms{{"free_bytes", double(free_for_kv)}};
   std::vector<std::string> usable_codecs;
@@ -612,17 +627,15 @@ Plan make_plan(const DeviceProfile& d, const ModelProfile& m, const PlanRequest&
         because = fmt::format("most exact codec within {:.0f}% of the memory the weights leave", kKvShareOfFreeMemory * 100);
         break;
       }
+    if (p.kv_codec.empty() && kv_bytes(usable_codecs.back()) + min_expert_bytes <= free_for_kv) {
+      p.kv_codec = usable_codecs.back();  // the smallest: the most memory left for experts
+      because = "the smallest codec that fits";
+    }
     if (p.kv_codec.empty())
-      for (auto it = usable_codecs.rbegin(); it != usable_codecs.rend(); ++it)
-        if (kv_bytes(*it) < free_for_kv) {
-          p.kv_codec = *it;
-          because = "the smallest codec that fits";
-          break;
-        }
-    if (p.kv_codec.empty())
-      throw PlanError(fmt::format("context {} x batch {} does not fit: KV needs {} even with {}, {} is free after the "
+      throw PlanError(fmt::format("context {} x batch {} does not fit: KV needs {} even with {}{}, {} is free after the "
                                   "weights; lower --context/--batch or raise --budget",
                                   p.context, p.batch, mib(kv_bytes(usable_codecs.back())), usable_codecs.back(),
+                                  m.moe() ? fmt::format(" (+ {} for the minimum expert cache)", mib(min_expert_bytes)) : "",
                                   mib(free_for_kv)));
   }
   p.rationale.push_back({"kv_codec", p.kv_codec, because, kv_ms});
@@ -653,8 +666,6 @@ Plan make_plan(const DeviceProfile& d, const ModelProfile& m, const PlanRequest&
 
     // Resident experts vs cache slots: every split of the memory left is costed; the fastest predicted step wins.
     const uint64_t avail = p.budget_bytes - fixed;
-    const uint64_t slot_bytes = m.expert_bytes + m.expert_staging_bytes;
-    const int64_t min_slots = 2 * m.top_k;
     const int64_t total = m.moe_layers * m.experts;
     if (avail < uint64_t(min_slots) * slot_bytes)
       throw PlanError(fmt::format("budget {} leaves {} for experts; the expert cache needs at least {} slots ({}): raise "
@@ -700,6 +711,30 @@ Plan make_plan(const DeviceProfile& d, const ModelProfile& m, const PlanRequest&
     throw PlanError(fmt::format("plan: predicted VRAM {} exceeds the GPU budget {}", mib(vram_total(p.prediction)),
                                 mib(p.gpu_budget_bytes)));
   return p;
+}
+
+}  // namespace
+
+Plan make_plan(const DeviceProfile& d, const ModelProfile& m, const PlanRequest& request) {
+  if (!request.fit_batch || request.batch <= 1) return plan_for_batch(d, m, request);
+  // The batch is a default, not something the user asked for: halve it until its KV fits beside the weights and
+  // the minimum expert cache, rather than fail; the plan records the batch it was sized for (serve's default).
+  PlanRequest r = request;
+  while (true) {
+    try {
+      Plan p = plan_for_batch(d, m, r);
+      if (r.batch != request.batch)
+        p.rationale.push_back({"batch", std::to_string(r.batch),
+                               fmt::format("{} sequences of {} positions do not fit the budget {} beside the weights "
+                                           "and the minimum expert cache; halved until they do",
+                                           request.batch, request.context, mib(p.budget_bytes)),
+                               {{"asked_batch", double(request.batch)}, {"kv_bytes", double(p.prediction.memory["kv"])}}});
+      return p;
+    } catch (const PlanError&) {
+      if (r.batch <= 1) throw;
+      r.batch = std::max<int64_t>(1, r.batch / 2);
+    }
+  }
 }
 
 }  // namespace tierlm::calibrate

@@ -27,7 +27,10 @@ class PlanError : public std::runtime_error {
 struct PlanRequest {
   uint64_t budget_bytes = 0;      // ledger budget; 0: kDefaultBudgetFraction of what the device may use now
   int64_t context = 4096;         // tokens per sequence the KV cache must hold
-  int64_t batch = 1;              // sequences decoded together
+  int64_t batch = 1;              // sequences decoded together (serve's --max-batch)
+  // The batch is a default, not asked for: when its KV does not fit beside the weights and the minimum expert cache,
+  // halve it (down to 1) instead of failing; the plan records the batch it was sized for.
+  bool fit_batch = false;
   std::optional<std::string> kv_codec;  // force a codec (f16, q8, turbo4, turbo3)
   std::optional<int> threads;
   std::optional<int64_t> gpu_layers;    // at most this many GPU layers (0: CPU only)
@@ -114,6 +117,11 @@ double kv_bytes_per_token(const ModelProfile& model, const std::string& codec);
 // them: sliding-window layers bounded to their window + one chunk; ModelProfile::state_spec); throws like
 // kv_bytes_per_token.
 uint64_t kv_sequence_bytes(const ModelProfile& model, const std::string& codec, int64_t context, int64_t chunk);
+// Bytes of the KV caches of `batch` sequences of `context` positions (whole pages, allocated up front, prefilled in
+// chunks of `chunk`: windowed layers bounded by kv_sequence_bytes): the one place the planner turns a model shape into
+// KV memory.
+uint64_t kv_cache_bytes(const ModelProfile& model, const std::string& codec, int64_t context, int64_t batch,
+                        int64_t chunk = 1);
 // Fraction of routed experts found in memory, by the LRU characteristic-time approximation (no trace) or by
 // replaying the trace through resident set + LRU slots.
 double estimate_hit_rate(const ModelProfile& model, const std::vector<std::vector<int32_t>>& resident, int64_t slots,

@@ -3,7 +3,12 @@
 
 #include <chrono>
 #include <ctime>
+#include <stdexcept>
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "calibrate/probe_limits.h"
 #include "calibrate/probes.h"
 
 namespace tierlm::calibrate {
@@ -18,6 +23,16 @@ DeviceProfile probe_device(const ProbeOptions& given) {
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   p.measured_at = stamp;
+  if (options.memory_budget == 0) {
+    std::string why;
+    options.memory_budget = probe_memory_budget(p.memory, &why);
+    spdlog::info("[calibrate] probes hold at most {:.0f} MiB at once: {}", double(options.memory_budget) / (1 << 20), why);
+    if (options.memory_budget < kMinProbeMemoryBytes)
+      throw std::runtime_error(fmt::format("calibrate: only {:.0f} MiB may be used by the probes ({}); they need at "
+                                           "least {:.0f} MiB: free memory or raise the cgroup limit",
+                                           double(options.memory_budget) / (1 << 20), why,
+                                           double(kMinProbeMemoryBytes) / (1 << 20)));
+  }
   p.storage = probe_storage(options);
   p.bandwidth = probe_bandwidth(p.topology, options);
   p.compute = probe_compute(p.topology, options);

@@ -1,6 +1,6 @@
-// calibrate/probes.h — the measurements behind a DeviceProfile. Each probe is bounded in time (ProbeOptions), reports
-// progress through a callback (the CLI draws the bar), and leaves nothing behind (the storage probe's scratch file
-// is removed even on error). Buffers go through a tiering::Ledger ("scratch").
+// calibrate/probes.h — the measurements behind a DeviceProfile. Each probe is bounded in time and in memory
+// (ProbeOptions), reports progress through a callback (the CLI draws the bar), and leaves nothing behind (the storage
+// probe's scratch file is removed even on error). Buffers go through a tiering::Ledger ("scratch").
 // Never: decide anything (the Planner does), or write outside the scratch file it names.
 #pragma once
 
@@ -15,6 +15,9 @@ struct ProbeOptions {
   bool quick = false;                // the whole calibration under 20 s: smaller buffers, fewer sweep points
   double seconds_per_probe = 4.0;    // wall-clock bound of each timed probe (quick: 2.5)
   std::string storage_dir = ".";     // directory on the model's filesystem; the scratch file goes there
+  // Bytes each probe may hold at once (its buffers, the page cache its scratch file dirties): probe_device sets it
+  // from probe_memory_budget (calibrate/probe_limits.h) when 0; 0 here means no bound (tests of single probes).
+  uint64_t memory_budget = 0;
   // progress(stage, done, total): stage is the probe's name; called at least once at 0 and once at total.
   std::function<void(const std::string&, size_t, size_t)> progress;
 };

@@ -1,6 +1,7 @@
 // calibrate/speed_probes.cpp — RAM bandwidth per NUMA node (runtime/kernels/bandwidth.h on a pool bound to the node)
 // and compute by thread count: OpenBLAS SGEMM (prefill's batched GEMM) and our q8_0/q4 matvec (decode).
 #include <cblas.h>
+#include <malloc.h>
 #include <numa.h>
 
 #include <algorithm>
@@ -8,6 +9,8 @@
 #include <cmath>
 #include <cstring>
 #include <vector>
+
+#include <spdlog/spdlog.h>
 
 #include "calibrate/probes.h"
 #include "runtime/kernels/bandwidth.h"
@@ -48,7 +51,9 @@ double best_rate(double seconds, double work_per_call, Fn fn) {
 std::vector<NodeBandwidth> probe_bandwidth(const Topology& topology, const ProbeOptions& options) {
   const bool numa = numa_available() >= 0 && topology.numa_nodes > 1;
   const int nodes = numa ? topology.numa_nodes : 1;
-  const size_t bytes = options.quick ? (256u << 20) : (1u << 30);
+  // One buffer of `bytes` at a time (copy: two halves, triad: three thirds), within the probes' memory budget.
+  size_t bytes = options.quick ? (256u << 20) : (1u << 30);
+  if (options.memory_budget) bytes = std::max<size_t>(std::min<size_t>(bytes, options.memory_budget), 1u << 20);
   kernels::BandwidthOptions bw;
   bw.repeats = options.quick ? 3 : 5;
   tiering::Ledger ledger;
@@ -77,6 +82,7 @@ std::vector<NodeBandwidth> probe_bandwidth(const Topology& topology, const Probe
     numa_run_on_node(-1);
     numa_set_localalloc();
   }
+  malloc_trim(0);
   return result;
 }
 
@@ -91,26 +97,49 @@ std::vector<ComputeSample> probe_compute(const Topology& topology, const ProbeOp
   };
   progress();
 
-  // Decode's matvec: copies of one 4096x4096 weight, together at least 4x the last-level cache (and 256 MiB), cycled
-  // so each call streams from RAM as a layer's weights do.
-  const int64_t rows = 4096, cols = 4096;
+  // Sizes within the probes' memory budget: the f32 source matrix at most a quarter of it, the GEMM's three
+  // matrices at most an eighth, and the streamed copies of one format (never both formats at once) the rest.
+  const uint64_t budget = options.memory_budget ? options.memory_budget : ~uint64_t(0);
+  int64_t dim = 4096;
+  while (dim > 512 && uint64_t(dim * dim) * sizeof(float) * 4 > budget) dim /= 2;
+  const int64_t rows = dim, cols = dim;
+  int n = options.quick ? 512 : 1024;
+  while (n > 128 && uint64_t(3) * uint64_t(n) * uint64_t(n) * sizeof(float) * 8 > budget) n /= 2;
+
+  // Decode's matvec: copies of one weight, together at least 4x the last-level cache (and 256 MiB) where memory
+  // allows, cycled so each call streams from RAM as a layer's weights do.
   uint64_t llc = 0;
   for (auto& c : topology.caches) llc = std::max(llc, c.bytes);
-  const uint64_t stream_bytes = std::max<uint64_t>(4 * llc, 256ull << 20);
-  tiering::LedgerBuffer source(ledger, tiering::accounts::scratch, size_t(rows * cols) * sizeof(float));
+  const uint64_t wanted = std::max<uint64_t>(4 * llc, 256ull << 20);
+  const uint64_t source_bytes = uint64_t(rows * cols) * sizeof(float), gemm_bytes = uint64_t(3) * n * n * sizeof(float);
+  const uint64_t fixed = source_bytes / 2 + gemm_bytes;  // one q8 and one q4 original stay while copies stream
+  const uint64_t stream_bytes = std::min(wanted, budget > fixed ? budget - fixed : source_bytes / 4);
+  if (stream_bytes < wanted)
+    spdlog::info("[calibrate] matvec probe streams {:.0f} MiB per format (wanted {:.0f} MiB: 4x the {:.0f} MiB "
+                 "last-level cache, at least 256 MiB), bounded by the probes' {:.0f} MiB{}",
+                 double(stream_bytes) / (1 << 20), double(wanted) / (1 << 20), double(llc) / (1 << 20),
+                 double(budget) / (1 << 20),
+                 stream_bytes < 4 * llc ? "; the cache may flatter the matvec rates" : "");
+  tiering::LedgerBuffer source(ledger, tiering::accounts::scratch, size_t(source_bytes));
   float* src = source.as<float>();
   uint32_t state = 12345;
   for (int64_t i = 0; i < rows * cols; ++i) {
     state = state * 1664525u + 1013904223u;
     src[i] = float(int32_t(state >> 8) - (1 << 23)) / float(1 << 23);
   }
-  auto copies_of = [&](kernels::WeightFormat format) {
-    std::vector<kernels::Weight> ws;
-    ws.push_back(kernels::make_weight(src, kernels::SourceType::f32, rows, cols, format, ledger,
-                                      tiering::accounts::scratch));
-    const uint64_t each = std::max<uint64_t>(kernels::weight_bytes(ws.front().view), 1);
-    ws.reserve(size_t((stream_bytes + each - 1) / each) + 1);  // `first` must stay put while copies are added
-    const kernels::Weight& first = ws.front();
+  auto original = [&](kernels::WeightFormat format) {
+    return kernels::make_weight(src, kernels::SourceType::f32, rows, cols, format, ledger, tiering::accounts::scratch);
+  };
+  kernels::Weight q8_original = original(kernels::WeightFormat::q8_0);
+  kernels::Weight q4_original = original(kernels::WeightFormat::q4);
+  source.reset();
+  // Views of `first` and its copies, together at least stream_bytes.
+  std::vector<kernels::Weight> copies;
+  auto stream_of = [&](const kernels::Weight& first) {
+    copies.clear();
+    std::vector<kernels::WeightView> views{first.view};
+    const uint64_t each = std::max<uint64_t>(kernels::weight_bytes(first.view), 1);
+    copies.reserve(size_t(stream_bytes / each) + 1);
     for (uint64_t total = each; total < stream_bytes; total += each) {
       kernels::Weight w;
       w.view = first.view;
@@ -123,23 +152,27 @@ std::vector<ComputeSample> probe_compute(const Topology& topology, const ProbeOp
       copy(first.data, w.data, w.view.data);
       copy(first.scales, w.scales, w.view.scales);
       copy(first.biases, w.biases, w.view.biases);
-      ws.push_back(std::move(w));
+      views.push_back(w.view);
+      copies.push_back(std::move(w));
     }
-    return ws;
+    return views;
   };
-  std::vector<kernels::Weight> q8 = copies_of(kernels::WeightFormat::q8_0);
-  std::vector<kernels::Weight> q4 = copies_of(kernels::WeightFormat::q4);
-  source.reset();
   tiering::LedgerBuffer vectors(ledger, tiering::accounts::scratch, size_t(rows + cols) * sizeof(float));
   float* x = vectors.as<float>();
   float* y = x + cols;
   std::fill(x, x + cols, 0.5f);
   ++done;
   progress();
+  auto matvec_gbs = [&](const std::vector<kernels::WeightView>& views, kernels::ThreadPool& pool) {
+    double bytes = 0;
+    for (auto& v : views) bytes += double(kernels::weight_bytes(v));
+    return best_rate(slice, bytes / 1e9, [&] {
+      for (auto& v : views) kernels::matvec(v, x, y, pool);
+    });
+  };
 
   // Prefill's GEMM: square SGEMM, 2n^3 flops.
-  const int n = options.quick ? 512 : 1024;
-  tiering::LedgerBuffer gemm(ledger, tiering::accounts::scratch, size_t(3) * n * n * sizeof(float));
+  tiering::LedgerBuffer gemm(ledger, tiering::accounts::scratch, size_t(gemm_bytes));
   float* a = gemm.as<float>();
   float* b = a + size_t(n) * n;
   float* cm = b + size_t(n) * n;
@@ -147,32 +180,40 @@ std::vector<ComputeSample> probe_compute(const Topology& topology, const ProbeOp
   const int blas_threads = openblas_get_num_threads();
 
   std::vector<ComputeSample> result;
-  for (int t : counts) {
-    ComputeSample s;
-    s.threads = t;
-    openblas_set_num_threads(t);
-    s.sgemm_gflops = best_rate(slice, 2.0 * n * n * n / 1e9, [&] {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, cm, n);
-    });
-    ++done;
-    progress();
-    kernels::ThreadPool pool(t);
-    auto matvec_gbs = [&](const std::vector<kernels::Weight>& ws) {
-      double bytes = 0;
-      for (auto& w : ws) bytes += double(kernels::weight_bytes(w.view));
-      return best_rate(slice, bytes / 1e9, [&] {
-        for (auto& w : ws) kernels::matvec(w.view, x, y, pool);
+  {
+    const std::vector<kernels::WeightView> q8 = stream_of(q8_original);
+    for (int t : counts) {
+      ComputeSample s;
+      s.threads = t;
+      openblas_set_num_threads(t);
+      s.sgemm_gflops = best_rate(slice, 2.0 * n * n * n / 1e9, [&] {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, cm, n);
       });
-    };
-    s.matvec_q8_gbs = matvec_gbs(q8);
-    ++done;
-    progress();
-    s.matvec_q4_gbs = matvec_gbs(q4);
-    ++done;
-    progress();
-    result.push_back(s);
+      ++done;
+      progress();
+      kernels::ThreadPool pool(t);
+      s.matvec_q8_gbs = matvec_gbs(q8, pool);
+      ++done;
+      progress();
+      result.push_back(s);
+    }
   }
   openblas_set_num_threads(blas_threads);
+  gemm.reset();
+  q8_original = kernels::Weight{};
+  copies.clear();
+  malloc_trim(0);  // the q8 copies' heap pages go back before the q4 copies are made
+  {
+    const std::vector<kernels::WeightView> q4 = stream_of(q4_original);  // the q8 copies are freed first
+    for (ComputeSample& s : result) {
+      kernels::ThreadPool pool(s.threads);
+      s.matvec_q4_gbs = matvec_gbs(q4, pool);
+      ++done;
+      progress();
+    }
+  }
+  copies.clear();
+  malloc_trim(0);  // the copies came from the heap: give them back before the next probe or the model profile
   return result;
 }
 

@@ -60,7 +60,9 @@ uint64_t next_random(uint64_t& state) {
   return state;
 }
 
-// Creates `bytes` of non-trivial data at `path`, flushed to the device and dropped from the page cache.
+// Creates `bytes` of non-trivial data at `path`, flushed to the device and dropped from the page cache every
+// kScratchFlushBytes, so its dirty pages (which a memory cgroup charges) never exceed that.
+constexpr uint64_t kScratchFlushBytes = 8ull << 20;
 void write_scratch(const std::string& path, uint64_t bytes) {
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) throw std::runtime_error("storage probe: cannot create scratch file " + path + ": " + std::strerror(errno));
@@ -77,6 +79,10 @@ void write_scratch(const std::string& path, uint64_t bytes) {
     }
     written += uint64_t(w);
     chunk[written % chunk.size()] ^= written;  // no two 4 MiB chunks alike (no dedup/compression shortcut)
+    if (written % kScratchFlushBytes == 0) {
+      fdatasync(fd);
+      posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    }
   }
   fsync(fd);
   posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
@@ -213,11 +219,21 @@ StorageInfo probe_storage(const ProbeOptions& options) {
   }
   tiering::Ledger ledger;
   const uint64_t max_block = *std::max_element(blocks.begin(), blocks.end());
-  tiering::LedgerBuffer buffers(ledger, tiering::accounts::scratch, size_t(max_block * max_depth), 4096);
+  // Read buffers for the deepest queue of the largest block, within half the probes' memory budget; cells that
+  // would need more are left out (the planner takes the nearest measured one).
+  uint64_t buffer_bytes = max_block * max_depth;
+  if (options.memory_budget) buffer_bytes = std::max<uint64_t>(std::min(buffer_bytes, options.memory_budget / 2), max_block);
+  tiering::LedgerBuffer buffers(ledger, tiering::accounts::scratch, size_t(buffer_bytes), 4096);
   const double cell_seconds = options.seconds_per_probe / double(blocks.size() * depths.size());
   size_t done = 1;
   for (uint64_t block : blocks)
     for (unsigned depth : depths) {
+      if (block * (ring.ok ? depth : 1) > buffer_bytes) {
+        spdlog::info("[calibrate] storage probe: {} KiB reads at queue depth {} left out ({} KiB of buffers is over "
+                     "the probes' memory budget)", block / 1024, depth, block * depth / 1024);
+        progress(++done);
+        continue;
+      }
       info.sweep.push_back(time_reads(scratch.fd, ring.ok ? &ring : nullptr, buffers.as<char>(), file_bytes, block,
                                       ring.ok ? depth : 1, cell_seconds));
       info.sweep.back().queue_depth = depth;

@@ -7,6 +7,9 @@
 #include <fstream>
 #include <sstream>
 
+#include <spdlog/spdlog.h>
+
+#include "calibrate/probe_limits.h"
 #include "calibrate/probes.h"
 #include "runtime/gpu/gpu_probe.h"
 
@@ -89,7 +92,13 @@ Topology probe_topology() {
     if (n <= 0) continue;
     hwloc_obj_t obj = hwloc_get_obj_by_type(topo, levels[i], 0);
     if (obj->attr && obj->attr->cache.type == HWLOC_OBJ_CACHE_INSTRUCTION) continue;
-    t.caches.push_back({i + 1, uint64_t(obj->attr ? obj->attr->cache.size : 0), n});
+    CacheLevel level{i + 1, uint64_t(obj->attr ? obj->attr->cache.size : 0), n};
+    // A VM may see its host's whole L3 for the two cores it has (one VM here: 508 MiB); probes sized by it would
+    // stream gigabytes.
+    const int sharing = std::max(1, hwloc_get_nbobjs_inside_cpuset_by_type(topo, obj->cpuset, HWLOC_OBJ_CORE));
+    const std::string clamped = clamp_cache_level(level, sharing);
+    if (!clamped.empty()) spdlog::info("[calibrate] {}", clamped);
+    t.caches.push_back(level);
   }
   if (hwloc_obj_t pkg = hwloc_get_obj_by_type(topo, HWLOC_OBJ_PACKAGE, 0))
     if (const char* model = hwloc_obj_get_info_by_name(pkg, "CPUModel")) t.cpu_model = model;

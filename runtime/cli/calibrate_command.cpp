@@ -23,7 +23,8 @@ struct CalibrateCliOptions {
   std::string weight_format;
   double budget_gib = 0;
   int64_t context = 4096;
-  int64_t batch = 1;
+  int64_t batch = calibrate::kServeBatch;
+  bool batch_given = false;
   double trace_seconds = 60;
   bool quick = false;
   bool json = false;
@@ -38,6 +39,7 @@ void run_calibrate(const CalibrateCliOptions& o) {
   c.budget_bytes = uint64_t(o.budget_gib * double(1ull << 30));
   c.context = o.context;
   c.batch = o.batch;
+  c.fit_batch = !o.batch_given;
   c.trace_seconds = o.trace_seconds;
   c.quick = o.quick;
   std::map<std::string, std::unique_ptr<ProgressBar>> bars;
@@ -71,12 +73,17 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("--weight-format", o->weight_format, "Weight format the model will run in (as for run)");
   cmd->add_option("--budget", o->budget_gib, "Memory budget in GiB (0: 85% of usable memory)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--context", o->context, "Target context (tokens per sequence)")->check(CLI::Range(int64_t(16), int64_t(1) << 22));
-  cmd->add_option("--batch", o->batch, "Target batch (sequences decoded together)")->check(CLI::Range(1, 4096));
+  cmd->add_option("--batch", o->batch,
+                  "Target batch (sequences decoded together; serve's default --max-batch). Not given: the plan may "
+                  "lower it until its KV fits")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   cmd->add_option("--trace-seconds", o->trace_seconds, "Time bound for router traces")->check(CLI::Range(0.5, 3600.0));
   cmd->add_flag("--quick", o->quick, "Short probes (under 20 s in all)");
   cmd->add_flag("--json", o->json, "Print the result as JSON");
-  cmd->callback([o] {
+  cmd->callback([o, cmd] {
     o->model = resolve_model(o->model);
+    o->batch_given = cmd->count("--batch") > 0;
     run_calibrate(*o);
   });
 }

@@ -55,6 +55,7 @@ RunOptions with_plan(RunOptions o, const CLI::App& cmd, model::LoadOptions& load
   if (!o.wisdom.empty()) c.wisdom_path = o.wisdom;
   c.weight_format = o.weight_format;
   c.context = o.context;
+  c.fit_batch = true;  // run decodes one sequence: the serving batch the plan is made for may be lowered to fit
   const calibrate::ResolvedPlan resolved = calibrate::resolve_plan(c, calibrate::parse_missing_wisdom(o.on_missing_wisdom));
   const calibrate::Plan& plan = resolved.entry.plan;
   if (!cmd.count("--threads")) o.threads = plan.threads;

@@ -16,6 +16,7 @@
 
 #include "calibrate/apply_plan.h"
 #include "calibrate/calibration.h"
+#include "calibrate/serving_fit.h"
 #include "runtime/cli/commands.h"
 #include "runtime/cli/model_setup.h"
 #include "runtime/engine/scheduler.h"
@@ -51,17 +52,38 @@ struct ServeOptions {
 };
 
 // As `tierlm run`: the plan for this machine and model fills every setting not given on the command line, and
-// becomes the active plan that GET /wisdom publishes.
+// becomes the active plan that GET /wisdom publishes. The plan was sized for a batch and context (serve's defaults
+// when calibrate was not told otherwise), and serve defaults to them; a --max-batch, --context, --kv-codec or
+// --mem-budget it does not cover re-fits it (calibrate/serving_fit.h): the expert cache gives way to the KV, said on
+// stderr, or serve refuses with what fits.
 void apply_wisdom(ServeOptions& o, const CLI::App& cmd, model::LoadOptions& load) {
   if (o.no_wisdom) return;
+  const bool batch_given = cmd.count("--max-batch") > 0, context_given = cmd.count("--context") > 0;
   calibrate::CalibrateOptions c;
   c.model_dir = o.model;
   if (!o.wisdom.empty()) c.wisdom_path = o.wisdom;
   c.weight_format = o.weight_format;
-  if (o.scheduler.context > 0) c.context = o.scheduler.context;
-  c.batch = o.scheduler.max_batch;
+  if (context_given && o.scheduler.context > 0) c.context = o.scheduler.context;
+  if (batch_given) c.batch = o.scheduler.max_batch;
+  c.fit_batch = !batch_given;
   const calibrate::ResolvedPlan resolved = calibrate::resolve_plan(c, calibrate::parse_missing_wisdom(o.on_missing_wisdom));
-  const calibrate::Plan& plan = resolved.entry.plan;
+  calibrate::WisdomEntry entry = resolved.entry;
+  const int64_t max_context = std::max<int64_t>(entry.model.max_context, 1);
+  calibrate::ServingRequest request;
+  if (batch_given) request.batch = o.scheduler.max_batch;
+  if (context_given)  // 0 or more than the model holds: the model's maximum
+    request.context = o.scheduler.context > 0 ? std::min(o.scheduler.context, max_context) : max_context;
+  if (cmd.count("--kv-codec")) request.kv_codec = o.kv_codec;
+  const bool unlimited = cmd.count("--mem-budget") && o.mem_budget_gib <= 0;
+  if (cmd.count("--mem-budget") && !unlimited) request.budget_bytes = uint64_t(o.mem_budget_gib * double(1ull << 30));
+  if (!unlimited) {
+    calibrate::ServingFit fit = calibrate::fit_serving(entry, request);  // ServingFitError: refuse with what fits
+    if (fit.refitted) spdlog::warn("[server] {}", fit.note);
+    entry.plan = std::move(fit.plan);
+  }
+  const calibrate::Plan& plan = entry.plan;
+  if (!batch_given) o.scheduler.max_batch = plan.batch;
+  if (!context_given) o.scheduler.context = std::min(plan.context, max_context);
   if (!cmd.count("--threads")) o.scheduler.threads = plan.threads;
   if (!cmd.count("--prefill-size")) o.scheduler.prefill_size = plan.prefill_chunk;
   if (!cmd.count("--mem-budget")) o.mem_budget_gib = double(plan.budget_bytes) / double(1ull << 30);
@@ -70,14 +92,12 @@ void apply_wisdom(ServeOptions& o, const CLI::App& cmd, model::LoadOptions& load
     o.gpu_layers = plan.gpu_layers;
     o.gpu_plan = calibrate::gpu_options(plan);
   }
-  // The device KV of every slot is allocated for the whole context, and the plan sized its GPU split for its own
-  // context: the serve default (the model's maximum) could need many times the VRAM it planned for.
-  if (o.gpu_layers > 0 && !cmd.count("--context") && plan.context > 0) o.scheduler.context = plan.context;
-  if (resolved.entry.model.moe()) load.experts = calibrate::expert_tier_options(plan);
-  calibrate::set_active_plan(resolved.entry);
-  spdlog::info("[server] wisdom plan {}/{}: {} threads, prefill {}, KV {}, budget {:.2f} GiB, {} GPU layers",
+  if (entry.model.moe()) load.experts = calibrate::expert_tier_options(plan);
+  calibrate::set_active_plan(entry);
+  spdlog::info("[server] wisdom plan {}/{}: {} threads, prefill {}, KV {}, budget {:.2f} GiB, {} GPU layers, max batch "
+               "{}, context {}",
                plan.device_fingerprint, plan.model_fingerprint, o.scheduler.threads, o.scheduler.prefill_size,
-               o.kv_codec, o.mem_budget_gib, o.gpu_layers);
+               o.kv_codec, o.mem_budget_gib, o.gpu_layers, o.scheduler.max_batch, o.scheduler.context);
 }
 
 // Layers [0, o.gpu_layers) on the GPU, keeping the device KV of every slot (max_sequences = max_batch: a step of
@@ -143,7 +163,19 @@ void serve(ServeOptions o, const CLI::App& cmd) {
       if (gpu_counters) gpu_counters->refresh();
     };
   const int64_t gpu_layers = sched.gpu ? sched.gpu->layers() : 0;  // read before the engine thread owns them
-  engine::Scheduler scheduler(weights, ledger, sched);
+  std::optional<engine::Scheduler> scheduler_slot;
+  try {
+    scheduler_slot.emplace(weights, ledger, sched);
+  } catch (const tiering::LedgerError& e) {
+    // Not a bare ledger error: what the engine asked for, what was in use, and the flags that change it.
+    throw std::runtime_error(fmt::format(
+        "serve: {} KV slots of {} positions ({}) and the engine's scratch do not fit the {:.2f} GiB memory budget with "
+        "{:.2f} GiB already in use by the weights and the expert tier ({}); lower --max-batch or --context, choose a "
+        "smaller --kv-codec, or raise --mem-budget",
+        sched.max_batch, sched.context, o.kv_codec, double(ledger.budget()) / double(1ull << 30),
+        double(ledger.used()) / double(1ull << 30), e.what()));
+  }
+  engine::Scheduler& scheduler = *scheduler_slot;
 
   server::ServerInfo info;
   info.model_id = model_id;

@@ -221,3 +221,66 @@ TEST(Planner, PlanJsonRoundTrips) {
 
 }  // namespace
 }  // namespace tierlm::calibrate
+
+namespace tierlm::calibrate {
+namespace {
+
+uint64_t expert_memory(const Plan& p) {
+  return p.prediction.memory.at("resident_experts") + p.prediction.memory.at("expert_cache");
+}
+
+// The serving batch's KV comes out of the expert cache: the same budget planned for 8 sequences instead of 1 holds
+// exactly 8x the KV of the same codec, and the experts give up at least that much (less only the step scratch the
+// larger batch also needs, and one expert block of rounding).
+TEST(Planner, ServeBatchKvComesOutOfTheExpertCache) {
+  const DeviceProfile d = device("laptop-8gb");
+  const ModelProfile m = qwen3_moe_30b();
+  PlanRequest r;
+  r.budget_bytes = 6ull << 30;
+  r.context = 4096;
+  r.kv_codec = "q8";
+  r.batch = 1;
+  const Plan one = make_plan(d, m, r);
+  r.batch = 8;
+  const Plan eight = make_plan(d, m, r);
+  expect_sane(d, m, one);
+  expect_sane(d, m, eight);
+  EXPECT_EQ(eight.batch, 8);
+  EXPECT_EQ(one.prediction.memory.at("kv"), kv_cache_bytes(m, "q8", 4096, 1));
+  EXPECT_EQ(eight.prediction.memory.at("kv"), 8 * one.prediction.memory.at("kv"));
+  const uint64_t more_kv = eight.prediction.memory.at("kv") - one.prediction.memory.at("kv");
+  const uint64_t more_scratch = eight.prediction.memory.at("scratch") - one.prediction.memory.at("scratch");
+  EXPECT_LT(expert_memory(eight), expert_memory(one));
+  EXPECT_GE(expert_memory(one) - expert_memory(eight) + m.expert_bytes + m.expert_staging_bytes,
+            more_kv + more_scratch);
+  EXPECT_LE(eight.prediction.total_memory(), r.budget_bytes);
+}
+
+// A default batch (not asked for) that cannot fit beside the weights and the minimum expert cache is halved until it
+// fits, and the plan says so; an asked batch fails with the hint instead.
+TEST(Planner, DefaultBatchIsHalvedUntilItsKvFits) {
+  const DeviceProfile d = device("laptop-8gb");
+  const ModelProfile m = qwen3_moe_30b();
+  PlanRequest r;
+  r.context = 4096;
+  r.batch = 8;
+  // Room for about 3 sequences of the smallest codec beside the weights, scratch and the minimum expert cache.
+  r.budget_bytes = m.dense_bytes() + kv_cache_bytes(m, "turbo3", 4096, 3) + (96ull << 20);
+  EXPECT_THROW(make_plan(d, m, r), PlanError);
+  r.fit_batch = true;
+  const Plan p = make_plan(d, m, r);
+  expect_sane(d, m, p);
+  EXPECT_GE(p.batch, 1);
+  EXPECT_LT(p.batch, 8);
+  // The largest halving that fits: twice it does not.
+  PlanRequest twice = r;
+  twice.fit_batch = false;
+  twice.batch = p.batch * 2;
+  EXPECT_THROW(make_plan(d, m, twice), PlanError);
+  bool said = false;
+  for (auto& why : p.rationale) said |= why.decision == "batch" && why.value == std::to_string(p.batch);
+  EXPECT_TRUE(said);
+}
+
+}  // namespace
+}  // namespace tierlm::calibrate

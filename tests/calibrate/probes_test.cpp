@@ -2,6 +2,8 @@
 // sweep (bounded, cleans up, O_DIRECT fallback), and router traces on the tiny MoE fixture.
 #include <gtest/gtest.h>
 
+#include <cblas.h>
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +13,7 @@
 #include <set>
 
 #include "calibrate/model_profile.h"
+#include "calibrate/probe_limits.h"
 #include "calibrate/probes.h"
 #include "runtime/gpu/gpu_probe.h"
 
@@ -29,6 +32,15 @@ struct TempDir {
   }
   ~TempDir() { fs::remove_all(path); }
 };
+
+// VmHWM of this process.
+uint64_t peak_rss_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  return 0;
+}
 
 void write(const fs::path& p, const std::string& text) {
   fs::create_directories(p.parent_path());
@@ -218,6 +230,78 @@ TEST(ModelProfile, RouterTracesOnTheTinyMoeFixture) {
   // The fingerprint follows the files.
   EXPECT_EQ(model_fingerprint(dir, ""), p.fingerprint);
   EXPECT_NE(model_fingerprint(dir, "q8_0"), p.fingerprint);
+}
+
+}  // namespace
+}  // namespace tierlm::calibrate
+
+namespace tierlm::calibrate {
+namespace {
+
+// The probes' memory: kProbeMemoryShare of the tightest of MemAvailable and (cgroup limit - usage).
+TEST(ProbeLimits, MemoryBudgetIsAShareOfWhatIsUsableNow) {
+  MemoryInfo m;
+  m.total = 24ull << 30;
+  m.available = 20ull << 30;
+  EXPECT_EQ(probe_memory_budget(m), uint64_t(double(20ull << 30) * kProbeMemoryShare));
+  m.cgroup_v1_limit = 3ull << 30;  // the 3 GiB group
+  m.cgroup_usage = 1ull << 30;
+  std::string why;
+  EXPECT_EQ(probe_memory_budget(m, &why), uint64_t(double(2ull << 30) * kProbeMemoryShare));
+  EXPECT_NE(why.find("cgroup limit 3072 MiB with 1024 MiB in use"), std::string::npos) << why;
+  m.cgroup_v1_limit.reset();
+  m.cgroup_v2_limit = 1ull << 30;
+  m.cgroup_usage = 0;
+  EXPECT_EQ(probe_memory_budget(m), uint64_t(double(1ull << 30) * kProbeMemoryShare));
+}
+
+// This VM's hwloc reports a 508 MiB L3 for 2 cores: clamped to kMaxCacheBytesPerCore per core, with the reason.
+// Real caches stand (a 96 MiB 3D V-Cache L3 over 8 cores, a 2 MiB L2 per core).
+TEST(ProbeLimits, ImplausibleCacheSizesAreClamped) {
+  CacheLevel vm{3, 508ull << 20, 1};
+  const std::string why = clamp_cache_level(vm, 2);
+  EXPECT_EQ(vm.bytes, 2 * kMaxCacheBytesPerCore);
+  EXPECT_NE(why.find("508 MiB L3 shared by 2 cores"), std::string::npos) << why;
+  CacheLevel vcache{3, 96ull << 20, 2};
+  EXPECT_TRUE(clamp_cache_level(vcache, 8).empty());
+  EXPECT_EQ(vcache.bytes, 96ull << 20);
+  CacheLevel l2{2, 2ull << 20, 2};
+  EXPECT_TRUE(clamp_cache_level(l2, 1).empty());
+  // Whatever hwloc says here, the topology the probes use is plausible for the cores it has.
+  for (const CacheLevel& c : probe_topology().caches) EXPECT_LE(c.bytes, uint64_t(probe_topology().cores) * kMaxCacheBytesPerCore);
+}
+
+// The compute and bandwidth probes hold no more than the budget they are given (the ledger's peak is what they
+// allocated; a small budget still gives numbers).
+TEST(ProbeLimits, ComputeAndBandwidthProbesStayWithinTheirBudget) {
+  ProbeOptions o;
+  o.quick = true;
+  o.seconds_per_probe = 0.3;
+  o.memory_budget = 48ull << 20;
+  Topology t = probe_topology();
+  t.caches = {CacheLevel{3, 508ull << 20, 1}};  // as hwloc reported it before the clamp: 4x would be 2 GiB
+  // OpenBLAS's own per-thread buffers are not the probe's: allocate them before the baseline.
+  {
+    std::vector<float> m(256 * 256, 0.5f), out(256 * 256);
+    openblas_set_num_threads(t.cores);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 256, 256, 256, 1.0f, m.data(), 256, m.data(), 256, 0.0f,
+                out.data(), 256);
+  }
+  const uint64_t before = peak_rss_bytes();
+  const std::vector<ComputeSample> c = probe_compute(t, o);
+  ASSERT_FALSE(c.empty());
+  for (auto& s : c) {
+    EXPECT_GT(s.matvec_q8_gbs, 0);
+    EXPECT_GT(s.matvec_q4_gbs, 0);
+    EXPECT_GT(s.sgemm_gflops, 0);
+  }
+  const std::vector<NodeBandwidth> b = probe_bandwidth(t, o);
+  ASSERT_FALSE(b.empty());
+  EXPECT_GT(b[0].read_gbs, 0);
+  // Peak RSS grew by at most the budget (plus thread stacks and allocator slack).
+  std::printf("peak RSS %.1f MiB before the probes, %.1f MiB after (budget %.0f MiB)\n", before / 1048576.0,
+              peak_rss_bytes() / 1048576.0, o.memory_budget / 1048576.0);
+  EXPECT_LE(peak_rss_bytes(), before + o.memory_budget + (32ull << 20));
 }
 
 }  // namespace

@@ -8,7 +8,8 @@ PKGS=(g++ cmake make pkg-config git
       libspdlog-dev libfmt-dev libopenblas-dev libhwloc-dev libnuma-dev liburing-dev libcli11-dev
       libonig-dev libicu-dev libgtest-dev libgmock-dev libbenchmark-dev
       python3 python3-jinja2 ccache
-      chromium wrk)  # server tests: the dashboard in headless Chromium (~20 s to install), the wrk load test
+      chromium wrk  # server tests: the dashboard in headless Chromium (~20 s to install), the wrk load test
+      clang libclang-rt-14-dev llvm)  # fuzzing: clang 14 with libFuzzer and the sanitizer runtimes, llvm-symbolizer
 # Node.js/npm are only needed for fetching the npm tokenizer packages and the openai SDK tests.
 command -v npm >/dev/null 2>&1 || PKGS+=(nodejs npm)
 missing=()

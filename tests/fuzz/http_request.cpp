@@ -67,15 +67,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     parser.eager(true);  // as http::async_read sets it
     boost::beast::error_code ec;
     while (!parser.is_done()) {
-      const size_t used = parser.put(buffer.data(), ec);
+      const size_t used = buffer.size() > 0 ? parser.put(buffer.data(), ec) : 0;
       buffer.consume(used);
-      if (ec == http::error::need_more) {
-        if (used > 0) {
-          ec = {};
-          continue;
-        }
-        // The connection has no more bytes: as Beast's read does, end of stream before any byte, else put_eof.
+      if (ec == http::error::need_more || (!ec && used == 0)) {
         ec = {};
+        if (used > 0) continue;
+        // No progress: the connection has no more bytes. As Beast's read does: end of stream before any byte,
+        // else put_eof.
         if (!parser.got_some()) ec = http::error::end_of_stream;
         else parser.put_eof(ec);
         if (!ec && !parser.is_done()) ec = http::error::partial_message;

@@ -30,6 +30,11 @@ void ScratchFile::write(const uint8_t* data, size_t size) const {
   if (!out) throw std::runtime_error("fuzz: cannot write " + path_.string());
 }
 
+const ScratchFile& scratch_file(const std::string& name) {
+  static const ScratchFile file(name);
+  return file;
+}
+
 void silence_logs() { spdlog::set_level(spdlog::level::off); }
 
 }  // namespace tierlm::fuzz

@@ -40,6 +40,10 @@ class ScratchFile {
   std::filesystem::path folder_, path_;
 };
 
+// This process's scratch file, created on the first call with the name the parser expects (later names are ignored:
+// one harness, one file).
+const ScratchFile& scratch_file(const std::string& name);
+
 // A broken invariant of a parser's successful result: report it and abort (libFuzzer saves the input).
 [[noreturn]] inline void invariant_failed(const char* what) {
   std::fprintf(stderr, "fuzz: invariant broken: %s\n", what);

@@ -3,26 +3,22 @@
 // that opens must keep every tensor inside the file with the byte length its dtype and shape need.
 #include <cstdint>
 #include <filesystem>
-#include <memory>
 
 #include "runtime/model/safetensors.h"
 #include "tests/fuzz/fuzz_harness.h"
 
-namespace {
-std::unique_ptr<tierlm::fuzz::ScratchFile> scratch;
-}
-
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   tierlm::fuzz::silence_logs();
-  scratch = std::make_unique<tierlm::fuzz::ScratchFile>("model.safetensors");
+  (void)tierlm::fuzz::scratch_file("model.safetensors");
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tierlm::model;
-  scratch->write(data, size);
+  const auto& scratch = tierlm::fuzz::scratch_file("model.safetensors");
+  scratch.write(data, size);
   try {
-    const TensorIndex index = TensorIndex::open_file(scratch->path());
+    const TensorIndex index = TensorIndex::open_file(scratch.path());
     for (const auto& [name, info] : index.tensors()) {
       TIERLM_FUZZ_CHECK(info.offset <= size && info.length <= size - info.offset);
       TIERLM_FUZZ_CHECK(info.length == static_cast<uint64_t>(info.elements()) * dtype_size(info.dtype));

@@ -13,7 +13,6 @@
 #include "tests/fuzz/fuzz_harness.h"
 
 namespace {
-std::unique_ptr<tierlm::fuzz::ScratchFile> scratch;
 
 constexpr std::string_view kTexts[] = {
     "Hello world! It's 2024-06-01, 12345 items.",
@@ -26,16 +25,17 @@ constexpr std::string_view kTexts[] = {
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   tierlm::fuzz::silence_logs();
-  scratch = std::make_unique<tierlm::fuzz::ScratchFile>("tokenizer.json");
+  (void)tierlm::fuzz::scratch_file("tokenizer.json");
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tierlm::tok;
-  scratch->write(data, size);
+  const auto& scratch = tierlm::fuzz::scratch_file("tokenizer.json");
+  scratch.write(data, size);
   std::optional<Tokenizer> tokenizer;
   try {
-    tokenizer = Tokenizer::load(scratch->path());
+    tokenizer = Tokenizer::load(scratch.path());
   } catch (const TokenizerError&) {
     return 0;
   }

@@ -24,6 +24,7 @@
 #include "server/api_error.h"
 #include "server/completion_writer.h"
 #include "server/dashboard.h"
+#include "server/http_request_reading.h"
 #include "server/log_throttle.h"
 #include "server/request_policy.h"
 #include "server/service.h"
@@ -39,7 +40,7 @@ using net::use_awaitable;
 using namespace net::experimental::awaitable_operators;
 constexpr auto nothrow = net::as_tuple(use_awaitable);
 using Clock = std::chrono::steady_clock;
-using Request = http::request<http::string_body>;
+using Request = HttpRequest;
 
 namespace {
 
@@ -79,18 +80,6 @@ struct Exchange {
   std::string refusal;         // non-empty: counted in tierlm_http_rejected_total{reason}
   bool chunked() const { return version >= 11; }
 };
-
-std::optional<std::string_view> header(const Request& req, http::field field) {
-  const auto it = req.find(field);
-  if (it == req.end()) return std::nullopt;
-  return std::string_view(it->value().data(), it->value().size());
-}
-
-std::optional<std::string_view> header(const Request& req, std::string_view name) {
-  const auto it = req.find(beast::string_view(name.data(), name.size()));
-  if (it == req.end()) return std::nullopt;
-  return std::string_view(it->value().data(), it->value().size());
-}
 
 template <class Body>
 void common_headers(http::response<Body>& res, const Exchange& ex) {
@@ -276,9 +265,8 @@ struct HttpServer::Impl {
     beast::flat_buffer buffer;
     const auto timeout = std::chrono::milliseconds(int64_t(options.read_timeout_seconds * 1000));
     for (;;) {
-      http::request_parser<http::string_body> parser;
-      parser.body_limit(options.max_body_bytes);
-      parser.header_limit(16 * 1024);
+      HttpRequestParser parser;
+      limit_request_parser(parser, options.max_body_bytes);
       stream.expires_after(timeout);
       auto [ec, bytes] = co_await http::async_read(stream, buffer, parser, nothrow);
       (void)bytes;
@@ -289,7 +277,7 @@ struct HttpServer::Impl {
         const Request& partial = parser.get();
         Exchange ex;
         ex.version = partial.version() == 10 ? 10 : 11;
-        ex.request_id = request_id(header(partial, "x-request-id"));
+        ex.request_id = request_id(header_value(partial, "x-request-id"));
         ex.route = route_label(std::string_view(partial.target().data(), partial.target().size()));
         if (ec == http::error::body_limit) {
           co_await send_error(stream, ex,
@@ -316,7 +304,7 @@ struct HttpServer::Impl {
       ex.version = request.version();
       ex.keep_alive = request.keep_alive();
       ex.head = request.method() == http::verb::head;
-      ex.request_id = request_id(header(request, "x-request-id"));
+      ex.request_id = request_id(header_value(request, "x-request-id"));
       bool keep = false;
       try {
         keep = co_await handle(stream, request, ex, local_address);
@@ -388,18 +376,7 @@ struct HttpServer::Impl {
   }
 
   awaitable<bool> handle(beast::tcp_stream& stream, Request& req, Exchange& ex, const std::string& local_address) {
-    RequestFacts facts;
-    facts.method = std::string_view(req.method_string().data(), req.method_string().size());
-    facts.target = std::string_view(req.target().data(), req.target().size());
-    facts.version = req.version();
-    facts.host = header(req, http::field::host);
-    facts.origin = header(req, http::field::origin);
-    facts.content_type = header(req, http::field::content_type);
-    facts.authorization = header(req, http::field::authorization);
-    facts.x_api_key = header(req, "x-api-key");
-    facts.preflight_method = header(req, http::field::access_control_request_method);
-    facts.local_address = local_address;
-    const Verdict verdict = check_request(policy, facts);
+    const Verdict verdict = check_request(policy, request_facts(req, local_address));
     ex.route = verdict.route;
     ex.anthropic = verdict.route.starts_with("/v1/messages");
     ex.cors_origin = verdict.cors_origin;

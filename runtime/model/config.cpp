@@ -1,6 +1,8 @@
 #include "runtime/model/config.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 
@@ -81,7 +83,11 @@ class Reader {
   int64_t as_int(const std::string& key, const json::value& v) const {
     if (v.is_int64()) return v.as_int64();
     if (v.is_uint64() && v.as_uint64() <= uint64_t(INT64_MAX)) return int64_t(v.as_uint64());
-    if (v.is_double() && v.as_double() == double(int64_t(v.as_double()))) return int64_t(v.as_double());
+    // A whole double within int64's range (converting one outside it is undefined behaviour: 1e300 is no size).
+    if (v.is_double()) {
+      const double d = v.as_double();
+      if (d >= -9223372036854775808.0 && d < 9223372036854775808.0 && d == std::floor(d)) return int64_t(d);
+    }
     fail(key, "must be an integer");
   }
 
@@ -119,12 +125,17 @@ RopeConfig parse_rope(const Reader& top, const json::object& root, const std::st
 
 std::vector<int32_t> token_ids(const Reader& r, const json::object& o, const std::string& key) {
   std::vector<int32_t> ids;
+  auto id = [&](const json::value& v) {
+    const int64_t x = r.as_int(key, v);
+    if (x < 0 || x > INT32_MAX) r.fail(key, fmt::format("holds {}, which is not a token id", x));
+    return int32_t(x);
+  };
   auto it = o.find(key);
   if (it == o.end() || it->value().is_null()) return ids;
   if (it->value().is_array()) {
-    for (auto& v : it->value().as_array()) ids.push_back(int32_t(r.as_int(key, v)));
+    for (auto& v : it->value().as_array()) ids.push_back(id(v));
   } else {
-    ids.push_back(int32_t(r.as_int(key, it->value())));
+    ids.push_back(id(it->value()));
   }
   return ids;
 }

@@ -463,6 +463,7 @@ void install_globals(Dict& g) {
       for (const auto& [k, v] : p.as_dict().entries) ns->attributes.set(k, v);
     }
     for (const auto& [k, v] : a.keyword) ns->attributes.set(k, v);
+    if (a.interpreter) a.interpreter->own(ns);
     return Value(ns);
   }));
   g.set("dict", Value::function("dict", [](const CallArgs& a) {

@@ -103,6 +103,10 @@ void Interpreter::rethrow_at(const TemplateError& e, std::size_t offset) const {
   throw TemplateError(e.message(), line, column);
 }
 
+Interpreter::~Interpreter() {
+  for (const auto& ns : namespaces_) ns->attributes.entries.clear();
+}
+
 std::string Interpreter::render(const Dict& context) {
   auto globals = std::make_shared<Scope>();
   install_globals(globals->vars);

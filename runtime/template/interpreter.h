@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "runtime/template/ast.h"
 #include "runtime/template/value.h"
@@ -28,6 +29,9 @@ using ScopePtr = std::shared_ptr<Scope>;
 class Interpreter {
  public:
   Interpreter(const ParsedTemplate& parsed, const RenderLimits& limits) : parsed_(parsed), limits_(limits) {}
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
+  ~Interpreter();
 
   // `context` holds the template's variables (messages, tools, ...); jinja2's globals sit beneath it.
   std::string render(const Dict& context);
@@ -39,6 +43,9 @@ class Interpreter {
   std::vector<Value> iterate(const Value& v);  // Python iteration (dict -> keys, str -> chars)
   void check_size(std::size_t bytes) const;
   void count_iterations(std::size_t n);
+  // namespace() objects made during this render. A template can store a namespace inside itself
+  // ({% set ns.me = ns %}), a shared_ptr cycle; the destructor clears every one, so none outlives its render.
+  void own(const std::shared_ptr<Namespace>& ns) { namespaces_.push_back(ns); }
   Value apply_filter(const std::string& name, const Value& input, const CallArgs& args);
   bool apply_test(const std::string& name, const Value& input, const CallArgs& args);
 
@@ -61,6 +68,7 @@ class Interpreter {
   RenderLimits limits_;
   std::size_t iterations_ = 0;
   int call_depth_ = 0;
+  std::vector<std::shared_ptr<Namespace>> namespaces_;
 };
 
 // Whether a filter / test of this name exists (checked at parse time, as jinja2 does at compile time).

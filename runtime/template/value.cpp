@@ -7,6 +7,7 @@
 
 #include <unicode/uchar.h>
 
+#include "runtime/template/template_error.h"
 #include "runtime/template/text.h"
 
 namespace tierlm::tmpl {
@@ -170,32 +171,55 @@ std::string string_repr(std::string_view s) {
   return out;
 }
 
-std::string to_repr(const Value& v) {
-  if (v.is_string()) return string_repr(v.as_string());
-  if (v.is_list()) {
+namespace {
+
+// A namespace can hold itself (through a list too), and nested shared lists grow their text exponentially
+// ({% set a = [a, a] %} thirty times): printing stops at these bounds with a TemplateError, never a stack overflow
+// or gigabytes of text. The render's own output limit applies to whatever is printed after that.
+constexpr int kMaxReprDepth = 100;
+constexpr std::size_t kMaxReprBytes = 16u << 20;
+
+void repr_into(std::string& out, const Value& v, int depth) {
+  if (depth > kMaxReprDepth)
+    throw TemplateError("value nested more than " + std::to_string(kMaxReprDepth) +
+                        " levels deep (does a namespace or list contain itself?)");
+  if (out.size() > kMaxReprBytes)
+    throw TemplateError("value's text exceeds " + std::to_string(kMaxReprBytes) + " bytes");
+  if (v.is_string()) {
+    out += string_repr(v.as_string());
+  } else if (v.is_list()) {
     const auto& l = v.as_list();
-    std::string out = l.tuple ? "(" : "[";
+    out += l.tuple ? "(" : "[";
     for (std::size_t i = 0; i < l.items.size(); ++i) {
       if (i) out += ", ";
-      out += to_repr(l.items[i]);
+      repr_into(out, l.items[i], depth + 1);
     }
     if (l.tuple && l.items.size() == 1) out += ",";
     out += l.tuple ? ")" : "]";
-    return out;
-  }
-  if (v.is_dict()) {
-    std::string out = "{";
+  } else if (v.is_dict() || v.is_namespace()) {
+    const Dict& d = v.is_dict() ? v.as_dict() : v.as_namespace().attributes;
+    out += v.is_dict() ? "{" : "<Namespace {";
     bool first = true;
-    for (const auto& [k, item] : v.as_dict().entries) {
+    for (const auto& [k, item] : d.entries) {
       if (!first) out += ", ";
       first = false;
-      out += string_repr(k) + ": " + to_repr(item);
+      out += string_repr(k) + ": ";
+      repr_into(out, item, depth + 1);
     }
-    return out + "}";
+    out += v.is_dict() ? "}" : "}>";
+  } else if (v.is_undefined()) {
+    out += "Undefined";
+  } else {
+    out += to_str(v);
   }
-  if (v.is_namespace()) return "<Namespace " + to_repr(Value::dict(v.as_namespace().attributes)).substr(1) + ">";
-  if (v.is_undefined()) return "Undefined";
-  return to_str(v);
+}
+
+}  // namespace
+
+std::string to_repr(const Value& v) {
+  std::string out;
+  repr_into(out, v, 0);
+  return out;
 }
 
 std::string to_str(const Value& v) {

@@ -36,6 +36,13 @@ BpeModel::BpeModel(const boost::json::value& json, const std::string& where) {
     vocab_.emplace(std::string(entry.key()), static_cast<int32_t>(id));
     max_id = std::max<int64_t>(max_id, id);
   }
+  // Ids index a table, so they must be dense enough: real vocabularies number 0..N-1 (holes are rare and few).
+  // Without this bound one entry with id 2^31-1 would allocate 64 GiB of empty names.
+  const int64_t id_limit = 2 * static_cast<int64_t>(vocab_object.size()) + kMaxIdHoles;
+  if (max_id >= id_limit)
+    json_fail(where + ".vocab", "id " + std::to_string(max_id) + " is far beyond the vocabulary's " +
+                                    std::to_string(vocab_object.size()) + " entries (ids must be below " +
+                                    std::to_string(id_limit) + ")");
   id_to_token_.resize(static_cast<std::size_t>(max_id + 1));
   for (const auto& [token, id] : vocab_) id_to_token_[static_cast<std::size_t>(id)] = token;
 

@@ -23,6 +23,10 @@ struct StringHash {
   std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
 };
 
+// Gaps allowed in the id numbering of a vocabulary (or of the added tokens after it) beyond its own size: tables are
+// indexed by id, so a file must not make a few bytes claim billions of ids.
+inline constexpr int64_t kMaxIdHoles = 1 << 16;
+
 class BpeModel {
  public:
   // Builds from tokenizer.json's "model" object; throws TokenizerError naming `where`.

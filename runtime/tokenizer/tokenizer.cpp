@@ -164,7 +164,12 @@ Tokenizer Tokenizer::load(const std::filesystem::path& path) {
         const auto& o = json_object(array[i], at);
         AddedToken t;
         const long long id = json_required_integer(o, "id", at);
-        if (id < 0 || id > INT32_MAX) json_fail(at + ".id", "out of range");
+        // Added tokens follow the model's vocabulary (or reuse its ids); one far beyond it would make the vocabulary
+        // size (one past the largest id) absurd, and INT32_MAX would overflow it.
+        const int64_t id_limit = int64_t(impl->model->size()) + int64_t(array.size()) + kMaxIdHoles;
+        if (id < 0 || id >= id_limit)
+          json_fail(at + ".id", std::to_string(id) + " is out of range (ids must be below " +
+                                    std::to_string(id_limit) + ")");
         t.id = static_cast<int32_t>(id);
         t.content = json_required_string(o, "content", at);
         t.special = json_bool(o, "special", false, at);

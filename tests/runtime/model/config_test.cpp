@@ -90,3 +90,15 @@ TEST(Config, MissingFolderAndMismatchedTensorsAreClearErrors) {
   }
   std::filesystem::remove_all(dir);
 }
+
+// Found by the config_json fuzz harness: an integer field holding a double beyond int64 (7.8e47) was converted
+// with undefined behaviour; it must be the field's ordinary error. Token ids must fit an int32.
+TEST(Config, IntegersOutsideTheirRangeAreFieldErrors) {
+  expect_error(replace(kLlama, "\"hidden_size\": 64", "\"hidden_size\": 777777777777777777777777777777777777777777777764"),
+               "hidden_size");
+  expect_error(replace(kLlama, "\"hidden_size\": 64", "\"hidden_size\": -1e300"), "hidden_size");
+  expect_error(replace(kLlama, "\"hidden_size\": 64", "\"hidden_size\": 1e999"), "hidden_size");
+  EXPECT_EQ(parse_config(replace(kLlama, "\"hidden_size\": 64", "\"hidden_size\": 64.0"), "c").hidden_size, 64);
+  expect_error(replace(kLlama, "\"bos_token_id\": 128000", "\"bos_token_id\": 4294967296"), "bos_token_id");
+  expect_error(replace(kLlama, "[128001, 128009]", "[128001, -5]"), "eos_token_id");
+}

@@ -230,3 +230,26 @@ TEST(ChatTemplateRobustness, LongConversationRendersQuickly) {
   std::printf("[perf] qwen3, 500 messages x 2 KB: %.1f ms\n",
               std::chrono::duration<double, std::milli>(elapsed).count());
 }
+
+// Found by the jinja_template fuzz harness (LeakSanitizer): a namespace stored inside itself, directly or through a
+// list, was a shared_ptr cycle that leaked on every render. Renders still see the self-reference; the objects are
+// freed when the render ends (this test fails under tools/test.sh's ASan pass without that).
+TEST(ChatTemplateRobustness, SelfReferencingNamespacesDoNotLeak) {
+  const auto t = ChatTemplate::parse(
+      "{%- set ns = namespace(n=1) %}{%- set ns.me = ns %}{%- set ns.all = [ns, ns] %}"
+      "{{ ns.me.me.n }}{{ ns.all[1].me.n + 1 }}{{ ns.all | length }}");
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(t.render({}), "122");
+}
+
+// Found while reproducing the leak above: printing a namespace that holds itself through a list recursed until the
+// stack overflowed, and nested shared lists print exponentially long text. Both end in TemplateError now; a
+// namespace prints as jinja2's repr does.
+TEST(ChatTemplateRobustness, PrintingSelfContainingOrExplodingValuesIsAnError) {
+  EXPECT_EQ(ChatTemplate::parse("{% set ns = namespace(a=1, b=[2]) %}{{ ns }}").render({}),
+            "<Namespace {'a': 1, 'b': [2]}>");
+  EXPECT_NE(expect_error("{% set ns = namespace() %}{% set ns.l = [ns] %}{{ ns.l }}").find("nested more than"),
+            std::string::npos);
+  std::string doubling = "{% set a = ['xxxxxxxx', 'yyyyyyyy'] %}";
+  for (int i = 0; i < 30; ++i) doubling += "{% set a = [a, a] %}";
+  EXPECT_NE(expect_error(doubling + "{{ a }}").find("exceeds"), std::string::npos);
+}

@@ -222,4 +222,31 @@ TEST(TokenizerUnit, LoadErrorsNameTheFileAndTheProblem) {
   expect_error(dir.write("wordpiece.json", json::serialize(t)), {"wordpiece.json", "decoder", "WordPiece"});
 }
 
+// Found with the tokenizer_json fuzz harness: one vocab entry with id 2^31-1 made load allocate 64 GiB (the id table),
+// and an added token with that id overflowed the vocabulary size (INT32_MAX + 1). Both are load errors now, while a
+// few holes in the numbering still load.
+TEST(TokenizerUnit, IdsFarBeyondTheVocabularyAreLoadErrors) {
+  TempDir dir;
+  auto load_error = [&](const json::object& t) -> std::string {
+    try {
+      load_json(dir, t);
+    } catch (const TokenizerError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  json::object t = llama2_style();
+  t["model"].as_object()["vocab"].as_object()["zz"] = 2147483647;
+  EXPECT_NE(load_error(t).find("model.vocab"), std::string::npos) << load_error(t);
+  t = llama2_style();
+  t["added_tokens"].as_array().push_back(added(2147483647, "<big>", true));
+  EXPECT_NE(load_error(t).find("added_tokens[3].id"), std::string::npos) << load_error(t);
+  t = llama2_style();
+  t["model"].as_object()["vocab"].as_object()["zz"] = 1000;
+  t["added_tokens"].as_array().push_back(added(5000, "<late>", true));
+  const Tokenizer holes = load_json(dir, t);
+  EXPECT_EQ(holes.vocab_size(), 5001);
+  EXPECT_EQ(holes.token_to_id("zz"), 1000);
+}
+
 }  // namespace

@@ -102,8 +102,12 @@ await check("errors come back in Anthropic's shape as SDK exceptions", async () 
     assert.match(e.error.error.message, /service_tier/);
     return true;
   });
-  await assert.rejects(client.messages.create({ model, max_tokens: 8, messages, tools,
-                                                tool_choice: { type: "any" } }), (e) => e.status === 400);
+  // tool_choice any: the grammar engine forces a tool_use whose input has the tool's schema's required keys.
+  const forced = await client.messages.create({ model, max_tokens: 100, messages, tools, tool_choice: { type: "any" } });
+  assert.equal(forced.stop_reason, "tool_use", JSON.stringify(forced.content));
+  const use = forced.content.find((b) => b.type === "tool_use");
+  assert.equal(use.name, "get_weather");
+  assert.equal(typeof use.input.city, "string");
   if (process.env.TIERLM_API_KEY) {
     const wrong = new Anthropic({ baseURL, apiKey: "wrong-key", maxRetries: 0 });
     await assert.rejects(wrong.messages.create({ model, max_tokens: 8, messages }), (e) => {

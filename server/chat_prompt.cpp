@@ -42,6 +42,7 @@ ChatPrompt ChatPrompt::load(const std::filesystem::path& model_dir,
     try {
       const tmpl::ChatTemplate& t = p.override_ ? *p.override_ : p.templates_->select(/*has_tools=*/true);
       p.tool_call_format_ = detect_tool_call_format(t.source());
+      p.tool_template_source_ = t.source();
       p.has_reasoning_ =
           t.source().find("<think>") != std::string::npos || p.tool_call_format_ == ToolCallFormat::harmony;
     } catch (const tmpl::TemplateError&) {

@@ -45,6 +45,8 @@ class ChatPrompt {
   // and whether it has thinking blocks (<think> or harmony's analysis channel) to split from the answer.
   ToolCallFormat tool_call_format() const { return tool_call_format_; }
   bool has_reasoning() const { return has_reasoning_; }
+  // The source of the template tool calls are rendered with: tool_choice's constraint writes calls its way.
+  const std::string& tool_template_source() const { return tool_template_source_; }
 
   // Token strings that close an assistant turn in common formats and exist in this tokenizer (<|im_end|>,
   // <|eot_id|>, <end_of_turn>, <|end_of_text|>...), stop tokens for chat in addition to the model's eos ids.
@@ -59,6 +61,7 @@ class ChatPrompt {
   std::string description_;
   std::vector<std::string> end_of_turn_;
   ToolCallFormat tool_call_format_ = ToolCallFormat::none;
+  std::string tool_template_source_;
   bool has_reasoning_ = false;
 };
 

@@ -30,7 +30,7 @@ struct StructuredOutput {
 };
 
 // tool_choice: auto (the model decides), none (no tools offered, no parsing), required / function (the model must
-// call one / the named one: needs constrained decoding, see tool_choice_constraint.h).
+// call one / the named one: enforced by constrained decoding, see tool_choice_constraint.h).
 enum class ToolChoice { auto_, none, required, function };
 
 struct CompletionRequest {

@@ -8,6 +8,7 @@
 
 #include "calibrate/calibration.h"
 #include "server/api_error.h"
+#include "server/tool_choice_constraint.h"
 
 namespace tierlm::server {
 
@@ -52,6 +53,27 @@ std::vector<int32_t> Service::render_prompt(const CompletionRequest& req, bool* 
   return tokenizer_.encode(text, /*add_special_tokens=*/false);  // the template places BOS itself
 }
 
+std::shared_ptr<const grammar::Grammar> Service::constraint_grammar(const CompletionRequest& req,
+                                                                   bool starts_in_reasoning) {
+  const bool forced_call = req.tool_choice == ToolChoice::required || req.tool_choice == ToolChoice::function;
+  if (!forced_call) return structured_.compiled(req.structured_output);
+  if (req.endpoint != Endpoint::chat)
+    throw ApiError(400, "'tool_choice' applies to chat requests only.", "invalid_request_error", "tool_choice",
+                   "invalid_value");
+  if (req.structured_output.kind != StructuredOutput::Kind::text)
+    throw ApiError(400, "'response_format' and tool_choice 'required' or a named function cannot be combined: the "
+                        "output is either a tool call or the formatted answer.",
+                   "invalid_request_error", "response_format", "invalid_value");
+  if (starts_in_reasoning)
+    throw ApiError(400, "tool_choice 'required' or a named function with a prompt that opens a <think> block is not "
+                        "supported: the call would be read as reasoning. Disable thinking (chat_template_kwargs "
+                        "{\"enable_thinking\": false}) or use tool_choice 'auto'.",
+                   "invalid_request_error", "tool_choice", "unsupported_value");
+  const ToolCallConstraintSpec spec = tool_choice_spec(req, chat_prompt_.tool_call_format());
+  const std::string& source = chat_prompt_.tool_template_source();
+  return structured_.compiled(tool_choice_key(spec, source), [&] { return compile_tool_choice(spec, source); });
+}
+
 int64_t Service::count_prompt_tokens(const CompletionRequest& req) const {
   return int64_t(render_prompt(req, nullptr).size());
 }
@@ -62,11 +84,6 @@ StartedCompletion Service::start(CompletionRequest req, std::function<void()> no
   if (!req.model.empty() && req.model != model_id_)
     throw ApiError(404, fmt::format("The model `{}` does not exist or you do not have access to it.", req.model),
                    "invalid_request_error", "model", "model_not_found");
-  if (req.tool_choice == ToolChoice::required || req.tool_choice == ToolChoice::function)
-    throw ApiError(400, fmt::format("tool_choice '{}' needs constrained decoding (the grammar engine), which this "
-                                    "server does not have yet; use 'auto'.",
-                                    req.tool_choice == ToolChoice::required ? "required" : req.tool_choice_name),
-                   "invalid_request_error", "tool_choice", "unsupported_value");
   for (const auto& [token, bias] : req.sampling.logit_bias)
     if (token >= tokenizer_.vocab_size())
       throw ApiError(400, fmt::format("Invalid key '{}' in 'logit_bias': the vocabulary has {} tokens.", token,
@@ -98,7 +115,9 @@ StartedCompletion Service::start(CompletionRequest req, std::function<void()> no
   params.sampling = req.sampling;
   params.top_logprobs = req.top_logprobs;
   params.deadline = deadline;
-  params.constraint = structured_.constraint_for(req.structured_output);  // response_format (400 for its errors)
+  // One grammar per request (response_format, or tool_choice required / named); each choice walks its own
+  // constraint over it, since the grammar's position is per-sequence state. 400 for either's errors.
+  const std::shared_ptr<const grammar::Grammar> grammar = constraint_grammar(req, starts_in_reasoning);
   if (!req.ignore_eos) {
     params.stop_tokens = tokenizer_.eos_ids();
     if (endpoint == Endpoint::chat)
@@ -137,8 +156,7 @@ StartedCompletion Service::start(CompletionRequest req, std::function<void()> no
     for (int i = 0; i < req.n; ++i) {
       engine::SequenceParams p = params;
       if (p.sampling.has_seed) p.sampling.seed += uint64_t(i);  // n choices differ, and stay reproducible
-      // A constraint is per-sequence state (the grammar's position): each choice walks its own.
-      if (i > 0 && p.constraint) p.constraint = structured_.constraint_for(req.structured_output);
+      if (grammar) p.constraint = structured_.constraint_for(grammar);
       started.choices[size_t(i)].handle = scheduler_.submit(std::move(p), started.choices[size_t(i)].stream);
     }
   } catch (const engine::QueueFullError& e) {

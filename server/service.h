@@ -78,6 +78,9 @@ class Service {
   StructuredOutputs structured_;
   int64_t created_;
   std::vector<int32_t> render_prompt(const CompletionRequest& req, bool* starts_in_reasoning) const;
+  // The grammar the request's output is held to: response_format's, or tool_choice required / named's calls; null
+  // when unconstrained. Throws ApiError(400) for what cannot be constrained.
+  std::shared_ptr<const grammar::Grammar> constraint_grammar(const CompletionRequest& req, bool starts_in_reasoning);
 };
 
 }  // namespace tierlm::server

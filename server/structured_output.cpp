@@ -26,10 +26,8 @@ std::shared_ptr<const grammar::Vocabulary> StructuredOutputs::vocabulary() {
   return vocabulary_;
 }
 
-std::shared_ptr<const grammar::Grammar> StructuredOutputs::compiled(const StructuredOutput& format) {
-  const std::string key = format.kind == StructuredOutput::Kind::json_object
-                              ? std::string("json_object")
-                              : "json_schema:" + boost::json::serialize(format.schema);
+std::shared_ptr<const grammar::Grammar> StructuredOutputs::compiled(
+    const std::string& key, const std::function<std::shared_ptr<const grammar::Grammar>()>& compile) {
   {
     std::lock_guard lock(mutex_);
     for (auto it = recent_.begin(); it != recent_.end(); ++it)
@@ -38,21 +36,30 @@ std::shared_ptr<const grammar::Grammar> StructuredOutputs::compiled(const Struct
         return recent_.front().second;
       }
   }
-  std::shared_ptr<const grammar::Grammar> grammar;
-  try {
-    grammar = format.kind == StructuredOutput::Kind::json_object
-                  ? grammar::compile_json_object()
-                  : grammar::compile_json_schema(format.schema.is_null() ? boost::json::value(boost::json::object())
-                                                                         : format.schema);
-  } catch (const grammar::SchemaError& e) {
-    throw ApiError(400, fmt::format("Invalid 'response_format.json_schema.schema': {}", e.what()),
-                   "invalid_request_error", "response_format.json_schema.schema." + e.keyword(),
-                   "unsupported_schema");
-  }
+  std::shared_ptr<const grammar::Grammar> grammar = compile();
   std::lock_guard lock(mutex_);
   recent_.emplace_front(key, grammar);
   if (recent_.size() > kRecentGrammars) recent_.pop_back();
   return grammar;
+}
+
+std::shared_ptr<const grammar::Grammar> StructuredOutputs::compiled(const StructuredOutput& format) {
+  if (format.kind == StructuredOutput::Kind::text) return nullptr;
+  const std::string key = format.kind == StructuredOutput::Kind::json_object
+                              ? std::string("json_object")
+                              : "json_schema:" + boost::json::serialize(format.schema);
+  return compiled(key, [&] {
+    try {
+      return format.kind == StructuredOutput::Kind::json_object
+                 ? grammar::compile_json_object()
+                 : grammar::compile_json_schema(format.schema.is_null() ? boost::json::value(boost::json::object())
+                                                                        : format.schema);
+    } catch (const grammar::SchemaError& e) {
+      throw ApiError(400, fmt::format("Invalid 'response_format.json_schema.schema': {}", e.what()),
+                     "invalid_request_error", "response_format.json_schema.schema." + e.keyword(),
+                     "unsupported_schema");
+    }
+  });
 }
 
 std::shared_ptr<engine::TokenConstraint> StructuredOutputs::constraint_for(std::shared_ptr<const grammar::Grammar> g) {

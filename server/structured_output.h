@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -35,8 +36,14 @@ class StructuredOutputs {
   std::shared_ptr<engine::TokenConstraint> constraint_for(std::shared_ptr<const grammar::Grammar> compiled);
   std::shared_ptr<const grammar::Vocabulary> vocabulary();
 
- private:
+  // response_format's grammar (null for text), from the recent ones when the same schema came lately.
   std::shared_ptr<const grammar::Grammar> compiled(const StructuredOutput& format);
+  // Any grammar by a key naming what it was compiled from (e.g. tool_choice's forms), reused while recent so its
+  // token-mask cache outlives one request; `compile` runs (on the caller's thread) only on a miss.
+  std::shared_ptr<const grammar::Grammar> compiled(
+      const std::string& key, const std::function<std::shared_ptr<const grammar::Grammar>()>& compile);
+
+ private:
 
   tok::Tokenizer tokenizer_;
   tiering::Ledger* ledger_;

@@ -1,25 +1,22 @@
-// server/tool_choice_constraint.h — the interface (a header only, agreed ahead of the grammar engine, issue 17 item
-// 2) through which tool_choice "required" / a named function will force the model to call a tool. Until the grammar
-// engine provides it, Service::start answers such requests 400 ("needs constrained decoding"), never pretends.
-//
-// The contract, as the server will use it:
-//  - The grammar engine exposes a per-sequence constraint (engine::SequenceParams gains an optional
-//    std::shared_ptr<TokenConstraint>, null = unconstrained) that masks the logits before sampling and advances on
-//    each sampled token; the sampler hook is the grammar engine's.
-//  - The server builds what must be generated from the request: the family's call block (assistant_output.h's
-//    format: e.g. hermes `<tool_call>\n{"name": N, "arguments": A}\n</tool_call>`) around JSON whose "name" is one of
-//    the allowed functions and whose "arguments" validate against that function's `parameters` schema.
-//  - The constrained text then goes through AssistantOutputParser like any other output, so the response shape is
-//    the same with or without constraints.
-// Never: implemented here; a request asking for it without the engine is refused.
+// server/tool_choice_constraint.h — tool_choice "required" / a named function, enforced by the grammar engine: what
+// the model must generate is the chat template's own call block around JSON whose arguments validate against the
+// chosen function's `parameters` schema, so the constrained text goes through AssistantOutputParser like any other
+// output and the response has the same shape with or without the constraint.
+// Owns: the choice of allowed functions from a request, and each template syntax's call form (prefix, arguments,
+// suffix, separator between parallel calls).
+// Never: guesses a syntax it has no form for (400 naming the format), or constrains tool_choice auto / none.
 #pragma once
 
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <boost/json/object.hpp>
 
+#include "runtime/grammar/grammar.h"
 #include "server/assistant_output.h"
+#include "server/openai_request.h"
 
 namespace tierlm::server {
 
@@ -30,5 +27,18 @@ struct ToolCallConstraintSpec {
   std::vector<boost::json::object> parameters;    // each allowed function's JSON schema, same order
   bool parallel = true;                           // more than one call may follow
 };
+
+// The spec of a request whose tool_choice is required (every offered tool) or a named function (that one); a
+// function without `parameters` takes any JSON object.
+ToolCallConstraintSpec tool_choice_spec(const CompletionRequest& req, ToolCallFormat format);
+
+// The grammar of the calls `spec` allows, in the syntax `template_source` (the chat template that renders the tool
+// calls) teaches: hermes as Qwen's `<tool_call>\n{"name": N, "arguments": A}\n</tool_call>`, or, for a template
+// writing `<tool_call>NAME {args}</tool_call>` (the embedded default model's), that form. Throws ApiError(400):
+// other formats (naming the format), a parameters schema the compiler refuses (naming the tool and the keyword).
+std::shared_ptr<const grammar::Grammar> compile_tool_choice(const ToolCallConstraintSpec& spec,
+                                                            std::string_view template_source);
+// A key naming what compile_tool_choice compiles (for StructuredOutputs' cache of recent grammars).
+std::string tool_choice_key(const ToolCallConstraintSpec& spec, std::string_view template_source);
 
 }  // namespace tierlm::server

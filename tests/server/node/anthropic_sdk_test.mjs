@@ -102,8 +102,16 @@ await check("errors come back in Anthropic's shape as SDK exceptions", async () 
     assert.match(e.error.error.message, /service_tier/);
     return true;
   });
-  await assert.rejects(client.messages.create({ model, max_tokens: 8, messages, tools,
-                                                tool_choice: { type: "any" } }), (e) => e.status === 400);
+  // tool_choice any: the grammar engine forces a tool_use whose input has the tool's schema's required keys (the
+  // string is bounded: the embedded model was not trained on this tool, so its call must close within max_tokens).
+  const bounded = [{ ...tools[0], input_schema: { type: "object", required: ["city"],
+                                                  properties: { city: { type: "string", maxLength: 24 } } } }];
+  const forced = await client.messages.create({ model, max_tokens: 100, messages, tools: bounded,
+                                                tool_choice: { type: "any", disable_parallel_tool_use: true } });
+  assert.equal(forced.stop_reason, "tool_use", JSON.stringify(forced.content));
+  const use = forced.content.find((b) => b.type === "tool_use");
+  assert.equal(use.name, "get_weather");
+  assert.equal(typeof use.input.city, "string");
   if (process.env.TIERLM_API_KEY) {
     const wrong = new Anthropic({ baseURL, apiKey: "wrong-key", maxRetries: 0 });
     await assert.rejects(wrong.messages.create({ model, max_tokens: 8, messages }), (e) => {

@@ -1,6 +1,7 @@
 // The official openai SDK against a running `tierlm serve` (TIERLM_BASE_URL, e.g. http://127.0.0.1:5413/v1) with the
 // tierlm-tiny model. Exits non-zero on the first failed check.
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import OpenAI from "openai";
 
@@ -170,12 +171,103 @@ await check("tools: a tool result reaches the template, the reply round-trips (s
   assert.equal(content, m.content ?? "");
   assert.equal(calls, (m.tool_calls ?? []).length);
   assert.equal(finish, short.choices[0].finish_reason);
-  // tool_choice required / named needs constrained decoding, which the server does not pretend to have.
-  await assert.rejects(client.chat.completions.create({ model, messages, tools, tool_choice: "required" }), (e) => {
-    assert.equal(e.status, 400);
-    assert.equal(e.param, "tool_choice");
-    return true;
-  });
+});
+
+// The oracle for constrained arguments: python3-jsonschema (the validator tests/server/structured_output_test.py uses).
+function assertValidates(schema, instance) {
+  const script = "import json, sys, jsonschema\nd = json.load(sys.stdin)\njsonschema.validate(d['instance'], d['schema'])";
+  const r = spawnSync("python3", ["-c", script], { input: JSON.stringify({ schema, instance }), encoding: "utf8" });
+  assert.equal(r.status, 0, `${JSON.stringify(instance)} fails its parameters schema: ${r.stderr}`);
+}
+
+// The embedded model was not trained on these tools: its strings are bounded so that a forced call always closes.
+const weatherTool = { type: "function",
+  function: { name: "get_weather", description: "Weather for a city",
+              parameters: { type: "object", properties: { city: { type: "string", maxLength: 24 } }, required: ["city"] } } };
+const forcedTools = [
+  weatherTool,
+  { type: "function",
+    function: { name: "book_table", description: "Book a restaurant table",
+                parameters: { type: "object", additionalProperties: false, required: ["restaurant", "guests", "time"],
+                              properties: { restaurant: { type: "string", maxLength: 40 },
+                                            guests: { type: "integer" },
+                                            time: { type: "string", enum: ["18:00", "19:30", "21:00"] },
+                                            notes: { type: "array", items: { type: "string", maxLength: 20 },
+                                                     maxItems: 2 } } } } },
+];
+const schemaOf = (name) => forcedTools.find((t) => t.function.name === name).function.parameters;
+
+async function streamedCalls(request) {
+  const stream = await client.chat.completions.create({ ...request, stream: true });
+  const calls = [];
+  let content = "", finish = null;
+  for await (const chunk of stream) {
+    const c = chunk.choices[0];
+    if (!c) continue;
+    content += c.delta.content ?? "";
+    for (const d of c.delta.tool_calls ?? []) {
+      calls[d.index] ??= { name: "", arguments: "" };
+      calls[d.index].name += d.function?.name ?? "";
+      calls[d.index].arguments += d.function?.arguments ?? "";
+    }
+    if (c.finish_reason) finish = c.finish_reason;
+  }
+  return { calls, content, finish };
+}
+
+await check("tool_choice required / named: constrained calls whose arguments validate (streamed == not)", async () => {
+  const ask = [{ role: "user", content: "Book a table for four at Chez Paul tonight." }];
+  const cases = [
+    { tool_choice: "required", parallel_tool_calls: false, names: forcedTools.map((t) => t.function.name) },
+    { tool_choice: "required", names: forcedTools.map((t) => t.function.name) },
+    { tool_choice: { type: "function", function: { name: "book_table" } }, names: ["book_table"] },
+    { tool_choice: { type: "function", function: { name: "get_weather" } }, names: ["get_weather"] },
+  ];
+  for (const { names, ...choice } of cases) {
+    const request = { model, messages: ask, tools: forcedTools, ...choice, max_tokens: 300, temperature: 0 };
+    const r = await client.chat.completions.create(request);
+    const c = r.choices[0];
+    const what = JSON.stringify(choice);
+    assert.equal(c.finish_reason, "tool_calls", `${what}: ${JSON.stringify(c.message)}`);
+    assert.ok(c.message.tool_calls.length >= 1, what);
+    if (choice.parallel_tool_calls === false || typeof choice.tool_choice === "object")
+      assert.equal(c.message.tool_calls.length, 1, what);
+    for (const call of c.message.tool_calls) {
+      assert.ok(names.includes(call.function.name), `${what}: called ${call.function.name}`);
+      assertValidates(schemaOf(call.function.name), JSON.parse(call.function.arguments));
+    }
+    const s = await streamedCalls(request);
+    assert.equal(s.finish, "tool_calls", what);
+    assert.equal(s.content, c.message.content ?? "");
+    assert.deepEqual(s.calls, c.message.tool_calls.map((t) => ({ name: t.function.name, arguments: t.function.arguments })));
+  }
+  // Two constraints at once, and a tool_choice naming no offered tool, are refused.
+  await assert.rejects(client.chat.completions.create({ model, messages: ask, tools, tool_choice: "required",
+                                                        response_format: { type: "json_object" } }),
+                       (e) => e.status === 400 && e.param === "response_format");
+  await assert.rejects(client.chat.completions.create({ model, messages: ask, tools,
+                                                        tool_choice: { type: "function", function: { name: "nope" } } }),
+                       (e) => e.status === 400 && e.param === "tool_choice");
+});
+
+await check("tool loop: a forced call, the tool's result sent back, a final answer", async () => {
+  const convo = [{ role: "user", content: "What is the weather in Oslo?" }];
+  const first = await client.chat.completions.create({
+    model, messages: convo, tools: [weatherTool], tool_choice: { type: "function", function: { name: "get_weather" } },
+    max_tokens: 100, temperature: 0 });
+  const call = first.choices[0].message.tool_calls[0];
+  assert.equal(call.function.name, "get_weather");
+  const args = JSON.parse(call.function.arguments);
+  assertValidates(weatherTool.function.parameters, args);
+  convo.push(first.choices[0].message);
+  convo.push({ role: "tool", tool_call_id: call.id, content: `${args.city}: 4 C, snow` });
+  const final = await client.chat.completions.create({ model, messages: convo, tools: [weatherTool], max_tokens: 60,
+                                                       temperature: 0 });
+  const m = final.choices[0].message;
+  assert.ok(["stop", "length"].includes(final.choices[0].finish_reason), JSON.stringify(final.choices[0]));
+  assert.ok(m.tool_calls === undefined || m.tool_calls.length === 0, JSON.stringify(m));
+  assert.ok(typeof m.content === "string" && m.content.trim().length > 0, JSON.stringify(m));
+  console.log(`  tool loop: ${call.function.name}(${call.function.arguments}) -> ${JSON.stringify(m.content)}`);
 });
 
 await check("n > 1: choices batched, seeded, streamed chunks reassemble each choice", async () => {

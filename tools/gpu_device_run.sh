@@ -22,6 +22,9 @@ OUT=${OUT:-/tmp/gpu_out}
 mkdir -p "$OUT" /tmp/devlibs && tar -C /tmp/devlibs -xJf .devpack/devlibs.tar.xz
 cublas=$(find /usr/local/cuda* /opt -name 'libcublas.so.13*' 2>/dev/null | head -1)
 export LD_LIBRARY_PATH=/tmp/devlibs:/usr/local/cuda/lib64:${cublas:+$(dirname "$cublas"):}${LD_LIBRARY_PATH:-}
+# The carried libraries (our Debian libcurl among them) must not reach the device's own tools: its curl needs its
+# own, newer libcurl.
+curl() { LD_LIBRARY_PATH= command curl "$@"; }
 ldd /tmp/devlibs/gpu_bench | grep -E "not found"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee /tmp/device.log
 san=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)

@@ -95,6 +95,65 @@ def specs():
                                             shared_expert_intermediate_size=64, norm_topk_prob=False,
                                             decoder_sparse_step=2, mlp_only_layers=[0], tie_word_embeddings=False,
                                             **rope_kwargs(1e6))
+    # Wave 2 (appended). Each entry is a config, or (config, model class name) when the auto class is not the one a
+    # real checkpoint uses. Qwen3.5: Gated DeltaNet + gated full attention hybrid (layer_types), partial rotary.
+    from transformers import Qwen3_5Config, Qwen3_5MoeConfig, Qwen3_5MoeTextConfig, Gemma4TextConfig, Gemma4Config
+    q35 = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+               num_key_value_heads=2, head_dim=16, max_position_embeddings=4096, rms_norm_eps=1e-6,
+               linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2,
+               linear_num_value_heads=4, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    q35_rope = {"rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.25,
+                                    "mrope_section": [1, 1, 0], "mrope_interleaved": True}}
+    tiny_vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
+                       num_position_embeddings=64, patch_size=4)
+    # Dense Qwen3.5 as the hub ships it: Qwen3_5ForConditionalGeneration (text under text_config, a vision tower).
+    out["qwen3_5"] = (Qwen3_5Config(text_config=dict(q35, tie_word_embeddings=False, **q35_rope),
+                                    vision_config=tiny_vision, tie_word_embeddings=False),
+                      "Qwen3_5ForConditionalGeneration")
+    moe35 = dict(q35, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=64,
+                 shared_expert_intermediate_size=64)
+    out["qwen3_5_moe"] = (Qwen3_5MoeConfig(text_config=dict(moe35, tie_word_embeddings=False, **q35_rope),
+                                           vision_config=tiny_vision, tie_word_embeddings=False),
+                          "Qwen3_5MoeForConditionalGeneration")
+    # Text-only class, another layer pattern (full first), tied embeddings, 6 layers.
+    out["qwen3_5_moe-text"] = (Qwen3_5MoeTextConfig(**dict(moe35, num_hidden_layers=6), tie_word_embeddings=True,
+                                                    layer_types=["full_attention", "linear_attention",
+                                                                 "linear_attention", "full_attention",
+                                                                 "linear_attention", "full_attention"], **q35_rope),
+                               "Qwen3_5MoeForCausalLM")
+    # Gemma 4. 26B-A4B-like: sliding (window 8 < prompt) x5 + full, k_eq_v on full layers with their own head_dim
+    # and KV heads, dense MLP + MoE in parallel on every layer, soft-capped logits, no per-layer inputs.
+    g4 = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
+              head_dim=16, max_position_embeddings=4096, rms_norm_eps=1e-6, sliding_window=8,
+              bos_token_id=2, eos_token_id=1, pad_token_id=0, vocab_size_per_layer_input=256)
+    out["gemma4-moe"] = (Gemma4TextConfig(**g4, num_hidden_layers=6, global_head_dim=32, num_global_key_value_heads=1,
+                                          attention_k_eq_v=True, enable_moe_block=True, num_experts=8,
+                                          top_k_experts=2, moe_intermediate_size=32, hidden_size_per_layer_input=0,
+                                          num_kv_shared_layers=0, use_double_wide_mlp=False,
+                                          final_logit_softcapping=30.0, tie_word_embeddings=True),
+                         "Gemma4ForCausalLM")
+    # E2B-like dense: per-layer input embeddings, KV shared by the last layers, double-wide MLP there.
+    out["gemma4-dense"] = (Gemma4TextConfig(**g4, num_hidden_layers=6, global_head_dim=32,
+                                            layer_types=["sliding_attention", "sliding_attention", "full_attention",
+                                                         "sliding_attention", "sliding_attention", "full_attention"],
+                                            attention_k_eq_v=False, enable_moe_block=False,
+                                            hidden_size_per_layer_input=16, num_kv_shared_layers=3,
+                                            use_double_wide_mlp=True, final_logit_softcapping=30.0,
+                                            tie_word_embeddings=True),
+                           "Gemma4ForCausalLM")
+    # The text tower of a Gemma4ForConditionalGeneration checkpoint (model.language_model.* names, nested config).
+    try:
+        from transformers import Gemma4VisionConfig
+        gv = Gemma4VisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                num_key_value_heads=2, head_dim=16, position_embedding_size=64, patch_size=4)
+        gtext = dict(g4, num_hidden_layers=6, global_head_dim=32, num_global_key_value_heads=1,
+                     attention_k_eq_v=True, enable_moe_block=True, num_experts=8, top_k_experts=2,
+                     moe_intermediate_size=32, hidden_size_per_layer_input=0, num_kv_shared_layers=0,
+                     final_logit_softcapping=30.0, tie_word_embeddings=True)
+        out["gemma4-cg"] = (Gemma4Config(text_config=gtext, vision_config=gv, audio_config=None,
+                                         tie_word_embeddings=True), "Gemma4ForConditionalGeneration")
+    except Exception as e:  # noqa: BLE001 — reported, the other fixtures go on
+        print("gemma4-cg spec failed:", e, flush=True)
     return out
 
 
@@ -102,7 +161,7 @@ def redraw(model, seed):
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "norm" in name:
+            if "norm" in name or name.endswith("scale") or name.endswith("layer_scalar"):
                 p.copy_(torch.rand(p.shape, generator=g) + 0.5)
             elif p.dim() == 1:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.1)
@@ -138,22 +197,122 @@ def write_json(path, obj):
 
 def make_tiny(name, cfg, seed):
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
+    cls_name = None
+    if isinstance(cfg, tuple):
+        cfg, cls_name = cfg
+    if cls_name:
+        model = getattr(transformers, cls_name)._from_config(cfg, torch_dtype=torch.float32)
+    else:
+        model = transformers.AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
     model = model.float()
     redraw(model, seed)
     d = os.path.join(OUT, "models", name)
     os.makedirs(d, exist_ok=True)
     model.save_pretrained(d, safe_serialization=True)
     g = torch.Generator().manual_seed(seed + 1)
-    prompt = torch.randint(3, cfg.vocab_size, (24,), generator=g).tolist()
+    vocab = cfg.get_text_config().vocab_size
+    prompt = torch.randint(3, vocab, (24,), generator=g).tolist()
     ref = reference(model, prompt)
     ref["model_type"] = cfg.model_type
     ref["transformers"] = transformers.__version__
     write_json(os.path.join(d, "reference.json"), ref)
+    if name.startswith("qwen3_5"):
+        add_mtp(d, cfg.get_text_config().hidden_size, g)
     names = {k: list(v.shape) for k, v in model.state_dict().items()}
     print(f"{name}: {sum(p.numel() for p in model.parameters())} params, greedy {ref['greedy'][:8]}..., "
           f"min margin {ref['min_margin']:.4f}", flush=True)
     return model, ref, names
+
+
+def add_mtp(d, hidden, g):
+    """Hub Qwen3.5 checkpoints carry multi-token-prediction tensors that transformers ignores; so does tierlm."""
+    from safetensors.torch import load_file
+    path = os.path.join(d, "model.safetensors")
+    state = load_file(path)
+    state["mtp.fc.weight"] = torch.randn(hidden, 2 * hidden, generator=g)
+    state["mtp.norm.weight"] = torch.ones(hidden)
+    state["mtp.layers.0.input_layernorm.weight"] = torch.ones(hidden)
+    save_file(state, path, metadata={"format": "pt"})
+
+
+def make_mlx_qwen35(base_name, model, bits=4, group=64):
+    """An mlx-community-style folder of a Qwen3.5 MoE ConditionalGeneration model, laid out as mlx-lm's sanitize
+    leaves it: language_model.model.* names, no vision tower or mtp, conv1d as [C, Kc, 1], the (1 + w) norms stored
+    shifted by one, experts split into switch_mlp.{gate,up,down}_proj and quantized per expert, the router and the
+    shared-expert gate at 8 bits, other floats bf16 (A_log f32). The reference runs the HF model on the dequantized
+    values."""
+    name = f"{base_name}-mlx{bits}"
+    d = os.path.join(OUT, "models", name)
+    os.makedirs(d, exist_ok=True)
+    state, quant = {}, {"group_size": group, "bits": bits, "mode": "affine"}
+    shifted = (".input_layernorm.weight", ".post_attention_layernorm.weight", ".q_norm.weight", ".k_norm.weight")
+
+    def mlx_name(k):
+        if k.startswith("model.language_model."):
+            return "language_model.model." + k[len("model.language_model."):]
+        if k.startswith("lm_head."):
+            return "language_model." + k
+        return None
+
+    def quantize_into(base, v, b):
+        rows = v.reshape(-1, v.shape[-1]).float()
+        packed, scales, biases, deq = mlx_quantize(rows, b, group)
+        lead = list(v.shape[:-1])
+        state[base + ".weight"] = packed.reshape(lead + [packed.shape[-1]]).contiguous()
+        state[base + ".scales"] = scales.to(torch.bfloat16).reshape(lead + [scales.shape[-1]]).contiguous()
+        state[base + ".biases"] = biases.to(torch.bfloat16).reshape(lead + [biases.shape[-1]]).contiguous()
+        return deq.reshape(v.shape)
+
+    with torch.no_grad():
+        for k, v in model.state_dict().items():
+            n = mlx_name(k)
+            if n is None:
+                continue  # the vision tower
+            if k.endswith("mlp.experts.gate_up_proj"):
+                I = v.shape[1] // 2
+                p = n[: -len("experts.gate_up_proj")] + "switch_mlp."
+                dg = quantize_into(p + "gate_proj", v[:, :I, :].contiguous(), bits)
+                du = quantize_into(p + "up_proj", v[:, I:, :].contiguous(), bits)
+                v.copy_(torch.cat([dg, du], dim=1))
+                continue
+            if k.endswith("mlp.experts.down_proj"):
+                p = n[: -len("experts.down_proj")] + "switch_mlp."
+                v.copy_(quantize_into(p + "down_proj", v, bits))
+                continue
+            if v.dim() == 2 and v.shape[1] % group == 0 and k.endswith(".weight"):
+                base = n[: -len(".weight")]
+                b = bits
+                if k.endswith("mlp.gate.weight") or k.endswith("shared_expert_gate.weight"):
+                    b = 8
+                    quant[base] = {"group_size": group, "bits": 8}
+                v.copy_(quantize_into(base, v, b))
+                continue
+            if k.endswith("conv1d.weight"):
+                w = v.to(torch.bfloat16)
+                state[n] = w.permute(0, 2, 1).contiguous()  # [C, 1, Kc] -> [C, Kc, 1]
+                v.copy_(w.float())
+            elif k.endswith("A_log"):
+                state[n] = v.float().contiguous()
+            elif k.endswith(shifted) or k == "model.language_model.norm.weight":
+                w = (v.float() + 1.0).to(torch.bfloat16)
+                state[n] = w.contiguous()
+                v.copy_(w.float() - 1.0)
+            else:
+                w = v.to(torch.bfloat16)
+                state[n] = w.contiguous()
+                v.copy_(w.float())
+    save_file(state, os.path.join(d, "model.safetensors"), metadata={"format": "mlx"})
+    write_json(os.path.join(d, "model.safetensors.index.json"),
+               {"metadata": {}, "weight_map": {k: "model.safetensors" for k in sorted(state)}})
+    cfg = model.config.to_dict()
+    cfg.pop("vision_config", None)
+    cfg["quantization"] = quant
+    cfg["quantization_config"] = quant
+    write_json(os.path.join(d, "config.json"), cfg)
+    ref = reference(model, json.load(open(os.path.join(OUT, "models", base_name, "reference.json")))["prompt"])
+    ref["model_type"] = model.config.model_type
+    write_json(os.path.join(d, "reference.json"), ref)
+    print(f"{name}: greedy {ref['greedy'][:8]}..., min margin {ref['min_margin']:.4f}", flush=True)
 
 
 def mlx_quantize(w, bits, group):
@@ -327,6 +486,8 @@ def main():
                 make_mlx(name, model, 4)
                 model2, _, _ = make_tiny(name, cfg, 1000 + i)  # fresh copy: make_mlx overwrote weights
                 make_mlx(name, model2, 8)
+            if name == "qwen3_5_moe":
+                make_mlx_qwen35(name, model, 4)
         except Exception as e:  # keep going: one architecture failing must not lose the others
             import traceback
             traceback.print_exc()

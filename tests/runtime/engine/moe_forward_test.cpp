@@ -139,9 +139,10 @@ TEST_P(MoeMatchesTransformers, PackedExpertsAreOneReadEach) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, MoeMatchesTransformers,
                          // -swa: sliding_window 8 on every layer; -mixed: dense MLP layers among sparse ones
-                         // (qwen3_moe: mlp_only_layers [2]; qwen2_moe: decoder_sparse_step 2, mlp_only_layers [0]).
+                         // (qwen3_moe: mlp_only_layers [2]; qwen2_moe: decoder_sparse_step 2, mlp_only_layers [0]);
+                         // qwen3_5_moe: Gated DeltaNet layers, names under model.language_model. (and model.).
                          ::testing::Values("qwen3_moe", "mixtral", "olmoe", "qwen2_moe", "mixtral-swa",
-                                           "qwen3_moe-mixed", "qwen2_moe-mixed"),
+                                           "qwen3_moe-mixed", "qwen2_moe-mixed", "qwen3_5_moe", "qwen3_5_moe-text"),
                          [](const auto& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');

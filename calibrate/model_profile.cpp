@@ -265,6 +265,10 @@ ModelProfile model_profile_from_json(const bj::value& v) {
     if (!bytes || int64_t(bytes->size()) != p.layers)
       throw std::runtime_error(what + ".layer_recurrent_bytes: must list one size per layer");
     for (auto& b : *bytes) {
+      if (const auto* u = b.if_uint64()) {
+        p.layer_recurrent_bytes.push_back(*u);
+        continue;
+      }
       const auto* n = b.if_int64();
       if (!n || *n < 0) throw std::runtime_error(what + ".layer_recurrent_bytes: sizes must be integers >= 0");
       p.layer_recurrent_bytes.push_back(uint64_t(*n));

@@ -7,6 +7,11 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
+#include "calibrate/model_profile.h"
+#include "calibrate/planner.h"
+#include "runtime/engine/kv_cache.h"
 #include "runtime/engine/ops.h"
 #include "runtime/gpu/gpu_layers.h"
 #include "runtime/model/config.h"
@@ -149,4 +154,30 @@ TEST(Qwen35Config, PartialRopeRotatesOnlyTheRotaryDims) {
     EXPECT_NEAR(y[size_t(j + 4)], x[size_t(j + 4)] * std::cos(angle) + x[size_t(j)] * std::sin(angle), 1e-5);
   }
   for (size_t i = 8; i < 32; ++i) EXPECT_EQ(y[i], x[i]) << i;
+}
+
+// The planner's KV arithmetic (calibrate: kv_sequence_bytes, used by the plan, serving_fit and /wisdom) counts each
+// DeltaNet layer's fixed state exactly as the KV cache allocates it, at any context, and the profile keeps it through
+// its JSON form (the wisdom file).
+TEST(Qwen35Config, PlannerCountsRecurrentStateAsTheKvCacheDoes) {
+  const ModelConfig c = load_config(std::filesystem::path(TIERLM_SOURCE_DIR) / "tests/fixtures/models/qwen3_5_moe");
+  const auto profile = tierlm::calibrate::model_profile_from_config(c, tierlm::kernels::WeightFormat::f32,
+                                                                    tierlm::kernels::WeightFormat::f32);
+  const auto reread = tierlm::calibrate::model_profile_from_json(tierlm::calibrate::to_json(profile));
+  ASSERT_EQ(reread.layer_recurrent_bytes.size(), 4u);
+  EXPECT_EQ(reread.layer_recurrent_bytes[0], c.deltanet.state_bytes());
+  EXPECT_EQ(reread.layer_recurrent_bytes[3], 0u);
+  for (int64_t context : {256, 32768}) {
+    tierlm::engine::KVCacheOptions o;
+    o.codec = tierlm::kv::Codec::f16;
+    o.max_chunk = 64;
+    EXPECT_EQ(tierlm::calibrate::kv_sequence_bytes(reread, "f16", context, 64),
+              tierlm::engine::KVCache::bytes_for(c, context, o))
+        << context;
+  }
+  // Only the one full-attention layer (layer 3) grows with the context.
+  const auto layout = tierlm::kv::layout_for(tierlm::kv::Codec::f16, int(c.head_dim));
+  EXPECT_EQ(tierlm::calibrate::kv_sequence_bytes(reread, "f16", 32768, 64) -
+                tierlm::calibrate::kv_sequence_bytes(reread, "f16", 256, 64),
+            c.state_spec(3).bytes(layout, 32768, 64) - c.state_spec(3).bytes(layout, 256, 64));
 }

@@ -17,6 +17,7 @@
 
 #include "runtime/engine/forward.h"
 #include "runtime/model/model.h"
+#include "runtime/model/moe_model.h"
 #include "runtime/model/safetensors.h"
 #include "runtime/model/tensor_convert.h"
 
@@ -50,9 +51,11 @@ struct Match {
 };
 
 // The fixture's prompt in chunks of `chunk` tokens, then its 32 greedy steps, against reference.json.
-Match run_reference(const std::filesystem::path& dir, int64_t chunk) {
+Match run_reference(const std::filesystem::path& dir, int64_t chunk, const std::filesystem::path& packed = "") {
   tiering::Ledger ledger;
-  model::ModelWeights w = model::load_model(dir, options_for(ledger));
+  model::LoadOptions options = options_for(ledger);
+  options.packed_experts = packed;
+  model::ModelWeights w = model::load_model(dir, options);
   const auto ref = read_json(dir / "reference.json").as_object();
   const std::vector<int32_t> prompt = prompt_of(dir);
   const int64_t V = w.config.vocab_size, n = int64_t(prompt.size());
@@ -258,6 +261,13 @@ TEST(Qwen35, FusedExpertTensorsMatchTransformers) {
   EXPECT_LT(m.prompt_error, 1e-3);
   EXPECT_LT(m.step_error, 1e-3);
   EXPECT_EQ(m.greedy_matches, m.greedy_total);
+  // tierlm pack reads the fused tensors too: the packed experts give the same logits.
+  const auto packed = model::pack_experts(dir.path, kernels::WeightFormat::f32, dir / "experts.tierlm");
+  EXPECT_EQ(packed.experts, c.num_layers * E);
+  const Match p = run_reference(dir.path, 64, packed.path);
+  EXPECT_LT(p.prompt_error, 1e-3);
+  EXPECT_LT(p.step_error, 1e-3);
+  EXPECT_EQ(p.greedy_matches, p.greedy_total);
 }
 
 // bf16 round-to-nearest-even of an f32, as torch's .to(torch.bfloat16) rounds.

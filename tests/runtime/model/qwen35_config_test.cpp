@@ -8,6 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <boost/json.hpp>
 
 #include "calibrate/model_profile.h"
 #include "calibrate/planner.h"
@@ -15,6 +19,7 @@
 #include "runtime/engine/ops.h"
 #include "runtime/gpu/gpu_layers.h"
 #include "runtime/model/config.h"
+#include "runtime/model/config_keys.h"
 #include "runtime/model/safetensors.h"
 
 using namespace tierlm::model;
@@ -180,4 +185,26 @@ TEST(Qwen35Config, PlannerCountsRecurrentStateAsTheKvCacheDoes) {
   EXPECT_EQ(tierlm::calibrate::kv_sequence_bytes(reread, "f16", 32768, 64) -
                 tierlm::calibrate::kv_sequence_bytes(reread, "f16", 256, 64),
             c.state_spec(3).bytes(layout, 32768, 64) - c.state_spec(3).bytes(layout, 256, 64));
+}
+
+// The Qwen3.5 fixtures' configs (outer and text_config) carry only keys the families read or bookkeeping keys.
+TEST(Qwen35Config, FixtureConfigsCarryNoUnreadKey) {
+  for (const char* name : {"qwen3_5", "qwen3_5_moe", "qwen3_5_moe-text", "qwen3_5_moe-mlx4"}) {
+    const auto dir = std::filesystem::path(TIERLM_SOURCE_DIR) / "tests/fixtures/models" / name;
+    std::ifstream in(dir / "config.json");
+    std::stringstream text;
+    text << in.rdbuf();
+    const auto json = boost::json::parse(text.str()).as_object();
+    const ArchitectureSpec* arch = find_architecture(std::string(json.at("model_type").as_string()));
+    ASSERT_NE(arch, nullptr) << name;
+    EXPECT_TRUE(unread_config_keys(json, *arch).empty()) << name;
+    if (json.contains("text_config")) {
+      const auto& inner = json.at("text_config").as_object();
+      const ArchitectureSpec* text_arch = find_architecture(std::string(inner.at("model_type").as_string()));
+      ASSERT_NE(text_arch, nullptr) << name;
+      const auto unread = unread_config_keys(inner, *text_arch);
+      EXPECT_TRUE(unread.empty()) << name << ": " << (unread.empty() ? "" : unread.front());
+    }
+    EXPECT_NO_THROW(load_config(dir)) << name;
+  }
 }

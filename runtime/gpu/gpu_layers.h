@@ -117,6 +117,9 @@ class GpuLayers {
   // With options.profile: device milliseconds per operation since the last reset, one line each ("" otherwise).
   std::string profile_report() const;
   void reset_profile();
+  // Wall milliseconds of the constructor's phases (context and streams, cuBLAS, uploads, scratch, KV pool, warm-up),
+  // one line each.
+  std::string setup_report() const;
   // With options.time_steps: mean device microseconds per step (upload to last copy back) since reset_profile().
   double device_step_us() const;
 

@@ -83,6 +83,8 @@ struct GpuExpertStats {
 
 class GpuLayers {
  public:
+  // Ends with a warm-up (dense models; TIERLM_GPU_WARMUP=0 skips it): every prefill GEMM shape, one prefill step and
+  // the decode graphs run once on a sequence of its own, so that the first prompt runs at steady speed.
   GpuLayers(const model::ModelWeights& weights, const GpuOptions& options, int64_t max_chunk, int64_t max_context);
   ~GpuLayers();
   // Throws std::invalid_argument naming the first of layers [0, layers) whose LayerSpec (or bias) the GPU backend

@@ -4,9 +4,13 @@
 // written). Decode fraction of roofline = bytes of weights read per token / time per token / d2d bandwidth.
 // A plain main (no Google Benchmark fixtures): one table, for the closing notes. Prints the reason and exits 0
 // without a GPU. Usage: gpu_bench [--quick] [--moe-dir DIR]
+//        gpu_bench --first-use FORMAT [--prompt N] [--long N]: a process's first prompt on the 1B shape (run it as a
+//        fresh process per format): the GpuLayers setup phases, the first and the steady prefill of N tokens (wall
+//        and per-operation device time), and a steady prefill of --long tokens.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -81,21 +85,96 @@ void row(const char* model, const char* placement, const Speed& s, double bytes_
   std::fflush(stdout);
 }
 
+// A process's first prompt: setup phases, first vs steady prefill (all layers + head on the GPU, greedy token).
+int first_use(kernels::WeightFormat format, int64_t prompt, int64_t long_prompt) {
+  const double t_load = now();
+  tiering::Ledger ledger;
+  const model::ModelWeights w = model::synthetic_model(model::llama_1b_config(), format, ledger);
+  const int64_t chunk = std::max(prompt, long_prompt), context = chunk + 64;
+  std::printf("first use, llama-1B %s: synthetic weights %.0f ms\n", kernels::format_name(format),
+              1e3 * (now() - t_load));
+  const double t_ctor = now();
+  gpu::GpuOptions o;
+  o.layers = w.config.num_layers;
+  o.profile = true;
+  auto g = std::make_shared<gpu::GpuLayers>(w, o, chunk, context);
+  std::printf("  GpuLayers constructor %.1f ms:\n%s", 1e3 * (now() - t_ctor), g->setup_report().c_str());
+  tiering::Ledger host;
+  kernels::ThreadPool pool(4);
+  engine::Forward forward(w, pool, host, chunk, context);
+  forward.use_gpu(g);
+  std::vector<int32_t> tokens(static_cast<size_t>(chunk));
+  for (int64_t i = 0; i < chunk; ++i) tokens[size_t(i)] = int32_t((i * 7919 + 13) % w.config.vocab_size);
+  std::vector<float> logits(static_cast<size_t>(w.config.vocab_size));
+  int32_t greedy = -1;
+  // A prompt of n tokens as the generator runs it: one chunk, greedy on the device.
+  auto prefill = [&](int64_t n, engine::KVCache& cache) {
+    const engine::BatchItem item{std::span(tokens.data(), size_t(n)), 0, &cache, logits.data(), false, &greedy};
+    const double t0 = now();
+    forward.run_batch(std::span(&item, 1));
+    return now() - t0;
+  };
+  auto decode_step = [&](engine::KVCache& cache, int64_t pos) {
+    const engine::BatchItem item{std::span(&greedy, 1), pos, &cache, logits.data(), false, &greedy};
+    const double t0 = now();
+    forward.run_batch(std::span(&item, 1));
+    return now() - t0;
+  };
+  for (int pass = 0; pass < 3; ++pass) {
+    engine::KVCache cache(w.config, context, host);
+    g->reset_profile();
+    const double s = prefill(prompt, cache);
+    std::printf("  %s prefill of %lld tokens: %.2f ms wall = %.0f tok/s; device per operation:\n%s",
+                pass == 0 ? "first" : "next ", (long long)prompt, 1e3 * s, double(prompt) / s,
+                g->profile_report().c_str());
+    const double d = decode_step(cache, prompt);
+    std::printf("  %s decode step %.3f ms\n", pass == 0 ? "first" : "next ", 1e3 * d);
+    g->forget(&cache);
+  }
+  // Without the profiling events (the product's path): medians of 5.
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  o.profile = false;
+  g.reset();
+  g = std::make_shared<gpu::GpuLayers>(w, o, chunk, context);
+  forward.use_gpu(g);
+  for (int64_t n : {prompt, long_prompt}) {
+    if (n <= 0) continue;
+    std::vector<double> times;
+    for (int i = 0; i < 5; ++i) {
+      engine::KVCache cache(w.config, context, host);
+      times.push_back(prefill(n, cache));
+      g->forget(&cache);
+    }
+    std::printf("  steady prefill of %lld tokens: %.2f ms = %.0f tok/s (first of 5 on a fresh GpuLayers: %.2f ms)\n",
+                (long long)n, 1e3 * median(times), double(n) / median(times), 1e3 * times[0]);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   bool quick = false, dense_only = false, chains = true;
-  std::string moe_dir = "/tmp/tierlm_gpu_bench_moe";
+  std::string moe_dir = "/tmp/tierlm_gpu_bench_moe", first_use_format;
+  int64_t first_use_prompt = 180, first_use_long = 1800;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--dense-only")) dense_only = true;  // bf16 llama only (for profilers)
     if (!std::strcmp(argv[i], "--no-chains")) chains = false;
     if (!std::strcmp(argv[i], "--moe-dir") && i + 1 < argc) moe_dir = argv[++i];
+    if (!std::strcmp(argv[i], "--first-use") && i + 1 < argc) first_use_format = argv[++i];
+    if (!std::strcmp(argv[i], "--prompt") && i + 1 < argc) first_use_prompt = std::atoll(argv[++i]);
+    if (!std::strcmp(argv[i], "--long") && i + 1 < argc) first_use_long = std::atoll(argv[++i]);
   }
   if (!gpu::gpu_available()) {
     std::printf("gpu_bench: skipped, %s\n", gpu::gpu_unavailable_reason().c_str());
     return 0;
   }
+  if (!first_use_format.empty())
+    return first_use(kernels::parse_format(first_use_format), first_use_prompt, first_use_long);
   const auto probe = gpu::probe_gpu(quick);
   const double roofline = probe->d2d_bytes_per_second;
   std::printf("device: %s (cc %d, %d SMs), %.1f GiB, d2d copy %.0f GB/s (roofline), pinned h2d %.1f GB/s, "

@@ -3,18 +3,24 @@
 # Here: build (the CUDA backend is on wherever nvcc exists: cmake --build build --target tierlm gpu_forward_test
 # gpu_bench), then pack the stripped binaries and the non-system shared libraries (cuBLAS is not among them: it is
 # opened with dlopen, and the device has it):
-#   tools/gpu_device_run.sh pack      -> .devpack/devlibs.tar.xz (carry .devpack)
+#   tools/gpu_device_run.sh pack      -> .devpack/devlibs.tar.xz (carry .devpack); BINARIES="build/bench/gpu_bench
+#   ..." packs only those (a quicker build when the others are not needed); STUB_BLAS=1 carries a plain
+#   cblas_sgemm instead of OpenBLAS (tools/device_cblas_stub.c), when the checkout leaves too little of the 64 MiB
 # There: tools/gpu_device_run.sh run  -> logs under $OUT (test1/2.log, kernels.log, sanitizers.log, cli.log,
 #        scheduler_gpu.log, serve.log, bench.log); QUICK=1: one test pass, no sanitizers, no benchmarks.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = pack ]; then
   rm -rf .devlibs && mkdir -p .devlibs .devpack
-  for b in build/tierlm build/tests/gpu_forward_test build/tests/gpu_kernels_test build/tests/scheduler_gpu_test build/bench/gpu_bench; do strip -o .devlibs/"$(basename "$b")" "$b"; done
+  for b in ${BINARIES:-build/tierlm build/tests/gpu_forward_test build/tests/gpu_kernels_test build/tests/scheduler_gpu_test build/bench/gpu_bench}; do strip -o .devlibs/"$(basename "$b")" "$b"; done
   ldd .devlibs/* | awk '/=>/{print $3}' | sort -u | grep -vE 'libc\.so|libm\.so|libdl|libpthread|librt|libgcc_s|libstdc|/usr/local/cuda|ld-linux' |
     while read -r lib; do cp -L "$lib" .devlibs/; done
   strip .devlibs/*.so* 2>/dev/null
-  tar -C .devlibs -cf - . | xz -T2 -6 > .devpack/devlibs.tar.xz
+  if [ "${STUB_BLAS:-0}" = 1 ]; then  # see tools/device_cblas_stub.c: a ~2 MB carry instead of ~10 MB
+    rm -f .devlibs/libopenblas.so.0 .devlibs/libgfortran.so.5 .devlibs/libquadmath.so.0
+    gcc -O3 -shared -fPIC -Wl,-soname,libopenblas.so.0 -o .devlibs/libopenblas.so.0 tools/device_cblas_stub.c
+  fi
+  tar -C .devlibs -cf - . | xz -T2 -9 > .devpack/devlibs.tar.xz
   ls -la .devpack
   exit 0
 fi
@@ -63,6 +69,10 @@ echo "profilers: $(command -v nsys || ls /usr/local/cuda*/bin/nsys 2>/dev/null |
 shift || true
 [ "${QUICK:-0}" = 1 ] && exit 0
 timeout 240 /tmp/devlibs/gpu_bench "$@" 2>&1 | tee "$OUT/bench.log"
+# A process's first prompt (180 tokens) next to the steady prefill (180 and 1800), one fresh process per format.
+for f in f16 q8_0 q4; do
+  timeout 90 /tmp/devlibs/gpu_bench --first-use $f 2>&1 | grep -E "first use|constructor|warm-up|prefill of" | tee -a "$OUT/bench.log"
+done
 nsys=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys 2>/dev/null | head -1)
 if [ -n "$nsys" ] && [ "${PROFILE:-1}" = 1 ]; then  # device time per kernel of the bf16 llama runs
   timeout 150 "$nsys" profile -o "$OUT/nsys" --force-overwrite true /tmp/devlibs/gpu_bench --dense-only --quick > /dev/null 2>&1

@@ -12,6 +12,7 @@
 // activations. Every block of every kernel waits before it returns, so "kernel N finished" still implies "all
 // kernels before N finished".
 #include "runtime/gpu/device_kernels.cuh"
+#include "runtime/gpu/device_launch.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -22,13 +23,14 @@
 
 namespace tierlm::gpu::device {
 
+using namespace detail;
+
 namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kUnroll = 4;
 
-bool g_programmatic = true;
 int g_attention_debug = 0;  // diagnostics only (probe_attention): phases to skip
 // Decode attention stages the chunk's K/V in shared memory before the wait; TIERLM_GPU_ATTENTION_STAGE=0 turns it off
 // (A/B runs).
@@ -37,56 +39,6 @@ bool g_attention_stage = [] {
   return !(v && v[0] == '0' && v[1] == 0);
 }();
 int g_dense_rows = 0;  // rows per block of the decode matvec: 0 auto, 4 or 8; -1: never (diagnostics)
-
-// A kernel may use more than 48 KiB of dynamic shared memory only once it says so; raised per kernel, only when a
-// launch needs more than it was last allowed.
-void allow_shared(const void* kernel, size_t bytes) {
-  static std::unordered_map<const void*, size_t> allowed;
-  size_t& now = allowed[kernel];
-  if (bytes > now) {
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
-    now = bytes;
-  }
-}
-
-// Launch with the programmatic-stream-serialization attribute (or plainly when switched off).
-template <class... Params, class... Args>
-void launch(void (*kernel)(Params...), unsigned grid, unsigned block, size_t shared, cudaStream_t stream,
-            Args&&... args) {
-  if (shared > (size_t(48) << 10)) allow_shared(reinterpret_cast<const void*>(kernel), shared);
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(grid);
-  config.blockDim = dim3(block);
-  config.dynamicSmemBytes = shared;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = g_programmatic ? 1 : 0;
-  cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
-}
-
-__device__ __forceinline__ void let_next_kernel_start() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-// Activation pointers are never __restrict__ in these kernels: with restrict, the compiler may treat what they point
-// to as invariant for the whole kernel and hoist its loads above this wait (seen: the fused decode matvec read the
-// previous layer's hidden state). The "memory" clobber then forces them to stay below.
-__device__ __forceinline__ void wait_for_previous_kernel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-// Start of a kernel that has nothing to fetch early.
-__device__ __forceinline__ void kernel_entry() {
-  let_next_kernel_start();
-  wait_for_previous_kernel();
-}
 
 // Bulk prefetch of [p, p + bytes) into L2 by the block's threads, 4 KiB a request (p 16-byte aligned).
 __device__ __forceinline__ void prefetch_l2(const void* p, uint64_t bytes) {
@@ -564,13 +516,6 @@ __device__ __forceinline__ float weight_element(const MatrixRef& w, int64_t r, i
   return w.biases ? d * float(code) + load_scale(w.biases, w.scale_type, si) : d * (float(code) - 128.0f);
 }
 
-__global__ void dequantize_kernel(MatrixRef w, int64_t r0, int64_t count, __half* out) {
-  kernel_entry();
-  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= count * w.cols) return;
-  out[idx] = __float2half(weight_element(w, r0 + idx / w.cols, idx % w.cols));
-}
-
 __global__ void embed_kernel(MatrixRef w, const int32_t* tokens, int64_t rows, float* out) {
   kernel_entry();
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -646,12 +591,6 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float* log
     out[row] = at == kNoIndex ? 0 : at;  // every logit NaN: index 0, as the host argmax
     arrivals[row] = 0;
   }
-}
-
-__global__ void to_f16_kernel(const float* x, int64_t count, __half* out) {
-  kernel_entry();
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < count) out[i] = __float2half(x[i]);
 }
 
 // Eight f16/bf16 elements of a 16-byte word as floats.
@@ -866,30 +805,6 @@ __global__ void rope_store_kernel(float* qkv, QkvParams p, const int32_t* positi
     }
     for (int b = threadIdx.x; b < nb; b += blockDim.x) scales[b] = shared[b];
   }
-}
-
-// Eight K/V elements of row `at` of `rows` (hd elements a row in the codec: f16, or q8 codes with `scales`, hd /
-// q8_block floats a row) starting at dim j (a multiple of 8), as floats. The pool and a block's staged copy of its
-// chunk have this layout.
-__device__ __forceinline__ void codec_load8(const void* rows, const float* scales, int codec, int64_t at, int64_t hd,
-                                            int64_t j, float* out) {
-  if (codec == 0) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const __half*>(rows) + at * hd + j);
-    const __half2* h = reinterpret_cast<const __half2*>(&raw);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float2 f = __half22float2(h[k]);
-      out[2 * k] = f.x;
-      out[2 * k + 1] = f.y;
-    }
-    return;
-  }
-  const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const int8_t*>(rows) + at * hd + j);
-  const int8_t* c = reinterpret_cast<const int8_t*>(&raw);
-  const int block = q8_block(hd);
-  const float scale = scales[at * (hd / block) + j / block];
-#pragma unroll
-  for (int k = 0; k < 8; ++k) out[k] = float(c[k]) * scale;
 }
 
 // Eight K/V elements of pool row `at` starting at dim j, as floats.
@@ -1284,7 +1199,7 @@ unsigned blocks_for(int64_t count, int threads = 256) { return unsigned((count +
 
 }  // namespace
 
-void set_programmatic_launch(bool on) { g_programmatic = on; }
+void set_programmatic_launch(bool on) { detail::g_programmatic = on; }
 void set_dense_rows_per_block(int rows) { g_dense_rows = rows; }
 void set_attention_debug(int mask) { g_attention_debug = mask; }
 
@@ -1325,11 +1240,6 @@ void matvec(const MatrixRef& w, const float* x, int64_t ldx, int64_t n, float* y
   }
 }
 
-void dequantize_f16(const MatrixRef& w, int64_t r0, int64_t count, void* out, cudaStream_t stream) {
-  const int64_t total = count * w.cols;
-  if (total > 0) launch(dequantize_kernel, blocks_for(total), 256, 0, stream, w, r0, count, static_cast<__half*>(out));
-}
-
 void embed_rows(const MatrixRef& w, const int32_t* tokens, int64_t rows, float* out, cudaStream_t stream) {
   const int64_t total = rows * w.cols;
   if (total > 0) launch(embed_kernel, blocks_for(total), 256, 0, stream, w, tokens, rows, out);
@@ -1346,10 +1256,6 @@ void argmax_rows(const float* logits, int64_t rows, int64_t vocab, void* scratch
   int32_t* part_index = reinterpret_cast<int32_t*>(part_value + max_rows * kArgmaxBlocks);
   launch(argmax_kernel, unsigned(rows * kArgmaxBlocks), kArgmaxThreads, 0, stream, logits, vocab, part_value,
          part_index, arrivals, out);
-}
-
-void to_f16(const float* x, int64_t count, void* out, cudaStream_t stream) {
-  if (count > 0) launch(to_f16_kernel, blocks_for(count), 256, 0, stream, x, count, static_cast<__half*>(out));
 }
 
 void rms_norm(const float* x, int64_t ldx, const float* weight, int64_t rows, int64_t cols, int64_t width, float eps,

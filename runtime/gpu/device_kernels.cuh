@@ -49,7 +49,8 @@ bool decode_fusable(const MatrixRef& w);
 void matvec_normed(const MatrixRef& w, const float* x, const float* norm_weight, float eps, float* y,
                    bool accumulate, cudaStream_t stream);
 void matvec_gated(const MatrixRef& w, const float* gate_up, float* y, bool accumulate, cudaStream_t stream);
-// out[r*cols + c] = W[r0 + r, c] as f16, for rows [r0, r0 + count) (the GEMM path of packed/f32 weights).
+// out[r*cols + c] = W[r0 + r, c] as f16, for rows [r0, r0 + count) (the GEMM path of packed/f32/bf16 weights;
+// prefill_kernels.cu).
 void dequantize_f16(const MatrixRef& w, int64_t r0, int64_t count, void* out, cudaStream_t stream);
 // out[i*cols + c] = W[tokens[i], c] as f32 (the embedding lookup; same arithmetic as kernels::dequantize_row).
 void embed_rows(const MatrixRef& w, const int32_t* tokens, int64_t rows, float* out, cudaStream_t stream);
@@ -59,7 +60,7 @@ void embed_rows(const MatrixRef& w, const int32_t* tokens, int64_t rows, float* 
 int64_t argmax_scratch_bytes(int64_t max_rows);
 void argmax_rows(const float* logits, int64_t rows, int64_t vocab, void* scratch, int64_t max_rows, int32_t* out,
                  cudaStream_t stream);
-// Dense f32 -> f16 (activations for the GEMM path).
+// Dense f32 -> f16 (activations for the GEMM path; prefill_kernels.cu).
 void to_f16(const float* x, int64_t count, void* out, cudaStream_t stream);
 
 // out[i] = x[i] * rsqrt(mean(x^2) + eps) * weight, per row of `width` (rows * (cols/width) groups).
@@ -114,6 +115,15 @@ inline bool attention_can_fuse(const QkvParams& p) {
 void attention(const float* qkv, int64_t rows, const QkvParams& p, const int32_t* positions, const KvRef& kv,
                const PageTables& tables, int64_t max_len, bool fused, float* partial, int32_t* arrivals, float* out,
                cudaStream_t stream);
+// Prefill attention (prefill_kernels.cu): the same result as attention() for rows that share sequences, computed
+// by tiles of up to prefill_tile_rows(p) consecutive rows of one sequence against its paged KV (qkv_rope_store must
+// have run on the rows). tile_rows: `tiles` pairs (first row, rows) in device memory. Supported: head_dim 16, 32,
+// 64 or 128, a GQA group of at most 64 heads.
+bool prefill_attention_supported(const QkvParams& p);
+int64_t prefill_tile_rows(const QkvParams& p);
+void prefill_attention(const float* qkv, int64_t tiles, const int32_t* tile_rows, const QkvParams& p,
+                       const int32_t* positions, const KvRef& kv, const PageTables& tables, float* out,
+                       cudaStream_t stream);
 // ---- MoE routing on the device (decode: one row, every expert of the layer resident in VRAM) ----
 // A packed expert matrix as a shape plus byte offsets into an expert's VRAM block (tiering::ExpertLayout parts).
 struct ExpertMatrixRef {

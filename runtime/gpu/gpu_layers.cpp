@@ -1,7 +1,10 @@
 // runtime/gpu/gpu_layers.cpp — orchestration of the GPU layers (see gpu_layers.h). Kernels are in
-// device_kernels.cu; cuBLAS does the multi-row products (prefill): packed weights are dequantized to f16 in row
-// chunks into scratch and multiplied against f16 activations with f32 accumulation. Up to
-// device::kMaxMatvecRows rows use our matvec straight on the packed bytes, which is what decode reads.
+// device_kernels.cu and prefill_kernels.cu; cuBLAS does the multi-row products (prefill): packed weights are
+// dequantized to f16 in row chunks into scratch and multiplied against f16 activations with f32 accumulation. Up to
+// device::kMaxMatvecRows rows use our matvec straight on the packed bytes, which is what decode reads. Prefill
+// attention runs by tiles of a sequence's rows (prefill_attention), decode attention split over positions.
+// First use: the constructor ends with a warm-up (see warm_up()), so that a process's first prompt does not pay
+// for lazy kernel loading, cuBLAS's first calls per shape and the decode graphs' capture.
 #include "runtime/gpu/gpu_layers.h"
 
 #include <stdexcept>
@@ -11,6 +14,7 @@
 #ifdef TIERLM_HAVE_CUDA
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -231,6 +235,7 @@ struct GpuLayers::Impl {
   // Scratch (device).
   DeviceBuffer hidden, normed, qkv, attn, gathered, ffn, act, out, scores, arrivals, x16, w16, logits, meta_dev, moe_dev, router_dev;
   int64_t w16_rows_cap = 0;  // elements of w16
+  const int32_t* tiles_dev = nullptr;  // the step's prefill attention tiles (in meta_dev)
   // Pinned staging of transfers.
   PinnedBuffer hidden_host, meta_host, logits_host, ids_host, router_host, moe_host;
   DeviceBuffer argmax_scratch, ids_dev;
@@ -279,6 +284,11 @@ struct GpuLayers::Impl {
   // TIERLM_GPU_FUSED_ATTENTION ("0" turns one off), TIERLM_GPU_PDL=0 acts as options.programmatic_launch = false.
   bool use_graph = env_on("TIERLM_GPU_GRAPH"), fused_matvec = env_on("TIERLM_GPU_FUSED_MATVEC"),
        fused_attention = env_on("TIERLM_GPU_FUSED_ATTENTION");
+  // TIERLM_GPU_PREFILL_ATTENTION=0: multi-row steps use the split (one query at a time) attention (A/B runs);
+  // TIERLM_GPU_WARMUP=0: no warm-up at construction (to measure first-use costs).
+  bool use_prefill_attention = env_on("TIERLM_GPU_PREFILL_ATTENTION"), warm = env_on("TIERLM_GPU_WARMUP");
+  bool prefill_tiles = false;        // the tiled prefill attention takes this model's shape
+  int64_t step_tiles = 0;            // tiles of the current step (prefill_attention)
   static bool env_on(const char* name) {
     const char* v = std::getenv(name);
     return !(v && std::string(v) == "0");
@@ -293,19 +303,27 @@ struct GpuLayers::Impl {
       throw std::invalid_argument("gpu: head_dim " + std::to_string(c.head_dim) +
                                   " is not supported (a multiple of 16, at most 256)");
     try {
+      phase_clock = std::chrono::steady_clock::now();
       check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
       if (options.time_steps) {
         check(cudaEventCreate(&step_begin), "event");
         check(cudaEventCreate(&step_end), "event");
       }
       check(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking), "copy stream");
+      setup_phase("context and streams");
       check(cublas()->create(&blas), "cublasCreate");
       check(cublas()->set_stream(blas, stream), "cublasSetStream");
+      setup_phase("cuBLAS handle");
       upload_weights();
+      setup_phase("weights upload");
       allocate_scratch();
+      setup_phase("scratch");
       if (c.arch.moe && gpu_layers > 0) setup_experts();
+      setup_phase("experts");
       allocate_kv_pool();
       check(cudaDeviceSynchronize(), "setup");  // uploads and memsets (legacy stream) done before `stream` runs
+      setup_phase("KV pool");
+      if (warm) warm_up();
     } catch (...) {
       release_handles();  // (the buffers release themselves, and their ledger charges, as members)
       throw;
@@ -313,6 +331,15 @@ struct GpuLayers::Impl {
   }
 
   ~Impl() { release_handles(); }
+
+  // Constructor phases (setup_report): each adds the wall time since the previous one.
+  std::chrono::steady_clock::time_point phase_clock;
+  std::vector<std::pair<std::string, double>> setup_phases;
+  void setup_phase(const char* what) {
+    const auto t = std::chrono::steady_clock::now();
+    setup_phases.push_back({what, std::chrono::duration<double, std::milli>(t - phase_clock).count()});
+    phase_clock = t;
+  }
 
   // Streams, events, graphs and the cuBLAS handle (after the work queued on the streams).
   void release_handles() noexcept {
@@ -413,7 +440,13 @@ struct GpuLayers::Impl {
     device::QkvParams shape{};
     shape.heads = c.num_heads;
     shape.head_dim = c.head_dim;
-    scores = floats(device::attention_scratch_floats(n, shape, max_context));
+    shape.kv_heads = c.num_kv_heads;
+    prefill_tiles = use_prefill_attention && device::prefill_attention_supported(shape);
+    // With tiled prefill attention, the split kernel sees only steps of at most kMaxMatvecRows rows or of one row
+    // per sequence (at most max_sequences): its partial sums need no room for a whole chunk.
+    const int64_t split_rows =
+        prefill_tiles ? std::min(n, std::max<int64_t>(device::kMaxMatvecRows, options.max_sequences)) : n;
+    scores = floats(device::attention_scratch_floats(split_rows, shape, max_context));
     arrivals = DeviceBuffer(vram, "scratch", size_t(n * c.num_kv_heads) * 4);
     check(cudaMemset(arrivals.as(), 0, arrivals.size()), "arrivals");
     x16 = DeviceBuffer(vram, "scratch", size_t(n * std::max(widest_cols(), int64_t(1))) * 2);
@@ -446,9 +479,10 @@ struct GpuLayers::Impl {
     }
   }
 
-  // Step metadata (int32): positions, sequence of each row, head rows, token ids (max_chunk each), then the page
-  // tables of the step's sequences (max_sequences x pages_per_context()).
-  static constexpr int64_t kMetaRowArrays = 4;
+  // Step metadata (int32): positions, sequence of each row, head rows, token ids (max_chunk each), the prefill
+  // attention's tiles ((first row, rows) pairs: 2 x max_chunk), then the page tables of the step's sequences
+  // (max_sequences x pages_per_context()).
+  static constexpr int64_t kMetaRowArrays = 6;
   int64_t pages_per_context() const { return (max_context + device::kKvPage - 1) / device::kKvPage; }
   size_t meta_ints() const { return size_t(kMetaRowArrays * max_chunk + options.max_sequences * pages_per_context()); }
   size_t meta_bytes() const { return meta_ints() * 4; }
@@ -602,15 +636,101 @@ struct GpuLayers::Impl {
     stats.bytes_copied += expert_layout.bytes;
   }
 
+  // One prefill step and the decode steps a first prompt takes, on a sequence of its own, forgotten afterwards: the
+  // kernels load (CUDA loads a module's kernels lazily, on first launch), cuBLAS picks and loads its kernels for the
+  // prefill shapes and sizes its workspace, and the decode graphs (greedy and logits) are captured, here rather
+  // than in the first prompt. Dense models only: a MoE step would route experts through the host expert cache.
+  void warm_up() {
+    if (gpu_layers == 0 || c.arch.moe) return;
+    const void* key = this;
+    const int64_t n = std::min<int64_t>({max_chunk, max_context, 64});
+    std::vector<int32_t> tokens(size_t(n), 0);
+    std::vector<int64_t> positions(static_cast<size_t>(n));
+    std::iota(positions.begin(), positions.end(), 0);
+    std::vector<const void*> sequence(size_t(n), key);
+    std::vector<float> hidden_rows(size_t(n * c.hidden_size), 0.0f), logits_row(head ? size_t(c.vocab_size) : 0);
+    float* logits_out = logits_row.data();
+    int32_t greedy = 0, last_row = 0;
+    auto step = [&](int64_t rows, int64_t first_position, bool logits) {
+      GpuStep s;
+      s.hidden = hidden_rows.data();
+      s.rows = rows;
+      s.tokens = std::span(tokens.data(), size_t(rows));
+      s.sequence = std::span(sequence.data(), size_t(rows));
+      std::iota(positions.begin(), positions.begin() + rows, first_position);
+      s.positions = std::span(positions.data(), size_t(rows));
+      last_row = int32_t(rows - 1);
+      if (head) {
+        s.head_rows = std::span(&last_row, 1);
+        if (logits)
+          s.head_out = std::span(&logits_out, 1);
+        else
+          s.head_argmax = std::span(&greedy, 1);
+      }
+      run(s);
+    };
+    const GpuExpertStats kept = stats;
+    // Every GEMM shape of the layers (and of the head's passes) once, on whatever the scratch holds.
+    const DeviceLayer& d = layers[0];
+    int64_t head_warmed = 0;
+    for (int64_t rows = device::kMaxMatvecRows + 1; rows <= max_chunk;) {
+      const int64_t b = gemm_rows(rows, max_chunk);
+      multiply(d.qkv.ref, normed.as<float>(), b, qkv.as<float>(), d.qkv.ref.rows, false);
+      // o and down accumulate into the hidden state (beta 1: cuBLAS's first call of that kind costs ~4 ms too).
+      multiply(d.o.ref, attn.as<float>(), b, out.as<float>(), c.hidden_size, true);
+      multiply(d.gate_up.ref, normed.as<float>(), b, ffn.as<float>(), d.gate_up.ref.rows, false);
+      multiply(d.down.ref, act.as<float>(), b, out.as<float>(), c.hidden_size, true);
+      if (head && std::min(b, head_pass_rows) > device::kMaxMatvecRows &&
+          gemm_rows(std::min(b, head_pass_rows), head_pass_rows) > head_warmed) {
+        head_warmed = gemm_rows(std::min(b, head_pass_rows), head_pass_rows);
+        multiply(output.ref, normed.as<float>(), head_warmed, logits.as<float>(), c.vocab_size, false, head_pass_rows);
+      }
+      if (!gemm_buckets) break;
+      rows = b + 1;
+    }
+    check(cudaStreamSynchronize(stream), "warm-up GEMMs");
+    step(n, 0, false);
+    if (max_context > n + 2) {
+      step(1, n, false);
+      step(1, n + 1, true);
+    }
+    drop(sequences.find(key));
+    stats = kept;
+    profile_totals.clear();
+    profiled_steps = 0;
+    step_ms_total = 0;
+    timed_steps = 0;
+    setup_phase("warm-up");
+  }
+
   // ---- matrix products -----------------------------------------------------------------------------------
-  void multiply(const device::MatrixRef& m, const float* x, int64_t n, float* y, int64_t ldy, bool accumulate) {
+  // Rows a GEMM of n rows computes: n rounded up to the next of a fixed set of sizes (at most `cap`, the rows the
+  // output buffer holds), so that cuBLAS sees a bounded set of shapes, all of which warm_up() has run once: a new
+  // shape costs a kernel choice and possibly a kernel load (~ms) in the middle of a prompt. The extra rows read
+  // stale activations and write output rows past n, which no one reads (each output row depends on its input row
+  // only). TIERLM_GPU_GEMM_BUCKETS=0: exactly n.
+  int64_t gemm_rows(int64_t n, int64_t cap) const {
+    if (!gemm_buckets) return n;
+    for (int64_t b : kGemmBuckets)
+      if (b >= n) return std::min(b, cap);
+    return n <= cap ? std::max(n, std::min(cap, (n + 1023) / 1024 * 1024)) : n;
+  }
+  static constexpr int64_t kGemmBuckets[] = {8,   16,  24,  32,   48,   64,   96,   128,  192,  256,
+                                             320, 384, 512, 640,  768,  1024, 1280, 1536, 1792, 2048};
+  bool gemm_buckets = env_on("TIERLM_GPU_GEMM_BUCKETS");
+
+  // y[i] (+)= W x[i] for i < n (the output buffer holds max_rows rows, max_chunk when 0).
+  void multiply(const device::MatrixRef& m, const float* x, int64_t n, float* y, int64_t ldy, bool accumulate,
+                int64_t max_rows = 0) {
     if (n <= device::kMaxMatvecRows) {
       device::matvec(m, x, m.cols, n, y, ldy, accumulate, stream);
       return;
     }
     device::to_f16(x, n * m.cols, x16.as(), stream);
+    n = gemm_rows(n, max_rows > 0 ? max_rows : max_chunk);
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    const int64_t chunk = m.format == 1 ? m.rows : std::max<int64_t>(1, w16_rows_cap / m.cols);
+    // Packed weights are dequantized in whole 16-row panels.
+    const int64_t chunk = m.format == 1 ? m.rows : std::max<int64_t>(16, w16_rows_cap / m.cols / 16 * 16);
     for (int64_t r0 = 0; r0 < m.rows; r0 += chunk) {
       const int64_t count = std::min(chunk, m.rows - r0);
       const void* a;
@@ -738,6 +858,21 @@ struct GpuLayers::Impl {
       std::copy(s.pages.begin(), s.pages.end(), tables + int64_t(b) * stride);
     }
     const bool one_row_per_sequence = int64_t(batch.size()) == n;  // decode: attention may do the rope/KV store
+    // Prefill attention's tiles: runs of consecutive rows of one sequence, at most prefill_tile_rows each.
+    step_tiles = 0;
+    if (prefill_tiles && n > device::kMaxMatvecRows) {
+      int32_t* tiles = ints + 4 * max_chunk;
+      const int64_t cap = device::prefill_tile_rows(attention_shape());
+      for (int64_t i = 0; i < n; ++i) {
+        if (step_tiles == 0 || cache_of_row[i] != cache_of_row[tiles[2 * (step_tiles - 1)]] ||
+            tiles[2 * (step_tiles - 1) + 1] == cap) {
+          tiles[2 * step_tiles] = int32_t(i);
+          tiles[2 * step_tiles + 1] = 0;
+          ++step_tiles;
+        }
+        ++tiles[2 * (step_tiles - 1) + 1];
+      }
+    }
     for (int64_t i = 0; i < head_count; ++i) heads[i] = step.head_rows[size_t(i)];
     if (!device_embed) std::memcpy(hidden_host.as(), step.hidden, size_t(n * H) * 4);
     mark(device_embed ? "upload meta + embed" : "upload meta + hidden");
@@ -751,6 +886,7 @@ struct GpuLayers::Impl {
     const int32_t* row_cache_dev = pos_dev + max_chunk;
     const int32_t* heads_dev = pos_dev + 2 * max_chunk;
     const int32_t* tokens_dev = pos_dev + 3 * max_chunk;
+    tiles_dev = pos_dev + 4 * max_chunk;
     const device::PageTables tables_dev{pos_dev + kMetaRowArrays * max_chunk, stride, row_cache_dev};
 
     // Head rows [r0, r0 + count): final norm, output matrix, then the greedy argmax when asked for.
@@ -760,7 +896,7 @@ struct GpuLayers::Impl {
       device::rms_norm(normed.as<float>(), H, final_norm.as<float>(), count, H, H, float(c.rms_norm_eps),
                        normed.as<float>(), H, stream);
       mark("head: output matrix");
-      multiply(output.ref, normed.as<float>(), count, logits.as<float>(), c.vocab_size, false);
+      multiply(output.ref, normed.as<float>(), count, logits.as<float>(), c.vocab_size, false, head_pass_rows);
       if (argmax) {
         mark("head: argmax");
         device::argmax_rows(logits.as<float>(), count, c.vocab_size, argmax_scratch.as(), head_pass_rows,
@@ -861,6 +997,14 @@ struct GpuLayers::Impl {
     }
   }
 
+  device::QkvParams attention_shape() const {
+    device::QkvParams p{};
+    p.heads = c.num_heads;
+    p.kv_heads = c.num_kv_heads;
+    p.head_dim = c.head_dim;
+    return p;
+  }
+
   void layer(int64_t l, int64_t n, const int32_t* pos_dev, const device::PageTables& tables,
              bool one_row_per_sequence) {
     const DeviceLayer& d = layers[size_t(l)];
@@ -880,10 +1024,7 @@ struct GpuLayers::Impl {
       mark("qkv matrix");
       multiply(d.qkv.ref, x, n, qkv.as<float>(), stride, false);
     }
-    device::QkvParams p{};
-    p.heads = c.num_heads;
-    p.kv_heads = c.num_kv_heads;
-    p.head_dim = hd;
+    device::QkvParams p = attention_shape();
     p.bias = L.qkv_bias.empty() ? nullptr : d.qkv_bias.as<float>();
     p.q_norm = L.q_norm.empty() ? nullptr : d.q_norm.as<float>();
     p.k_norm = L.k_norm.empty() ? nullptr : d.k_norm.as<float>();
@@ -896,9 +1037,15 @@ struct GpuLayers::Impl {
       mark("bias/qk norm/rope/kv store");
       device::qkv_rope_store(qkv.as<float>(), n, p, pos_dev, kv_refs[size_t(l)], tables, stream);
     }
-    mark(fused ? "attention (+ bias/qk norm/rope/kv store)" : "attention");
-    device::attention(qkv.as<float>(), n, p, pos_dev, kv_refs[size_t(l)], tables, max_context, fused,
-                      scores.as<float>(), arrivals.as<int32_t>(), attn.as<float>(), stream);
+    if (step_tiles > 0 && !fused) {
+      mark("prefill attention");
+      device::prefill_attention(qkv.as<float>(), step_tiles, tiles_dev, p, pos_dev, kv_refs[size_t(l)], tables,
+                                attn.as<float>(), stream);
+    } else {
+      mark(fused ? "attention (+ bias/qk norm/rope/kv store)" : "attention");
+      device::attention(qkv.as<float>(), n, p, pos_dev, kv_refs[size_t(l)], tables, max_context, fused,
+                        scores.as<float>(), arrivals.as<int32_t>(), attn.as<float>(), stream);
+    }
     mark("o matrix");
     multiply(d.o.ref, attn.as<float>(), n, h, H, true);
     const int64_t I = c.intermediate_size;
@@ -1132,6 +1279,11 @@ std::string GpuLayers::profile_report() const {
   }
   return out;
 }
+std::string GpuLayers::setup_report() const {
+  std::string out;
+  for (const auto& [what, ms] : impl_->setup_phases) out += fmt::format("    {:<28} {:9.1f} ms\n", what, ms);
+  return out;
+}
 void GpuLayers::reset_profile() {
   impl_->profile_totals.clear();
   impl_->profiled_steps = 0;
@@ -1167,6 +1319,7 @@ tiering::Ledger& GpuLayers::vram_ledger() { throw std::runtime_error("no CUDA ba
 GpuExpertStats GpuLayers::expert_stats() const { return {}; }
 uint64_t GpuLayers::weight_bytes() const { return 0; }
 std::string GpuLayers::profile_report() const { return {}; }
+std::string GpuLayers::setup_report() const { return {}; }
 void GpuLayers::reset_profile() {}
 double GpuLayers::device_step_us() const { return 0; }
 

@@ -83,6 +83,8 @@ struct GpuExpertStats {
 
 class GpuLayers {
  public:
+  // Ends with a warm-up (dense models; TIERLM_GPU_WARMUP=0 skips it): every prefill GEMM shape, one prefill step and
+  // the decode graphs run once on a sequence of its own, so that the first prompt runs at steady speed.
   GpuLayers(const model::ModelWeights& weights, const GpuOptions& options, int64_t max_chunk, int64_t max_context);
   ~GpuLayers();
   // Throws std::invalid_argument naming the first of layers [0, layers) whose LayerSpec (or bias) the GPU backend
@@ -117,6 +119,9 @@ class GpuLayers {
   // With options.profile: device milliseconds per operation since the last reset, one line each ("" otherwise).
   std::string profile_report() const;
   void reset_profile();
+  // Wall milliseconds of the constructor's phases (context and streams, cuBLAS, uploads, scratch, KV pool, warm-up),
+  // one line each.
+  std::string setup_report() const;
   // With options.time_steps: mean device microseconds per step (upload to last copy back) since reset_profile().
   double device_step_us() const;
 

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 
@@ -33,6 +34,7 @@
 #include "runtime/gpu/gpu_probe.h"
 #include "tests/runtime/gpu/skip_without_gpu.h"
 #include "runtime/model/model.h"
+#include "runtime/model/synthetic.h"
 
 using namespace tierlm;
 
@@ -434,6 +436,65 @@ TEST(GpuPagedKv, BatchedSequencesMatchEachAlone) {
   g->forget(caches[0].get());
   EXPECT_EQ(g->cached_positions(caches[0].get()), 0);
   EXPECT_EQ(g->kv_pages() - g->kv_pages_free(), held - (150 + kDecode + 63) / 64);
+}
+
+// Prefill attention by tiles (prefill_kernels.cu) against the split attention, one query row at a time, which the
+// fixture tests hold to the exact-math oracle, on the 1B shape's heads (head_dim 64, 4 q heads per KV head) and on
+// head_dim 128, with the f16 and the q8 device KV: a 150-token prompt in two chunks (100 + 50: tiles across three
+// pages, the second chunk over the first's pages) and a batch of two sequences in one step (a tile ends where its
+// sequence does), every row's logits. TIERLM_GPU_PREFILL_ATTENTION=0 gives the split path (read at construction).
+TEST(GpuPrefillAttention, TilesMatchTheSplitAttention) {
+  SKIP_WITHOUT_GPU();
+  for (const auto& [head_dim, codec] : {std::pair{int64_t(64), gpu::GpuKvCodec::f16}, {int64_t(64), gpu::GpuKvCodec::q8},
+                                        {int64_t(128), gpu::GpuKvCodec::f16}}) {
+    model::ModelConfig config = model::llama_1b_config();
+    config.vocab_size = 512;
+    config.hidden_size = 512;
+    config.intermediate_size = 1024;
+    config.num_layers = 2;
+    config.head_dim = head_dim;
+    config.num_heads = 512 / head_dim;
+    config.num_kv_heads = config.num_heads / 4;
+    tiering::Ledger ledger;
+    const model::ModelWeights w = model::synthetic_model(config, kernels::WeightFormat::f16, ledger);
+    const int64_t V = config.vocab_size;
+    const std::vector<int32_t> a = prompt_of(150, 1, V), b = prompt_of(37, 2, V);
+    std::vector<std::vector<float>> runs[2];
+    for (int tiled = 0; tiled < 2; ++tiled) {
+      setenv("TIERLM_GPU_PREFILL_ATTENTION", tiled ? "1" : "0", 1);
+      kernels::ThreadPool pool(2);
+      gpu::GpuOptions o;
+      o.layers = config.num_layers;
+      o.kv_codec = codec;
+      o.profile = true;  // the report names the attention kernel that ran
+      auto g = std::make_shared<gpu::GpuLayers>(w, o, 160, 256);
+      engine::Forward forward(w, pool, ledger, 160, 256);
+      forward.use_gpu(g);
+      engine::KVCache cache_a(config, 256, ledger), cache_b(config, 256, ledger);
+      std::vector<float> first(static_cast<size_t>(100 * V)), second(static_cast<size_t>(50 * V)),
+          batched_a(static_cast<size_t>(V)), batched_b(static_cast<size_t>(37 * V));
+      forward.run(std::span(a.data(), 100), 0, cache_a, first.data(), true);
+      forward.run(std::span(a.data() + 100, 50), 100, cache_a, second.data(), true);
+      engine::KVCache cache_c(config, 256, ledger);
+      const engine::BatchItem items[2] = {{std::span(a.data(), 100), 0, &cache_c, batched_a.data(), false},
+                                          {b, 0, &cache_b, batched_b.data(), true}};
+      forward.run_batch(items);
+      EXPECT_EQ(g->profile_report().find("prefill attention") != std::string::npos, tiled == 1) << g->profile_report();
+      runs[tiled] = {first, second, batched_a, batched_b};
+    }
+    unsetenv("TIERLM_GPU_PREFILL_ATTENTION");
+    double worst = 0;
+    for (size_t part = 0; part < 4; ++part)
+      for (size_t r = 0; r * size_t(V) < runs[0][part].size(); ++r) {
+        const std::vector<float> split(runs[0][part].begin() + r * V, runs[0][part].begin() + (r + 1) * V),
+            tiles(runs[1][part].begin() + r * V, runs[1][part].begin() + (r + 1) * V);
+        const double d = relative_diff(tiles, split);
+        worst = std::max(worst, d);
+        EXPECT_LE(d, 1e-4) << "head_dim " << head_dim << " part " << part << " row " << r;
+      }
+    std::printf("[ PREFILL  ] head_dim %lld, %s KV: tiles vs split attention, max relative logit difference %.3g\n",
+                (long long)head_dim, codec == gpu::GpuKvCodec::q8 ? "q8" : "f16", worst);
+  }
 }
 
 // A pool of 3 pages: sequence B's prefill (2 pages) takes a page from A (2 pages, outside the step), so A is dropped

@@ -1,0 +1,92 @@
+// runtime/gpu/device_launch.cuh — internal to the .cu files of runtime/gpu: how every kernel is launched
+// (programmatic dependent launch, see device_kernels.cuh), the griddepcontrol steps each kernel takes, and the
+// K/V codec load the attention kernels share. Never: included by host-compiled code.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <unordered_map>
+#include <utility>
+
+#include "runtime/gpu/device_kernels.cuh"
+
+namespace tierlm::gpu::device::detail {
+
+inline bool g_programmatic = true;  // set_programmatic_launch
+
+// A kernel may use more than 48 KiB of dynamic shared memory only once it says so; raised per kernel, only when a
+// launch needs more than it was last allowed.
+inline void allow_shared(const void* kernel, size_t bytes) {
+  static std::unordered_map<const void*, size_t> allowed;
+  size_t& now = allowed[kernel];
+  if (bytes > now) {
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+    now = bytes;
+  }
+}
+
+// Launch with the programmatic-stream-serialization attribute (or plainly when switched off).
+template <class... Params, class... Args>
+void launch(void (*kernel)(Params...), dim3 grid, unsigned block, size_t shared, cudaStream_t stream,
+            Args&&... args) {
+  if (shared > (size_t(48) << 10)) allow_shared(reinterpret_cast<const void*>(kernel), shared);
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(block);
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = g_programmatic ? 1 : 0;
+  cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+__device__ __forceinline__ void let_next_kernel_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Activation pointers are never __restrict__ in these kernels: with restrict, the compiler may treat what they point
+// to as invariant for the whole kernel and hoist its loads above this wait (seen: the fused decode matvec read the
+// previous layer's hidden state). The "memory" clobber then forces them to stay below.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Start of a kernel that has nothing to fetch early.
+__device__ __forceinline__ void kernel_entry() {
+  let_next_kernel_start();
+  wait_for_previous_kernel();
+}
+
+// Eight K/V elements of row `at` of `rows` (hd elements a row in the codec: f16, or q8 codes with `scales`, hd /
+// q8_block floats a row) starting at dim j (a multiple of 8), as floats. The pool and a block's staged copy of its
+// chunk have this layout.
+__device__ __forceinline__ void codec_load8(const void* rows, const float* scales, int codec, int64_t at, int64_t hd,
+                                            int64_t j, float* out) {
+  if (codec == 0) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const __half*>(rows) + at * hd + j);
+    const __half2* h = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 f = __half22float2(h[k]);
+      out[2 * k] = f.x;
+      out[2 * k + 1] = f.y;
+    }
+    return;
+  }
+  const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const int8_t*>(rows) + at * hd + j);
+  const int8_t* c = reinterpret_cast<const int8_t*>(&raw);
+  const int block = q8_block(hd);
+  const float scale = scales[at * (hd / block) + j / block];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) out[k] = float(c[k]) * scale;
+}
+
+}  // namespace tierlm::gpu::device::detail

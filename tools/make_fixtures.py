@@ -299,7 +299,7 @@ def make_mlx_qwen35(base_name, model, bits=4, group=64):
 
     def quantize_into(base, v, b):
         rows = v.reshape(-1, v.shape[-1]).float()
-        packed, scales, biases, deq = mlx_quantize(rows, b, group)
+        packed, scales, biases, deq = mlx_quantize(rows, b, group, torch.bfloat16)
         lead = list(v.shape[:-1])
         state[base + ".weight"] = packed.reshape(lead + [packed.shape[-1]]).contiguous()
         state[base + ".scales"] = scales.to(torch.bfloat16).reshape(lead + [scales.shape[-1]]).contiguous()
@@ -460,16 +460,18 @@ def make_fp8_deepseek(base_name, model, block=128):
     print(f"{name}: greedy {ref['greedy'][:8]}..., min margin {ref['min_margin']:.4f}", flush=True)
 
 
-def mlx_quantize(w, bits, group):
-    """MLX affine quantization: per group of `group` columns, w ~= scale*q + bias, q in [0, 2^bits-1]."""
+def mlx_quantize(w, bits, group, scale_dtype=torch.float16):
+    """MLX affine quantization: per group of `group` columns, w ~= scale*q + bias, q in [0, 2^bits-1]. Scales and
+    biases are rounded to scale_dtype (the dtype the folder stores them in) before q and the dequantized values are
+    computed, so the reference is reproducible from the folder."""
     rows, cols = w.shape
     wg = w.reshape(rows, cols // group, group)
     wmin = wg.min(dim=-1, keepdim=True).values
     wmax = wg.max(dim=-1, keepdim=True).values
     levels = (1 << bits) - 1
     scale = ((wmax - wmin) / levels).clamp(min=1e-8)
-    scale = scale.half().float()
-    bias = wmin.half().float()
+    scale = scale.to(scale_dtype).float()
+    bias = wmin.to(scale_dtype).float()
     q = torch.round((wg - bias) / scale).clamp(0, levels).to(torch.int64)
     deq = (q.float() * scale + bias).reshape(rows, cols)
     per = 32 // bits
@@ -478,7 +480,7 @@ def mlx_quantize(w, bits, group):
     for j in range(per):
         packed |= qf[:, :, j] << (bits * j)
     packed = packed.to(torch.uint32) if hasattr(torch, "uint32") else packed.to(torch.int32)
-    return packed, scale.reshape(rows, -1).half(), bias.reshape(rows, -1).half(), deq
+    return packed, scale.reshape(rows, -1).to(scale_dtype), bias.reshape(rows, -1).to(scale_dtype), deq
 
 
 def make_mlx(base_name, model, bits, group=64):

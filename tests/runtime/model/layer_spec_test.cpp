@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <boost/json.hpp>
@@ -192,9 +193,20 @@ TEST(ConfigKeys, FixtureConfigsCarryNoUnreadKey) {
     const auto path = entry.path() / "config.json";
     if (!std::filesystem::exists(path)) continue;
     const auto json = boost::json::parse(read(path)).as_object();
-    const auto& family = json.at("model_type").as_string();
-    const ArchitectureSpec* arch = find_architecture(std::string(family));
-    ASSERT_NE(arch, nullptr) << path;
+    const std::string family(json.at("model_type").as_string());
+    const ArchitectureSpec* arch = find_architecture(family);
+    if (!arch) {
+      // Fixtures made ahead of their engine (issue 16): refused at load, by family name, until the table has them.
+      static const std::set<std::string> not_yet = {"gpt_oss", "deepseek_v2", "deepseek_v3", "gemma4", "gemma4_text"};
+      EXPECT_TRUE(not_yet.count(family)) << path << ": family '" << family << "' is neither supported nor pending";
+      try {
+        load_config(entry.path());
+        ADD_FAILURE() << path << " loaded although its family is not in the table";
+      } catch (const std::exception& e) {
+        EXPECT_NE(std::string(e.what()).find(family), std::string::npos) << e.what();
+      }
+      continue;
+    }
     const auto unread = unread_config_keys(json, *arch);
     EXPECT_TRUE(unread.empty()) << path << ": " << fmt::format("{}", fmt::join(unread, ", "));
     EXPECT_NO_THROW(load_config(entry.path())) << path;

@@ -72,10 +72,6 @@ class CompletionStream : public engine::SequenceObserver {
   int64_t emitted_bytes_ = 0;
 };
 
-// The raw bytes of one token: byte-level BPE symbols mapped back to bytes, <0xNN> byte-fallback pieces as the byte;
-// otherwise the decoded text.
-std::string token_bytes(const tok::Tokenizer& tokenizer, int32_t id);
-
 // The OpenAI JSON bodies of one response.
 struct ResponseFormat {
   Endpoint endpoint = Endpoint::chat;

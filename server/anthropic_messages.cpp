@@ -299,10 +299,12 @@ class AnthropicWriter final : public CompletionWriter {
       block["name"] = call.name;
       block["input"] = json::object();
       out += open_block("tool_use", std::move(block));
-      json::object delta;
-      delta["type"] = "input_json_delta";
-      delta["partial_json"] = call.arguments;
-      out += block_delta(std::move(delta));
+      for (const std::string& piece : argument_pieces(call.arguments)) {
+        json::object delta;
+        delta["type"] = "input_json_delta";
+        delta["partial_json"] = piece;
+        out += block_delta(std::move(delta));
+      }
       out += close_block();
     }
     return out;

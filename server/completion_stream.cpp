@@ -209,26 +209,47 @@ std::string ResponseFormat::chunk(int index, const AssistantDelta& out, const st
   }
   choice["logprobs"] = logprobs && !entries.empty() ? logprobs_json(endpoint, entries) : json::value(nullptr);
   choice["finish_reason"] = reason(finish_reason);
-  json::object body;
-  body["id"] = id;
-  body["object"] = endpoint == Endpoint::chat ? "chat.completion.chunk" : "text_completion";
-  body["created"] = created;
-  body["model"] = model;
-  body["system_fingerprint"] = "tierlm";
-  body["choices"] = json::array{std::move(choice)};
-  if (usage_null) body["usage"] = nullptr;
-  return json::serialize(body);
+  return chunk_body(json::array{std::move(choice)}, usage_null, nullptr);
+}
+
+std::string ResponseFormat::tool_call_chunk(int index, int call_index, const ToolCall* header,
+                                            std::string_view arguments, bool usage_null) const {
+  json::object fn;
+  if (header) fn["name"] = header->name;
+  fn["arguments"] = arguments;
+  json::object call;
+  call["index"] = call_index;
+  if (header) {
+    call["id"] = header->id;
+    call["type"] = "function";
+  }
+  call["function"] = std::move(fn);
+  json::object delta;
+  delta["tool_calls"] = json::array{std::move(call)};
+  json::object choice;
+  choice["index"] = index;
+  choice["delta"] = std::move(delta);
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = nullptr;
+  return chunk_body(json::array{std::move(choice)}, usage_null, nullptr);
 }
 
 std::string ResponseFormat::usage_chunk(const Usage& usage) const {
+  const json::value totals = usage_json(usage);
+  return chunk_body(json::array{}, false, &totals);
+}
+
+// usage_null: a "usage": null member (stream_options.include_usage puts one in every chunk); usage: the totals.
+std::string ResponseFormat::chunk_body(boost::json::array choices, bool usage_null, const boost::json::value* usage) const {
   json::object body;
   body["id"] = id;
   body["object"] = endpoint == Endpoint::chat ? "chat.completion.chunk" : "text_completion";
   body["created"] = created;
   body["model"] = model;
   body["system_fingerprint"] = "tierlm";
-  body["choices"] = json::array{};
-  body["usage"] = usage_json(usage);
+  body["choices"] = std::move(choices);
+  if (usage) body["usage"] = *usage;
+  else if (usage_null) body["usage"] = nullptr;
   return json::serialize(body);
 }
 

@@ -10,7 +10,11 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include <boost/json/array.hpp>
+#include <boost/json/value.hpp>
 
 #include "runtime/engine/scheduler.h"
 #include "runtime/tokenizer/tokenizer.h"
@@ -91,7 +95,14 @@ struct ResponseFormat {
   // empty: null. first_call: how many tool calls this choice has streamed before (their delta indexes follow).
   std::string chunk(int index, const AssistantDelta& delta, const std::vector<LogprobEntry>& logprobs,
                     const std::string& finish_reason, bool role_chunk, bool usage_null, int first_call = 0) const;
+  // A stream chunk with one piece of tool call `call_index` of choice `index`, as OpenAI streams calls: the first
+  // (header given) carries the call's id, type, name and `arguments` (""), the next ones only an arguments piece.
+  std::string tool_call_chunk(int index, int call_index, const ToolCall* header, std::string_view arguments,
+                              bool usage_null) const;
   std::string usage_chunk(const Usage& usage) const;
+
+ private:
+  std::string chunk_body(boost::json::array choices, bool usage_null, const boost::json::value* usage) const;
 };
 
 }  // namespace tierlm::server

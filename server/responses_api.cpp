@@ -439,11 +439,13 @@ class ResponsesWriter final : public CompletionWriter {
       added["output_index"] = index;
       added["item"] = function_call_item(item_id, "in_progress", call, "");
       out += event("response.output_item.added", std::move(added));
-      json::object delta;
-      delta["item_id"] = item_id;
-      delta["output_index"] = index;
-      delta["delta"] = call.arguments;
-      out += event("response.function_call_arguments.delta", std::move(delta));
+      for (const std::string& piece : argument_pieces(call.arguments)) {
+        json::object delta;
+        delta["item_id"] = item_id;
+        delta["output_index"] = index;
+        delta["delta"] = piece;
+        out += event("response.function_call_arguments.delta", std::move(delta));
+      }
       json::object done;
       done["item_id"] = item_id;
       done["output_index"] = index;

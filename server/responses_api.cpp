@@ -18,29 +18,6 @@ using namespace jsonf;
 
 namespace {
 
-json::object parse_body(std::string_view text) {
-  boost::system::error_code ec;
-  json::value doc = json::parse(text, ec);
-  if (ec)
-    throw ApiError(400, fmt::format("The request body is not valid JSON ({}).", ec.message()), "invalid_request_error",
-                   {}, "invalid_json");
-  if (!doc.is_object())
-    throw ApiError(400, fmt::format("The request body must be a JSON object, got {}.", kind_of(doc)),
-                   "invalid_request_error", {}, "invalid_json");
-  return std::move(doc.get_object());
-}
-
-const json::object& object_at(const json::value& v, const std::string& param) {
-  if (!v.is_object()) wrong_type(param, "an object", v);
-  return v.get_object();
-}
-
-std::string required_string(const json::object& o, std::string_view key, const std::string& param) {
-  auto s = string(o, key, param);
-  if (!s) missing(param);
-  return *s;
-}
-
 // A message's content: a string, or parts of type input_text / output_text (concatenated). Images, files and
 // audio are not something these models read: 400 naming the part.
 std::string content_text(const json::value& v, const std::string& param) {
@@ -225,12 +202,10 @@ void convert_tools(const json::object& body, CompletionRequest& r, json::object&
   echo["tool_choice"] = "auto";
   if (const json::value* choice = field(body, "tool_choice")) {
     if (choice->is_string()) {
-      const std::string c(choice->get_string());
-      if (c == "auto") r.tool_choice = ToolChoice::auto_;
-      else if (c == "none") r.tool_choice = ToolChoice::none;
-      else if (c == "required") r.tool_choice = ToolChoice::required;
-      else invalid("tool_choice", fmt::format("Invalid value: '{}'. Supported values are: 'none', 'auto' and "
-                                              "'required', or {{\"type\": \"function\", \"name\": ...}}.", c));
+      if (!tool_choice_keyword(choice->get_string(), r.tool_choice))
+        invalid("tool_choice", fmt::format("Invalid value: '{}'. Supported values are: 'none', 'auto' and "
+                                           "'required', or {{\"type\": \"function\", \"name\": ...}}.",
+                                           std::string_view(choice->get_string())));
     } else if (choice->is_object()) {
       const auto& c = choice->get_object();
       const std::string type = required_string(c, "type", "tool_choice.type");
@@ -242,16 +217,7 @@ void convert_tools(const json::object& body, CompletionRequest& r, json::object&
     } else {
       wrong_type("tool_choice", "a string or an object", *choice);
     }
-    if ((r.tool_choice == ToolChoice::required || r.tool_choice == ToolChoice::function) && r.tools.is_null())
-      invalid("tool_choice", "'tool_choice' requires 'tools' to be given.");
-    if (r.tool_choice == ToolChoice::function) {
-      bool found = false;
-      for (const auto& t : r.tools.get_array())
-        found = found || t.at("function").at("name").as_string() == r.tool_choice_name;
-      if (!found)
-        invalid("tool_choice", fmt::format("Function '{}' named by 'tool_choice' is not among 'tools'.",
-                                           r.tool_choice_name));
-    }
+    check_tool_choice(r);
     echo["tool_choice"] = *choice;
   }
   r.parallel_tool_calls = boolean(body, "parallel_tool_calls").value_or(true);
@@ -611,7 +577,7 @@ class ResponsesWriter final : public CompletionWriter {
 }  // namespace
 
 ResponsesRequest parse_responses_request(std::string_view text) {
-  const json::object body = parse_body(text);
+  const json::object body = parse_object_body(text);
   reject_unknown_fields(body, BodyKind::responses);
   ResponsesRequest out;
   out.request = decode(body, out.echo);

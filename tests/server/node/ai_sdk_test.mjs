@@ -4,24 +4,16 @@
 // zod schema and runs `execute`), step 2 sends the result back and gets a text answer. Streamed too. Exits non-zero
 // on the first failed check.
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
 import { generateText, streamText, stepCountIs, tool } from "ai";
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { z } from "zod";
+import { checker, packageVersion } from "./check.mjs";
 
-const version = JSON.parse(readFileSync(new URL("./node_modules/ai/package.json", import.meta.url))).version;
 const baseURL = process.env.TIERLM_BASE_URL;
 assert.ok(baseURL, "TIERLM_BASE_URL is not set");
 const tierlm = createOpenAICompatible({ name: "tierlm", baseURL, apiKey: process.env.TIERLM_API_KEY ?? "unused" });
 const model = tierlm.chatModel("tierlm-tiny");
-let passed = 0;
-
-async function check(name, fn) {
-  const t0 = performance.now();
-  await fn();
-  passed++;
-  console.log(`ok   ${name} (${(performance.now() - t0).toFixed(0)} ms)`);
-}
+const { check, passed } = checker();
 
 const calls = [];
 // The untrained tiny model's strings are bounded so that a forced call always closes.
@@ -75,4 +67,4 @@ await check("streamText: the same loop streamed, the same call and answer", asyn
   assert.equal(text, plain.text);
 });
 
-console.log(`ai ${version} with @ai-sdk/openai-compatible: ${passed} checks passed`);
+console.log(`ai ${packageVersion("ai")} with @ai-sdk/openai-compatible: ${passed()} checks passed`);

@@ -4,22 +4,14 @@
 // failed check.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { readFileSync } from "node:fs";
 import OpenAI from "openai";
+import { checker, packageVersion } from "./check.mjs";
 
-const sdkVersion = JSON.parse(readFileSync(new URL("./node_modules/openai/package.json", import.meta.url))).version;
 const baseURL = process.env.TIERLM_BASE_URL;
 assert.ok(baseURL, "TIERLM_BASE_URL is not set");
 const client = new OpenAI({ baseURL, apiKey: process.env.TIERLM_API_KEY ?? "unused", maxRetries: 0, timeout: 30000 });
 const model = "tierlm-tiny";
-let passed = 0;
-
-async function check(name, fn) {
-  const t0 = performance.now();
-  await fn();
-  passed++;
-  console.log(`ok   ${name} (${(performance.now() - t0).toFixed(0)} ms)`);
-}
+const { check, passed } = checker();
 
 // The oracle for constrained output: python3-jsonschema.
 function assertValidates(schema, instance) {
@@ -161,4 +153,4 @@ await check("no server-side storage, unknown fields and hosted tools: 400 naming
   await assert.rejects(client.responses.create({ model: "gpt-4o", input }), (e) => e.status === 404);
 });
 
-console.log(`openai SDK ${sdkVersion} responses: ${passed} checks passed`);
+console.log(`openai SDK ${packageVersion("openai")} responses: ${passed()} checks passed`);

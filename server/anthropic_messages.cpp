@@ -17,29 +17,6 @@ using namespace jsonf;
 
 namespace {
 
-json::object parse_body(std::string_view text) {
-  boost::system::error_code ec;
-  json::value doc = json::parse(text, ec);
-  if (ec)
-    throw ApiError(400, fmt::format("The request body is not valid JSON ({}).", ec.message()), "invalid_request_error",
-                   {}, "invalid_json");
-  if (!doc.is_object())
-    throw ApiError(400, fmt::format("The request body must be a JSON object, got {}.", kind_of(doc)),
-                   "invalid_request_error", {}, "invalid_json");
-  return std::move(doc.get_object());
-}
-
-const json::object& object_at(const json::value& v, const std::string& param) {
-  if (!v.is_object()) wrong_type(param, "an object", v);
-  return v.get_object();
-}
-
-std::string required_string(const json::object& o, std::string_view key, const std::string& param) {
-  auto s = string(o, key, param);
-  if (!s) missing(param);
-  return *s;
-}
-
 // Text of a string or of an array of text blocks (system prompts, tool results).
 std::string text_of(const json::value& v, const std::string& param) {
   if (v.is_string()) return std::string(v.get_string());
@@ -299,10 +276,12 @@ class AnthropicWriter final : public CompletionWriter {
       block["name"] = call.name;
       block["input"] = json::object();
       out += open_block("tool_use", std::move(block));
-      json::object delta;
-      delta["type"] = "input_json_delta";
-      delta["partial_json"] = call.arguments;
-      out += block_delta(std::move(delta));
+      for (const std::string& piece : argument_pieces(call.arguments)) {
+        json::object delta;
+        delta["type"] = "input_json_delta";
+        delta["partial_json"] = piece;
+        out += block_delta(std::move(delta));
+      }
       out += close_block();
     }
     return out;
@@ -426,13 +405,13 @@ class AnthropicWriter final : public CompletionWriter {
 }  // namespace
 
 AnthropicRequest parse_anthropic_messages(std::string_view text) {
-  const json::object body = parse_body(text);
+  const json::object body = parse_object_body(text);
   reject_unknown_fields(body, BodyKind::anthropic_messages);
   return AnthropicRequest{decode(body, false)};
 }
 
 AnthropicRequest parse_anthropic_count_tokens(std::string_view text) {
-  const json::object body = parse_body(text);
+  const json::object body = parse_object_body(text);
   reject_unknown_fields(body, BodyKind::anthropic_count_tokens);
   return AnthropicRequest{decode(body, true)};
 }

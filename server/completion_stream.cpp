@@ -22,12 +22,12 @@ bool CompletionStream::on_token(const engine::TokenOutput& token) {
       LogprobEntry e;
       const int32_t id = token.token;
       e.token = tokenizer_.decode(std::span(&id, 1), false);
-      e.bytes = token_bytes(tokenizer_, id);
+      e.bytes = tokenizer_.token_bytes(id);
       e.logprob = token.logprob;
       e.text_offset = emitted_bytes_;
       for (const auto& t : token.top) {
         const int32_t tid = t.token;
-        e.top.push_back({tokenizer_.decode(std::span(&tid, 1), false), token_bytes(tokenizer_, tid), t.logprob});
+        e.top.push_back({tokenizer_.decode(std::span(&tid, 1), false), tokenizer_.token_bytes(tid), t.logprob});
       }
       pending_.logprobs.push_back(std::move(e));
     }
@@ -74,51 +74,6 @@ CompletionPiece CompletionStream::take() {
     pending_.usage = out.usage;
   }
   return out;
-}
-
-namespace {
-
-// GPT-2's byte-level alphabet, inverted: the code point a byte-level vocabulary uses for each byte.
-const std::vector<int>& byte_of_code_point() {
-  static const std::vector<int> table = [] {
-    std::vector<int> t(512, -1);
-    int extra = 0;
-    for (int b = 0; b < 256; ++b) {
-      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-      t[size_t(printable ? b : 256 + extra++)] = b;
-    }
-    return t;
-  }();
-  return table;
-}
-
-// Decodes one UTF-8 code point at s[i], advancing i; -1 when malformed.
-int32_t next_code_point(const std::string& s, size_t& i) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-  if (len == 0 || i + size_t(len) > s.size()) return -1;
-  int32_t cp = len == 1 ? c : c & (0x7F >> len);
-  for (int k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + size_t(k)]) & 0x3F);
-  i += size_t(len);
-  return cp;
-}
-
-}  // namespace
-
-std::string token_bytes(const tok::Tokenizer& tokenizer, int32_t id) {
-  const std::string decoded = tokenizer.decode(std::span(&id, 1), false);
-  if (decoded.find("\xEF\xBF\xBD") == std::string::npos) return decoded;  // whole characters: the text is the bytes
-  const std::string piece = tokenizer.id_to_token(id);
-  if (piece.size() == 6 && piece.starts_with("<0x") && piece.back() == '>')
-    return std::string(1, char(std::stoi(piece.substr(3, 2), nullptr, 16)));
-  std::string bytes;
-  const auto& table = byte_of_code_point();
-  for (size_t i = 0; i < piece.size();) {
-    const int32_t cp = next_code_point(piece, i);
-    if (cp < 0 || size_t(cp) >= table.size() || table[size_t(cp)] < 0) return decoded;  // not byte-level
-    bytes.push_back(char(table[size_t(cp)]));
-  }
-  return bytes;
 }
 
 namespace {
@@ -254,26 +209,47 @@ std::string ResponseFormat::chunk(int index, const AssistantDelta& out, const st
   }
   choice["logprobs"] = logprobs && !entries.empty() ? logprobs_json(endpoint, entries) : json::value(nullptr);
   choice["finish_reason"] = reason(finish_reason);
-  json::object body;
-  body["id"] = id;
-  body["object"] = endpoint == Endpoint::chat ? "chat.completion.chunk" : "text_completion";
-  body["created"] = created;
-  body["model"] = model;
-  body["system_fingerprint"] = "tierlm";
-  body["choices"] = json::array{std::move(choice)};
-  if (usage_null) body["usage"] = nullptr;
-  return json::serialize(body);
+  return chunk_body(json::array{std::move(choice)}, usage_null, nullptr);
+}
+
+std::string ResponseFormat::tool_call_chunk(int index, int call_index, const ToolCall* header,
+                                            std::string_view arguments, bool usage_null) const {
+  json::object fn;
+  if (header) fn["name"] = header->name;
+  fn["arguments"] = arguments;
+  json::object call;
+  call["index"] = call_index;
+  if (header) {
+    call["id"] = header->id;
+    call["type"] = "function";
+  }
+  call["function"] = std::move(fn);
+  json::object delta;
+  delta["tool_calls"] = json::array{std::move(call)};
+  json::object choice;
+  choice["index"] = index;
+  choice["delta"] = std::move(delta);
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = nullptr;
+  return chunk_body(json::array{std::move(choice)}, usage_null, nullptr);
 }
 
 std::string ResponseFormat::usage_chunk(const Usage& usage) const {
+  const json::value totals = usage_json(usage);
+  return chunk_body(json::array{}, false, &totals);
+}
+
+// usage_null: a "usage": null member (stream_options.include_usage puts one in every chunk); usage: the totals.
+std::string ResponseFormat::chunk_body(boost::json::array choices, bool usage_null, const boost::json::value* usage) const {
   json::object body;
   body["id"] = id;
   body["object"] = endpoint == Endpoint::chat ? "chat.completion.chunk" : "text_completion";
   body["created"] = created;
   body["model"] = model;
   body["system_fingerprint"] = "tierlm";
-  body["choices"] = json::array{};
-  body["usage"] = usage_json(usage);
+  body["choices"] = std::move(choices);
+  if (usage) body["usage"] = *usage;
+  else if (usage_null) body["usage"] = nullptr;
   return json::serialize(body);
 }
 

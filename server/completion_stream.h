@@ -10,7 +10,11 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include <boost/json/array.hpp>
+#include <boost/json/value.hpp>
 
 #include "runtime/engine/scheduler.h"
 #include "runtime/tokenizer/tokenizer.h"
@@ -72,10 +76,6 @@ class CompletionStream : public engine::SequenceObserver {
   int64_t emitted_bytes_ = 0;
 };
 
-// The raw bytes of one token: byte-level BPE symbols mapped back to bytes, <0xNN> byte-fallback pieces as the byte;
-// otherwise the decoded text.
-std::string token_bytes(const tok::Tokenizer& tokenizer, int32_t id);
-
 // The OpenAI JSON bodies of one response.
 struct ResponseFormat {
   Endpoint endpoint = Endpoint::chat;
@@ -95,7 +95,14 @@ struct ResponseFormat {
   // empty: null. first_call: how many tool calls this choice has streamed before (their delta indexes follow).
   std::string chunk(int index, const AssistantDelta& delta, const std::vector<LogprobEntry>& logprobs,
                     const std::string& finish_reason, bool role_chunk, bool usage_null, int first_call = 0) const;
+  // A stream chunk with one piece of tool call `call_index` of choice `index`, as OpenAI streams calls: the first
+  // (header given) carries the call's id, type, name and `arguments` (""), the next ones only an arguments piece.
+  std::string tool_call_chunk(int index, int call_index, const ToolCall* header, std::string_view arguments,
+                              bool usage_null) const;
   std::string usage_chunk(const Usage& usage) const;
+
+ private:
+  std::string chunk_body(boost::json::array choices, bool usage_null, const boost::json::value* usage) const;
 };
 
 }  // namespace tierlm::server

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "server/api_error.h"
@@ -32,7 +33,14 @@ class CompletionWriter {
                            const Usage& total) = 0;
 };
 
-// OpenAI /v1/chat/completions and /v1/completions.
+// OpenAI /v1/chat/completions and /v1/completions. A streamed tool call goes out as OpenAI sends one: a chunk with
+// its id, type and name, then its arguments in pieces (argument_pieces).
 std::unique_ptr<CompletionWriter> make_openai_writer(ResponseFormat format, bool include_usage);
+
+// A call's arguments (the text of a JSON object) in the pieces every API's stream sends them in: one per top-level
+// member, each ending with the comma after it (the first also holds the '{', the last the '}'), so the pieces joined
+// are the text. A call is released once its block has closed and parsed (AssistantOutputParser), so a malformed one
+// is content; its arguments then stream in these pieces. Text that is not an object is one piece.
+std::vector<std::string> argument_pieces(std::string_view arguments);
 
 }  // namespace tierlm::server

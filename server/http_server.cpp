@@ -27,6 +27,7 @@
 #include "server/http_request_reading.h"
 #include "server/log_throttle.h"
 #include "server/request_policy.h"
+#include "server/responses_api.h"
 #include "server/service.h"
 
 namespace tierlm::server {
@@ -460,6 +461,7 @@ struct HttpServer::Impl {
     co_return co_await completion(stream, req, ex,
                                   path == "/v1/chat/completions" ? Api::chat
                                   : path == "/v1/messages"       ? Api::anthropic
+                                  : path == "/v1/responses"      ? Api::responses
                                                                  : Api::completion);
   }
 
@@ -571,8 +573,8 @@ struct HttpServer::Impl {
     return engine_reason;
   }
 
-  // kind: which API's body and response shape (chat/completions, completions, Anthropic messages).
-  enum class Api { chat, completion, anthropic };
+  // kind: which API's body and response shape (chat/completions, completions, Anthropic messages, responses).
+  enum class Api { chat, completion, anthropic, responses };
 
   awaitable<bool> completion(beast::tcp_stream& stream, Request& req, Exchange& ex, Api api) {
     auto wakeup = std::make_shared<Wakeup>();
@@ -591,6 +593,10 @@ struct HttpServer::Impl {
         AnthropicRequest a = parse_anthropic_messages(req.body());
         started = service.start(std::move(a.request), notify, deadline);
         writer = make_anthropic_writer(service.model_id(), started.prompt_tokens);
+      } else if (api == Api::responses) {
+        ResponsesRequest r = parse_responses_request(req.body());
+        started = service.start(std::move(r.request), notify, deadline);
+        writer = make_responses_writer(service.model_id(), std::move(r.echo));
       } else {
         started = service.start_completion(req.body(), api == Api::chat ? Endpoint::chat : Endpoint::completion, notify,
                                            deadline);

@@ -90,4 +90,27 @@ void missing(const std::string& param) {
   invalid(param, fmt::format("Missing required parameter: '{}'.", param), "missing_required_parameter");
 }
 
+std::string required_string(const json::object& o, std::string_view key, const std::string& param) {
+  auto s = string(o, key, param);
+  if (!s) missing(param);
+  return *s;
+}
+
+const json::object& object_at(const json::value& v, const std::string& param) {
+  if (!v.is_object()) wrong_type(param, "an object", v);
+  return v.get_object();
+}
+
+json::object parse_object_body(std::string_view text) {
+  boost::system::error_code ec;
+  json::value doc = json::parse(text, ec);
+  if (ec)
+    throw ApiError(400, fmt::format("The request body is not valid JSON ({}).", ec.message()), "invalid_request_error",
+                   {}, "invalid_json");
+  if (!doc.is_object())
+    throw ApiError(400, fmt::format("The request body must be a JSON object, got {}.", kind_of(doc)),
+                   "invalid_request_error", {}, "invalid_json");
+  return std::move(doc.get_object());
+}
+
 }  // namespace tierlm::server::jsonf

@@ -130,12 +130,10 @@ void parse_tools(const json::object& body, CompletionRequest& r) {
   }
   if (const json::value* choice = field(body, "tool_choice")) {
     if (choice->is_string()) {
-      const std::string c(choice->get_string());
-      if (c == "auto") r.tool_choice = ToolChoice::auto_;
-      else if (c == "none") r.tool_choice = ToolChoice::none;
-      else if (c == "required") r.tool_choice = ToolChoice::required;
-      else invalid("tool_choice", fmt::format("Invalid value: '{}'. Supported values are: 'none', 'auto' and "
-                                              "'required', or an object naming a function.", c));
+      if (!tool_choice_keyword(choice->get_string(), r.tool_choice))
+        invalid("tool_choice", fmt::format("Invalid value: '{}'. Supported values are: 'none', 'auto' and "
+                                           "'required', or an object naming a function.",
+                                           std::string_view(choice->get_string())));
     } else if (choice->is_object()) {
       const json::value* fn = field(choice->get_object(), "function");
       auto type = string(choice->get_object(), "type", "tool_choice.type");
@@ -150,15 +148,7 @@ void parse_tools(const json::object& body, CompletionRequest& r) {
     } else {
       wrong_type("tool_choice", "a string or an object", *choice);
     }
-    if ((r.tool_choice == ToolChoice::required || r.tool_choice == ToolChoice::function) && r.tools.is_null())
-      invalid("tool_choice", "'tool_choice' requires 'tools' to be given.");
-    if (r.tool_choice == ToolChoice::function) {
-      bool found = false;
-      for (const auto& t : r.tools.get_array())
-        found = found || t.at("function").at("name").as_string() == r.tool_choice_name;
-      if (!found) invalid("tool_choice", fmt::format("Function '{}' named by 'tool_choice' is not among 'tools'.",
-                                                     r.tool_choice_name));
-    }
+    check_tool_choice(r);
   }
   r.parallel_tool_calls = boolean(body, "parallel_tool_calls").value_or(true);
 }
@@ -285,16 +275,25 @@ StructuredOutput parse_response_format(const json::object& body) {
 
 }  // namespace
 
+bool tool_choice_keyword(std::string_view value, ToolChoice& out) {
+  if (value == "auto") out = ToolChoice::auto_;
+  else if (value == "none") out = ToolChoice::none;
+  else if (value == "required") out = ToolChoice::required;
+  else return false;
+  return true;
+}
+
+void check_tool_choice(const CompletionRequest& r) {
+  if ((r.tool_choice == ToolChoice::required || r.tool_choice == ToolChoice::function) && r.tools.is_null())
+    invalid("tool_choice", "'tool_choice' requires 'tools' to be given.");
+  if (r.tool_choice != ToolChoice::function) return;
+  for (const auto& t : r.tools.get_array())
+    if (t.at("function").at("name").as_string() == r.tool_choice_name) return;
+  invalid("tool_choice", fmt::format("Function '{}' named by 'tool_choice' is not among 'tools'.", r.tool_choice_name));
+}
+
 CompletionRequest parse_completion_request(std::string_view text, Endpoint endpoint) {
-  boost::system::error_code ec;
-  json::value doc = json::parse(text, ec);
-  if (ec)
-    throw ApiError(400, fmt::format("The request body is not valid JSON ({}).", ec.message()),
-                   "invalid_request_error", {}, "invalid_json");
-  if (!doc.is_object())
-    throw ApiError(400, fmt::format("The request body must be a JSON object, got {}.", kind_of(doc)),
-                   "invalid_request_error", {}, "invalid_json");
-  const json::object& body = doc.get_object();
+  const json::object body = parse_object_body(text);
   reject_unknown_fields(body, endpoint == Endpoint::chat ? BodyKind::chat_completions : BodyKind::completions);
   CompletionRequest r;
   r.endpoint = endpoint;

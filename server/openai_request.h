@@ -64,4 +64,10 @@ struct CompletionRequest {
 // Throws ApiError for malformed JSON, wrong types, out-of-range values and unsupported options (n != 1, echo, ...).
 CompletionRequest parse_completion_request(std::string_view body, Endpoint endpoint);
 
+// Shared with the Responses decoder: tool_choice's keywords ("auto", "none", "required"; false for any other), and
+// the checks once tools and tool_choice are read (required / a named function need tools; the name must be one of
+// them), ApiError(400, param tool_choice) otherwise.
+bool tool_choice_keyword(std::string_view value, ToolChoice& out);
+void check_tool_choice(const CompletionRequest& r);
+
 }  // namespace tierlm::server

@@ -25,6 +25,10 @@ constexpr std::string_view kMessages[] = {
     "model", "messages", "system", "max_tokens", "stop_sequences", "stream", "temperature", "top_p", "top_k",
     "tools", "tool_choice", "metadata", "thinking"};
 constexpr std::string_view kCountTokens[] = {"model", "messages", "system", "tools", "tool_choice", "thinking"};
+// store and previous_response_id are read to refuse what they ask for (server-side storage), by name.
+constexpr std::string_view kResponses[] = {
+    "model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "max_output_tokens",
+    "temperature", "top_p", "text", "reasoning", "stream", "store", "previous_response_id", "metadata", "user"};
 
 }  // namespace
 
@@ -34,6 +38,7 @@ std::span<const std::string_view> accepted_fields(BodyKind kind) {
     case BodyKind::completions: return kCompletions;
     case BodyKind::anthropic_messages: return kMessages;
     case BodyKind::anthropic_count_tokens: return kCountTokens;
+    case BodyKind::responses: return kResponses;
   }
   return {};
 }

@@ -11,7 +11,7 @@
 
 namespace tierlm::server {
 
-enum class BodyKind { chat_completions, completions, anthropic_messages, anthropic_count_tokens };
+enum class BodyKind { chat_completions, completions, anthropic_messages, anthropic_count_tokens, responses };
 
 // The fields a route accepts at the top level of its JSON body.
 std::span<const std::string_view> accepted_fields(BodyKind kind);

@@ -22,7 +22,7 @@ struct Route {
 
 // "/" is the dashboard's static page (no data of its own: every route it reads needs the key); "/health/live" is the
 // bare liveness probe.
-constexpr std::array<Route, 12> kRoutes = {{
+constexpr std::array<Route, 13> kRoutes = {{
     {"/", false, true, false},
     {"/health", false, false, false},
     {"/health/live", false, true, false},
@@ -35,6 +35,7 @@ constexpr std::array<Route, 12> kRoutes = {{
     {"/v1/models/{id}", false, false, false},
     {"/v1/messages", true, false, false},
     {"/v1/messages/count_tokens", true, false, false},
+    {"/v1/responses", true, false, false},
 }};
 
 const Route* find_route(std::string_view path) {

@@ -69,7 +69,10 @@ std::shared_ptr<const grammar::Grammar> Service::constraint_grammar(const Comple
                         "supported: the call would be read as reasoning. Disable thinking (chat_template_kwargs "
                         "{\"enable_thinking\": false}) or use tool_choice 'auto'.",
                    "invalid_request_error", "tool_choice", "unsupported_value");
-  const ToolCallConstraintSpec spec = tool_choice_spec(req, chat_prompt_.tool_call_format());
+  ToolCallConstraintSpec spec = tool_choice_spec(req, chat_prompt_.tool_call_format());
+  for (const auto& marker : tool_choice_markers(spec.format))
+    if (const int32_t id = tokenizer_.token_to_id(marker); id >= 0 && tokenizer_.is_special(id))
+      spec.special_markers.push_back(marker);
   const std::string& source = chat_prompt_.tool_template_source();
   return structured_.compiled(tool_choice_key(spec, source), [&] { return compile_tool_choice(spec, source); });
 }

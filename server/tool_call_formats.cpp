@@ -136,7 +136,11 @@ std::optional<ParsedCall> parse_xml_function(std::string_view text, const json::
     const std::string type = schema_type(tools, call.name, key);
     json::value v = json::string(value);
     if (!type.empty() && type != "string") {
-      if (auto parsed = parse_json(trim(value))) v = std::move(*parsed);
+      // Qwen3.5's template writes scalars with Python's str(): True, False and None are what it taught the model.
+      const std::string_view t = trim(value);
+      if (t == "True" || t == "False") v = t == "True";
+      else if (t == "None") v = nullptr;
+      else if (auto parsed = parse_json(t)) v = std::move(*parsed);
     }
     args[key] = std::move(v);
   }

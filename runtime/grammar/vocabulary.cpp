@@ -15,31 +15,6 @@ namespace {
 
 constexpr const char* kLedgerAccount = "grammar";
 
-// A byte-level BPE token string (GPT-2 alphabet) back to its bytes; false when a character is not in the alphabet.
-bool byte_level_bytes(const std::string& token, std::string& out) {
-  const auto& alphabet = tok::detail::byte_level_alphabet();
-  out.clear();
-  for (size_t pos = 0; pos < token.size();) {
-    const char32_t cp = tok::detail::next_code_point(token, pos);
-    if (cp >= alphabet.char_to_byte.size() || alphabet.char_to_byte[cp] < 0) return false;
-    out.push_back(char(alphabet.char_to_byte[cp]));
-  }
-  return true;
-}
-
-// "<0xNN>" (SentencePiece byte fallback) -> the byte, else -1.
-int byte_fallback(const std::string& token) {
-  if (token.size() != 6 || token.compare(0, 3, "<0x") != 0 || token[5] != '>') return -1;
-  auto hex = [](char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -100;
-  };
-  const int value = hex(token[3]) * 16 + hex(token[4]);
-  return value < 0 ? -1 : value;
-}
-
 bool has_replacement_character(const std::string& text) { return text.find("\xEF\xBF\xBD") != std::string::npos; }
 
 }  // namespace
@@ -110,7 +85,7 @@ std::shared_ptr<const Vocabulary> build_vocabulary(const tok::Tokenizer& tokeniz
   for (int32_t id = 0; id < size; ++id) {
     if (token[size_t(id)].empty() || tokenizer.is_special(id)) continue;
     ++ordinary;
-    spelled += byte_level_bytes(token[size_t(id)], scratch);
+    spelled += tok::detail::byte_level_bytes(token[size_t(id)], scratch);
   }
   const bool byte_level = ordinary > 0 && spelled >= ordinary * 9 / 10;
   // SentencePiece decoders may drop a leading space at the start of the text: decode after a reference token and
@@ -132,10 +107,10 @@ std::shared_ptr<const Vocabulary> build_vocabulary(const tok::Tokenizer& tokeniz
     const std::string& t = token[size_t(id)];
     if (t.empty() || tokenizer.is_special(id)) continue;
     std::string& out = bytes[size_t(id)];
-    if (byte_level && byte_level_bytes(t, out)) continue;
+    if (byte_level && tok::detail::byte_level_bytes(t, out)) continue;
     out.clear();
     if (!byte_level) {
-      if (const int b = byte_fallback(t); b >= 0) {
+      if (const int b = tok::detail::byte_fallback_byte(t); b >= 0) {
         out.assign(1, char(b));
         continue;
       }

@@ -13,22 +13,9 @@ namespace {
 class ByteLevelDecoder final : public Decoder {
  public:
   void decode_chain(std::vector<std::string>& tokens) const override {
-    const auto& alphabet = byte_level_alphabet();
     std::string bytes;
     std::string mapped;
-    for (const auto& token : tokens) {
-      mapped.clear();
-      bool all_mapped = true;
-      for (std::size_t pos = 0; pos < token.size();) {
-        const char32_t cp = next_code_point(token, pos);
-        if (cp >= alphabet.char_to_byte.size() || alphabet.char_to_byte[cp] < 0) {
-          all_mapped = false;
-          break;
-        }
-        mapped.push_back(static_cast<char>(alphabet.char_to_byte[cp]));
-      }
-      bytes += all_mapped ? mapped : token;
-    }
+    for (const auto& token : tokens) bytes += byte_level_bytes(token, mapped) ? mapped : token;
     tokens.assign(1, utf8_lossy(bytes));
   }
 };
@@ -74,7 +61,7 @@ class ByteFallbackDecoder final : public Decoder {
       run.clear();
     };
     for (auto& token : tokens) {
-      if (const int byte = parse_byte_token(token); byte >= 0) {
+      if (const int byte = byte_fallback_byte(token); byte >= 0) {
         run.push_back(static_cast<char>(byte));
         continue;
       }
@@ -83,19 +70,6 @@ class ByteFallbackDecoder final : public Decoder {
     }
     flush();
     tokens = std::move(out);
-  }
-
- private:
-  static int hex(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  }
-  static int parse_byte_token(const std::string& token) {
-    if (token.size() != 6 || token.compare(0, 3, "<0x") != 0 || token[5] != '>') return -1;
-    const int hi = hex(token[3]), lo = hex(token[4]);
-    return (hi < 0 || lo < 0) ? -1 : hi * 16 + lo;
   }
 };
 

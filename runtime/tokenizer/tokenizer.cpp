@@ -253,6 +253,15 @@ std::vector<int32_t> Tokenizer::encode(std::string_view input, bool add_special_
   return ids;
 }
 
+std::string Tokenizer::token_bytes(int32_t id) const {
+  std::string decoded = decode(std::span(&id, 1), false);
+  if (decoded.find("\xEF\xBF\xBD") == std::string::npos) return decoded;  // whole characters: the text is the bytes
+  const std::string piece = id_to_token(id);
+  if (const int byte = byte_fallback_byte(piece); byte >= 0) return std::string(1, static_cast<char>(byte));
+  std::string bytes;
+  return byte_level_bytes(piece, bytes) ? bytes : decoded;
+}
+
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
   const Impl& impl = *impl_;
   std::vector<std::string> tokens;

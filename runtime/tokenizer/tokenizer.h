@@ -33,6 +33,10 @@ class Tokenizer {
 
   int32_t token_to_id(std::string_view token) const;  // -1 when the token does not exist
   std::string id_to_token(int32_t id) const;           // "" when the id does not exist
+  // The raw bytes one token stands for, where its decoded text would show U+FFFD for a character it ends or starts
+  // in the middle of: byte-level symbols mapped back to bytes, a <0xNN> byte-fallback piece as its byte; any other
+  // token its decoded text (special tokens included). "" for an unknown id.
+  std::string token_bytes(int32_t id) const;
   bool is_special(int32_t id) const;                   // an added token marked special
   // One past the largest id (model vocab and added tokens); embedding tables may be larger.
   int32_t vocab_size() const;

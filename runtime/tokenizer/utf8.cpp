@@ -124,4 +124,27 @@ const ByteLevelAlphabet& byte_level_alphabet() {
   return alphabet;
 }
 
+bool byte_level_bytes(std::string_view token, std::string& out) {
+  const auto& alphabet = byte_level_alphabet();
+  out.clear();
+  for (std::size_t pos = 0; pos < token.size();) {
+    const char32_t cp = next_code_point(token, pos);
+    if (cp >= alphabet.char_to_byte.size() || alphabet.char_to_byte[cp] < 0) return false;
+    out.push_back(static_cast<char>(alphabet.char_to_byte[cp]));
+  }
+  return true;
+}
+
+int byte_fallback_byte(std::string_view token) {
+  if (token.size() != 6 || token.substr(0, 3) != "<0x" || token[5] != '>') return -1;
+  auto hex = [](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  const int hi = hex(token[3]), lo = hex(token[4]);
+  return (hi < 0 || lo < 0) ? -1 : hi * 16 + lo;
+}
+
 }  // namespace tierlm::tok::detail

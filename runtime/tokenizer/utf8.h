@@ -41,4 +41,10 @@ struct ByteLevelAlphabet {
 };
 const ByteLevelAlphabet& byte_level_alphabet();
 
+// A byte-level BPE token string (GPT-2 alphabet) back to the bytes it stands for; false (out unspecified) when a
+// character is not in the alphabet (an added token such as "<｜User｜>").
+bool byte_level_bytes(std::string_view token, std::string& out);
+// "<0xNN>" (SentencePiece byte fallback) -> the byte NN, else -1.
+int byte_fallback_byte(std::string_view token);
+
 }  // namespace tierlm::tok::detail

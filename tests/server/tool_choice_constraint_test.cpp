@@ -130,7 +130,7 @@ TEST(ToolChoiceConstraint, AcceptsTheTemplatesOwnCallsAndParsesThemBack) {
 }
 
 TEST(ToolChoiceConstraint, OtherFormatsAndBadSchemasAre400) {
-  for (const ToolCallFormat format : {ToolCallFormat::none, ToolCallFormat::mistral, ToolCallFormat::qwen_xml}) {
+  for (const ToolCallFormat format : {ToolCallFormat::none, ToolCallFormat::qwen_xml, ToolCallFormat::gemma4}) {
     try {
       compile_tool_choice(tool_choice_spec(request(ToolChoice::required), format), tiny_template());
       ADD_FAILURE() << to_string(format);
@@ -149,6 +149,55 @@ TEST(ToolChoiceConstraint, OtherFormatsAndBadSchemasAre400) {
   } catch (const ApiError& e) {
     EXPECT_EQ(e.status(), 400);
     EXPECT_NE(e.param().find("minimum"), std::string::npos) << e.param();
+  }
+}
+
+// Llama-3.1's template writes a call as {"name": N, "parameters": A} (tojson's separators); Mistral's as
+// [TOOL_CALLS]N[ARGS]A (v11+, templates with [ARGS]) or [TOOL_CALLS][{"name": N, "arguments": A}] (v3). One call
+// per turn; the parser reads each back.
+TEST(ToolChoiceConstraint, Llama3AndMistralForms) {
+  struct Form {
+    ToolCallFormat format;
+    std::string source;  // what of the template's source picks the syntax
+    std::string weather, booking;
+  };
+  const Form forms[] = {
+      {ToolCallFormat::llama3_json, "<|python_tag|>", R"({"name": "get_weather", "parameters": {"city": "Oslo"}})",
+       R"({"name": "book_table", "parameters": {"restaurant": "Chez Paul", "guests": 4}})"},
+      {ToolCallFormat::mistral, "[TOOL_CALLS]{{ name }}[ARGS]", R"([TOOL_CALLS]get_weather[ARGS]{"city": "Oslo"})",
+       R"([TOOL_CALLS]book_table[ARGS]{"restaurant": "Chez Paul", "guests": 4})"},
+      {ToolCallFormat::mistral, "[TOOL_CALLS] [", R"([TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Oslo"}}])",
+       R"([TOOL_CALLS][{"name": "book_table", "arguments": {"restaurant": "Chez Paul", "guests": 4}}])"},
+  };
+  for (const Form& f : forms) {
+    SCOPED_TRACE(f.weather);
+    const auto required = compile_tool_choice(tool_choice_spec(request(ToolChoice::required), f.format), f.source);
+    EXPECT_TRUE(walks(required, f.weather));
+    EXPECT_TRUE(walks(required, f.booking));
+    EXPECT_FALSE(walks(required, f.weather + "\n" + f.booking)) << "one call per turn";
+    const auto named = compile_tool_choice(tool_choice_spec(request(ToolChoice::function, "get_weather"), f.format),
+                                           f.source);
+    EXPECT_TRUE(walks(named, f.weather));
+    EXPECT_FALSE(walks(named, f.booking)) << "a call to another function";
+    AssistantOutputOptions options;
+    options.format = f.format;
+    options.parse_tool_calls = true;
+    options.tools = kTools;
+    const AssistantDelta parsed = AssistantOutputParser::parse(f.booking, options);
+    ASSERT_EQ(parsed.tool_calls.size(), 1u) << f.booking;
+    EXPECT_EQ(parsed.tool_calls[0].name, "book_table");
+    EXPECT_EQ(json::parse(parsed.tool_calls[0].arguments), json::parse(R"({"restaurant": "Chez Paul", "guests": 4})"));
+    EXPECT_TRUE(parsed.content.empty()) << parsed.content;
+  }
+  // A tokenizer whose [TOOL_CALLS] is a special token: the grammar cannot write it.
+  ToolCallConstraintSpec spec = tool_choice_spec(request(ToolChoice::required), ToolCallFormat::mistral);
+  spec.special_markers = {"[TOOL_CALLS]"};
+  try {
+    compile_tool_choice(spec, "[TOOL_CALLS]");
+    ADD_FAILURE() << "a special marker compiled";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.param(), "tool_choice");
+    EXPECT_NE(std::string(e.what()).find("[TOOL_CALLS]"), std::string::npos) << e.what();
   }
 }
 

@@ -1,7 +1,8 @@
 // Compares runtime/template with python3-jinja2 (transformers' environment) byte for byte over the golden files
-// of tools/make_template_golden.py: the real chat templates of Qwen3, Llama-3, Gemma-3, DeepSeek-V3 (and any in
-// profiles/models) over many conversations, plus hand-written templates exercising the language. A case jinja2
-// raises on must raise TemplateError with the same message; a template jinja2 refuses must be refused at parse.
+// of tools/make_template_golden.py: the real chat templates of Qwen3, Llama-3, Gemma-3, DeepSeek-V3, Qwen3.5 and
+// Gemma 4 (and any in profiles/models) over many conversations, plus hand-written templates exercising the language.
+// A case jinja2 raises on must raise TemplateError with the same message; a template jinja2 refuses must be refused
+// at parse.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -83,6 +84,10 @@ TEST(ChatTemplateGolden, Qwen3) { check_model_file(kFixtures / "qwen3.jsonl"); }
 TEST(ChatTemplateGolden, Llama3) { check_model_file(kFixtures / "llama3.jsonl"); }
 TEST(ChatTemplateGolden, Gemma3) { check_model_file(kFixtures / "gemma3.jsonl"); }
 TEST(ChatTemplateGolden, DeepSeekV3) { check_model_file(kFixtures / "deepseek_v3.jsonl"); }
+// Kept verbatim under fixtures/templates/sources (sources.json cites where each was read): tools, tool results,
+// thinking switches and multi-turn, plus each template's own fields (Gemma 4's tool_responses).
+TEST(ChatTemplateGolden, Qwen3_5) { check_model_file(kFixtures / "qwen3_5.jsonl"); }
+TEST(ChatTemplateGolden, Gemma4) { check_model_file(kFixtures / "gemma4.jsonl"); }
 
 TEST(ChatTemplateGolden, ProfileModels) {
   int files = 0;

@@ -67,8 +67,7 @@ FitAnswer fit_model(const FitModelShape& shape, const DeviceProfile& device, con
     a.reason = e.what();
   }
   if (a.plan) {
-    const Prediction& p = a.plan->prediction;
-    if (p.prefill_tokens_per_second > 0) a.time_to_first_token_seconds = double(a.prompt_tokens) / p.prefill_tokens_per_second;
+    a.time_to_first_token_seconds = prefill_seconds(device, a.profile, *a.plan, a.prompt_tokens);
     if (a.profile.moe()) {
       const double total = double(a.profile.moe_layers * a.profile.experts);
       a.streamed_expert_fraction = total > 0 ? 1.0 - double(a.plan->resident_count()) / total : 0.0;

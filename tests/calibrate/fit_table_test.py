@@ -102,7 +102,7 @@ def main():
             print("== %s (%.1f GB stored)\n%s" % (name, stored / 1e9, text))
             check(abs(answer["stored_bytes"] / 1e9 / PUBLISHED_GB[name] - 1) < 0.03,
                   "%s: stored %.1f GB, published %.1f GB" % (name, answer["stored_bytes"] / 1e9, PUBLISHED_GB[name]))
-            md += markdown(name, answer, text)
+            md += markdown(name, answer, text.replace(tmp + "/", "").replace(SOURCE + "/", ""))
             if not answer["supported"]:
                 check("is not supported by tierlm yet" in text and answer["model_type"] in text,
                       "%s: the unsupported architecture is named: %s" % (name, text))

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/engine/gated_deltanet.h"
 #include "runtime/engine/sampler.h"
 #include "runtime/gpu/gpu_layers.h"
 
@@ -42,6 +43,15 @@ tiering::LedgerBuffer scratch(tiering::Ledger& ledger, int64_t floats) {
   return tiering::LedgerBuffer(ledger, tiering::accounts::scratch, size_t(floats) * sizeof(float));
 }
 
+// Gated attention (qwen3_5): q_proj's rows hold [query | gate] per head. Moves the queries together at the start of
+// the row (where the attention reads them) and the gates out to `gate`.
+void split_query_gate(float* row, int64_t heads, int64_t head_dim, float* gate) {
+  for (int64_t h = 0; h < heads; ++h) {
+    std::memcpy(gate + h * head_dim, row + (2 * h + 1) * head_dim, size_t(head_dim) * sizeof(float));
+    std::memmove(row + h * head_dim, row + 2 * h * head_dim, size_t(head_dim) * sizeof(float));
+  }
+}
+
 }  // namespace
 
 Forward::Forward(const model::ModelWeights& w, kernels::ThreadPool& pool, tiering::Ledger& ledger, int64_t max_chunk,
@@ -50,11 +60,15 @@ Forward::Forward(const model::ModelWeights& w, kernels::ThreadPool& pool, tierin
       ledger_(ledger), row_cache_(size_t(max_chunk)), row_pos_(size_t(max_chunk)) {
   if (max_chunk <= 0 || max_context <= 0) throw std::invalid_argument("forward: chunk and context must be positive");
   const auto& c = w.config;
-  const int64_t q_rows = c.num_heads * c.head_dim, kv_rows = c.num_kv_heads * c.head_dim;
+  const int64_t q_rows = c.num_heads * c.head_dim;
+  qkv_stride_ = c.attention_input_rows();
   hidden_ = scratch(ledger, max_chunk * c.hidden_size);
   normed_ = scratch(ledger, max_chunk * c.hidden_size);
-  qkv_ = scratch(ledger, max_chunk * (q_rows + 2 * kv_rows));
+  qkv_ = scratch(ledger, max_chunk * qkv_stride_);
   attn_ = scratch(ledger, max_chunk * q_rows);
+  if (c.arch.attention_output_gate) gate_ = scratch(ledger, max_chunk * q_rows);
+  // One mixer unit per kind the layers use besides attention.
+  if (c.any_recurrent()) deltanet_ = std::make_unique<GatedDeltaNet>(w, pool, ledger, max_chunk);
   // One MLP unit per kind the layers use: the MoE block for sparse layers, dense scratch for dense ones.
   if (c.sparse_layers() > 0) moe_ = std::make_unique<MoeBlock>(w, pool, ledger, max_chunk);
   if (c.sparse_layers() < c.num_layers) {
@@ -74,7 +88,7 @@ void Forward::attention(int64_t layer, int64_t n) {
   // One work item per (row, kv head): the heads of a GQA group share every key/value the cache decodes.
   const auto& c = w_.config;
   const int64_t hd = c.head_dim, kv_heads = c.num_kv_heads, group = c.num_heads / c.num_kv_heads;
-  const int64_t q_rows = c.num_heads * hd, qkv_stride = q_rows + 2 * kv_heads * hd;
+  const int64_t q_rows = c.num_heads * hd, qkv_stride = qkv_stride_;
   const float* qkv = qkv_.as<float>();
   float* out = attn_.as<float>();
   pool_.parallel_for(n * kv_heads, [&](int64_t begin, int64_t end, int) {
@@ -103,7 +117,9 @@ void Forward::run(std::span<const int32_t> tokens, int64_t pos, KVCache& cache, 
 void Forward::run_batch(std::span<const BatchItem> items) {
   const auto& c = w_.config;
   const int64_t H = c.hidden_size, hd = c.head_dim, I = c.intermediate_size, V = c.vocab_size;
-  const int64_t q_rows = c.num_heads * hd, kv_rows = c.num_kv_heads * hd, qkv_stride = q_rows + 2 * kv_rows;
+  const int64_t q_rows = c.num_heads * hd, kv_rows = c.num_kv_heads * hd, qkv_stride = qkv_stride_;
+  // Where k starts in a row of qkv: after the queries, or after the interleaved queries and gates.
+  const int64_t q_width = qkv_stride - 2 * kv_rows;
   float* hidden = hidden_.as<float>();
   float* normed = normed_.as<float>();
   float* qkv = qkv_.as<float>();
@@ -120,6 +136,10 @@ void Forward::run_batch(std::span<const BatchItem> items) {
     if (len > item.cache->max_chunk())
       throw std::invalid_argument(fmt::format("forward: a chunk of {} tokens exceeds its KV cache's chunk limit {}",
                                               len, item.cache->max_chunk()));
+    if (!item.cache->can_start_at(item.pos))
+      throw std::invalid_argument(fmt::format("forward: a chunk at position {} on a sequence whose recurrent state "
+                                              "holds {} positions (recurrent layers cannot skip or rewind)", item.pos,
+                                              item.cache->recurrent_position()));
     const int64_t limit = std::min(item.cache->capacity(), max_context_);
     if (item.pos < 0 || item.pos + len > limit)
       throw std::out_of_range(fmt::format("context full: positions up to {} requested, capacity is {}",
@@ -130,7 +150,10 @@ void Forward::run_batch(std::span<const BatchItem> items) {
     n += len;
   }
   if (n == 0) throw std::invalid_argument("forward: empty batch");
-  for (const BatchItem& item : items) item.cache->will_write(item.pos + int64_t(item.tokens.size()));
+  for (const BatchItem& item : items) {
+    item.cache->will_write(item.pos + int64_t(item.tokens.size()));
+    if (item.cache->has_recurrent()) item.cache->will_fold(item.pos + int64_t(item.tokens.size()));
+  }
   // The embedding lookup: on the device when the GPU holds the table (its tied output head), else here.
   const bool device_embed = gpu_ && gpu_->embeds_on_device();
   step_tokens_.clear();
@@ -205,28 +228,42 @@ void Forward::run_batch(std::span<const BatchItem> items) {
   for (int64_t layer = first_layer; layer < c.num_layers; ++layer) {
     const model::LayerWeights& L = w_.layers[size_t(layer)];
     per_row([&](int64_t i) { rms_norm(hidden + i * H, L.input_norm.data(), H, c.rms_norm_eps, normed + i * H); });
-    multiply(L.qkv.view, normed, n, qkv, pool_);
-    per_row([&](int64_t i) {
-      float* row = qkv + i * qkv_stride;
-      if (!L.qkv_bias.empty())
-        for (int64_t j = 0; j < qkv_stride; ++j) row[j] += L.qkv_bias[size_t(j)];
-      float* q = row;
-      float* k = row + q_rows;
-      float* v = row + q_rows + kv_rows;
-      if (!L.q_norm.empty()) {
-        // In units of the norm weights' width: one head (qwen3) or the whole projection (olmoe).
-        const int64_t qn = int64_t(L.q_norm.size()), kn = int64_t(L.k_norm.size());
-        for (int64_t o = 0; o < q_rows; o += qn) rms_norm(q + o, L.q_norm.data(), qn, c.rms_norm_eps, q + o);
-        for (int64_t o = 0; o < kv_rows; o += kn) rms_norm(k + o, L.k_norm.data(), kn, c.rms_norm_eps, k + o);
+    if (c.layer(layer).mixer == model::Mixer::gated_deltanet) {
+      // out may alias the input: the mixer reads it only in its first projection.
+      deltanet_->run(layer, normed, n, std::span(row_cache_.data(), size_t(n)), std::span(row_pos_.data(), size_t(n)),
+                     normed);
+      add_residual(normed, L.o_bias, n, H, hidden);
+    } else {
+      multiply(L.qkv.view, normed, n, qkv, pool_);
+      per_row([&](int64_t i) {
+        float* row = qkv + i * qkv_stride;
+        if (!L.qkv_bias.empty())
+          for (int64_t j = 0; j < qkv_stride; ++j) row[j] += L.qkv_bias[size_t(j)];
+        if (gate_.size()) split_query_gate(row, c.num_heads, hd, gate_.as<float>() + i * q_rows);
+        float* q = row;
+        float* k = row + q_width;
+        float* v = row + q_width + kv_rows;
+        if (!L.q_norm.empty()) {
+          // In units of the norm weights' width: one head (qwen3) or the whole projection (olmoe).
+          const int64_t qn = int64_t(L.q_norm.size()), kn = int64_t(L.k_norm.size());
+          for (int64_t o = 0; o < q_rows; o += qn) rms_norm(q + o, L.q_norm.data(), qn, c.rms_norm_eps, q + o);
+          for (int64_t o = 0; o < kv_rows; o += kn) rms_norm(k + o, L.k_norm.data(), kn, c.rms_norm_eps, k + o);
+        }
+        const int64_t pos = row_pos_[size_t(i)];
+        rope_.apply(q, c.num_heads, pos);
+        rope_.apply(k, c.num_kv_heads, pos);
+        row_cache_[size_t(i)]->store(layer, pos, k, v);  // rows of one sequence may share a page: stores are safe
+      });
+      attention(layer, n);
+      if (gate_.size()) {
+        // Output gate: attention output times sigmoid(gate), per element.
+        float* out = attn_.as<float>();
+        const float* gate = gate_.as<float>();
+        for (int64_t j = 0; j < n * q_rows; ++j) out[j] *= 1.0f / (1.0f + std::exp(-gate[j]));
       }
-      const int64_t pos = row_pos_[size_t(i)];
-      rope_.apply(q, c.num_heads, pos);
-      rope_.apply(k, c.num_kv_heads, pos);
-      row_cache_[size_t(i)]->store(layer, pos, k, v);  // rows of one sequence may share a page: stores are safe
-    });
-    attention(layer, n);
-    multiply(L.o.view, attn_.as<float>(), n, normed, pool_);
-    add_residual(normed, L.o_bias, n, H, hidden);
+      multiply(L.o.view, attn_.as<float>(), n, normed, pool_);
+      add_residual(normed, L.o_bias, n, H, hidden);
+    }
 
     per_row([&](int64_t i) {
       rms_norm(hidden + i * H, L.post_attention_norm.data(), H, c.rms_norm_eps, normed + i * H);

@@ -1,7 +1,7 @@
 // runtime/engine/forward.h — the forward pass of a decoder over a chunk of tokens of one sequence (or a batch).
 // One code path for every architecture in the table: it walks the config's LayerSpecs (runtime/model/layer_spec.h);
-// the mixer of each layer (full or sliding-window attention) is the sequence's KVCache, which owns that state; the
-// MLP is dense or the MoeBlock. The ArchitectureSpec switches qkv bias and q/k norm; config biases add o/MLP biases.
+// the mixer of each layer is full or sliding-window attention over the sequence's KVCache (optionally with qwen3_5's
+// output gate), or the GatedDeltaNet unit, whose state the KVCache also holds; the MLP is dense or the MoeBlock. The ArchitectureSpec switches qkv bias and q/k norm; config biases add o/MLP biases.
 // n == 1 (decode) uses matvec; n > 1 (prefill) uses matmul so each weight is read once per chunk.
 // Owns: scratch activations (ledger account "scratch", sized for max_chunk tokens). Never: allocate per step.
 #pragma once
@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "runtime/engine/gated_deltanet.h"
 #include "runtime/engine/kv_cache.h"
 #include "runtime/engine/moe.h"
 #include "runtime/engine/ops.h"
@@ -66,7 +67,9 @@ class Forward {
   int64_t max_context_;
   Rope rope_;
   tiering::Ledger& ledger_;
-  tiering::LedgerBuffer hidden_, normed_, qkv_, attn_, ffn_, ffn_act_, logits_;
+  tiering::LedgerBuffer hidden_, normed_, qkv_, attn_, gate_, ffn_, ffn_act_, logits_;
+  int64_t qkv_stride_ = 0;  // floats of one row of the fused attention projection
+  std::unique_ptr<GatedDeltaNet> deltanet_;  // the mixer of gated_deltanet layers
   std::unique_ptr<MoeBlock> moe_;  // the sparse MLP of the layers whose LayerSpec says moe
   // Per row of the current batch: its cache and absolute position.
   std::vector<KVCache*> row_cache_;

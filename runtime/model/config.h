@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,11 +21,35 @@ struct RopeConfig {
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int64_t original_max_position_embeddings = 8192;
+  double partial_rotary_factor = 1.0;  // the first head_dim * factor dims rotate, the rest pass through (qwen3_5)
+};
+
+// Gated DeltaNet layers (qwen3_5 "linear_attention"), from the linear_* keys. Per sequence and layer the state is a
+// causal conv1d window (conv_dim x (kernel - 1)) and the recurrent state (value_heads x key_head_dim x
+// value_head_dim), in f32.
+struct DeltaNetConfig {
+  int64_t conv_kernel = 0, key_heads = 0, value_heads = 0, key_head_dim = 0, value_head_dim = 0;
+  int64_t key_dim() const { return key_heads * key_head_dim; }
+  int64_t value_dim() const { return value_heads * value_head_dim; }
+  int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }  // channels of [q | k | v]
+  int64_t conv_state_floats() const { return conv_dim() * (conv_kernel - 1); }
+  int64_t recurrent_state_floats() const { return value_heads * key_head_dim * value_head_dim; }
+  uint64_t state_bytes() const { return uint64_t(conv_state_floats() + recurrent_state_floats()) * sizeof(float); }
 };
 
 struct QuantizationConfig {  // MLX affine quantization ("quantization": {"group_size", "bits"})
   int group_size = 0;
   int bits = 0;
+  // Per-module entries (mlx-lm's quant_predicate, e.g. "language_model.model.layers.0.mlp.gate": 8 bits).
+  struct Module {
+    int group_size = 0;
+    int bits = 0;
+  };
+  std::map<std::string, Module> modules;
+  Module of(const std::string& module) const {
+    auto it = modules.find(module);
+    return it != modules.end() ? it->second : Module{group_size, bits};
+  }
 };
 
 // The per-architecture description: how the block differs between families.
@@ -53,6 +78,13 @@ struct ArchitectureSpec {
   bool windows_checked = false;
   // Dense MLP layers among sparse ones from mlp_only_layers / decoder_sparse_step (qwen2_moe, qwen3_moe).
   bool reads_sparse_step = false;
+  // qwen3_5: `layer_types` mixes linear_attention (Gated DeltaNet) and full_attention, or full_attention_interval
+  // says every n-th layer is full; the linear_* keys size the DeltaNet layers.
+  bool linear_attention = false;
+  // qwen3_5: RMSNorm weights are zero-centred (x * (1 + w)); the loader adds 1 so the forward pass stays one path.
+  bool zero_centred_norms = false;
+  // qwen3_5: q_proj rows hold [query | gate] per head; the attention output is multiplied by sigmoid(gate).
+  bool attention_output_gate = false;
 };
 
 struct ModelConfig {
@@ -83,6 +115,7 @@ struct ModelConfig {
   // Biases beyond arch.qkv_bias: o_proj (llama-family attention_bias) and gate/up/down (mlp_bias).
   bool o_bias = false;
   bool mlp_bias = false;
+  DeltaNetConfig deltanet;  // zero unless some layer's mixer is gated_deltanet
   // One entry per layer (num_layers of them) once parsed; hand-built configs (synthetic models) may leave it empty,
   // and layer() then answers the family default: full attention, and MoE on every layer of MoE families.
   std::vector<LayerSpec> layers;
@@ -91,7 +124,12 @@ struct ModelConfig {
   // Layers whose MLP is MoE: the expert tier holds this many layers of experts.
   int64_t sparse_layers() const;
   bool any_windowed() const;
-  // What layer i's per-sequence KV state costs (runtime/kv/state_spec.h).
+  bool any_recurrent() const;  // some layer keeps a recurrent state (gated_deltanet)
+  // Rows of the fused attention input projection: [q (| gate) | k | v].
+  int64_t attention_input_rows() const {
+    return num_heads * head_dim * (arch.attention_output_gate ? 2 : 1) + 2 * num_kv_heads * head_dim;
+  }
+  // What layer i's per-sequence state costs (runtime/kv/state_spec.h).
   kv::StateSpec state_spec(int64_t i) const;
 };
 

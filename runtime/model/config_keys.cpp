@@ -82,6 +82,12 @@ std::vector<std::string> config_keys_read(const ArchitectureSpec& a) {
   }
   if (a.shared_expert) keys.insert("shared_expert_intermediate_size");
   if (a.reads_sparse_step) keys.insert({"decoder_sparse_step", "mlp_only_layers"});
+  if (a.linear_attention)
+    keys.insert({"layer_types", "full_attention_interval", "partial_rotary_factor", "attention_bias",
+                 "linear_conv_kernel_dim", "linear_key_head_dim", "linear_num_key_heads", "linear_num_value_heads",
+                 "linear_value_head_dim",
+                 // A ConditionalGeneration checkpoint's other towers: their tensors are skipped by name.
+                 "vision_config", "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id"});
   return {keys.begin(), keys.end()};
 }
 
@@ -104,9 +110,11 @@ std::vector<std::string> unread_config_keys(const json::object& config, const Ar
 }
 
 void refuse_unimplemented_keys(const json::object& config, const ArchitectureSpec& arch, const std::string& origin) {
+  const std::vector<std::string> read = config_keys_read(arch);
   for (const Refused& r : kRefused) {
     auto it = config.find(r.key);
     if (it == config.end() || neutral(it->value(), r)) continue;
+    if (std::binary_search(read.begin(), read.end(), std::string(r.key))) continue;  // the family implements it
     throw ModelError(fmt::format("{}: field '{}' ({}) is not supported for {} (it changes the model's math and "
                                  "tierlm does not implement it)",
                                  origin, r.key, json::serialize(it->value()), arch.model_type));

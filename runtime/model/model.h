@@ -17,11 +17,19 @@
 namespace tierlm::model {
 
 struct LayerWeights {
-  kernels::Weight qkv;                    // rows: [q (heads*head_dim) | k (kv*head_dim) | v (kv*head_dim)]
+  // Attention layers: rows [q (heads*head_dim) | k (kv*head_dim) | v (kv*head_dim)]; with an output gate
+  // (arch.attention_output_gate) q_proj's rows as stored: per head [query (head_dim) | gate (head_dim)].
+  kernels::Weight qkv;
   std::vector<float> qkv_bias;            // empty unless arch.qkv_bias
   std::vector<float> q_norm, k_norm;      // head_dim each, empty unless arch.qk_norm
-  kernels::Weight o;
+  kernels::Weight o;                       // the mixer's output projection (o_proj, or a DeltaNet's out_proj)
   std::vector<float> o_bias;              // hidden floats, empty unless config.o_bias
+  // Gated DeltaNet layers (LayerSpec::mixer == gated_deltanet), in place of qkv:
+  kernels::Weight linear_in;              // rows: [qkv (conv_dim) | z (value_dim) | b (value_heads) | a (value_heads)]
+  std::vector<float> conv;                // conv_dim x kernel; conv[c*kernel + j] weighs input t - (kernel-1) + j
+  std::vector<float> decay_rate;          // value_heads: -exp(A_log)
+  std::vector<float> dt_bias;             // value_heads
+  std::vector<float> gated_norm;          // value_head_dim: RMSNormGated's weight (plain, not zero-centred)
   std::vector<float> input_norm, post_attention_norm;
   // Dense MLP layers (LayerSpec::mlp == dense): the MLP; MoE layers leave these empty.
   kernels::Weight gate_up;                // rows: [gate (intermediate) | up (intermediate)]

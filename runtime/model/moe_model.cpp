@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "runtime/model/tensor_names.h"
+
 namespace tierlm::model {
 
 using kernels::SourceType;
@@ -54,19 +56,40 @@ tiering::ExpertStore expert_store_from_safetensors(const TensorIndex& index, con
   for (int64_t layer = 0; layer < c.num_layers; ++layer)
     if (c.layer(layer).mlp == Mlp::moe) sparse.push_back(layer);
   if (sparse.empty()) throw ModelError("expert store: the model has no sparse layer");
-  const std::string first = fmt::format("model.layers.{}.{}.", sparse.front(), a.moe_block);
+  const TensorNames names = find_tensor_names(index);
+  const std::string first = names.layer(sparse.front()) + a.moe_block + ".";
   const bool stacked = index.contains(first + "switch_mlp.gate_proj.weight");
+  // transformers 5's fused layout: experts.gate_up_proj [E, 2I, H] (gate rows first) and experts.down_proj [E, H, I].
+  const bool fused = index.contains(first + "experts.gate_up_proj");
   const bool mlx = c.quantization &&
                    (stacked ? index.contains(first + "switch_mlp.gate_proj.scales")
                             : index.contains(fmt::format("{}experts.0.{}.scales", first, a.expert_gate)));
   SourceType source = SourceType::f32;
   std::optional<tiering::ExpertLayout> layout;
-  const int bits = mlx ? c.quantization->bits : 0, group = mlx ? c.quantization->group_size : 0;
+  const QuantizationConfig::Module expert_quant =
+      mlx ? c.quantization->of(first + (stacked ? "switch_mlp.gate_proj" : fmt::format("experts.0.{}", a.expert_gate)))
+          : QuantizationConfig::Module{};
+  const int bits = expert_quant.bits, group = expert_quant.group_size;
 
   for (int64_t layer : sparse) {
-    const std::string block = fmt::format("model.layers.{}.{}.", layer, a.moe_block);
+    const std::string block = names.layer(layer) + a.moe_block + ".";
     for (int64_t e = 0; e < E; ++e) {
       std::vector<Extent> ext;
+      if (fused) {
+        const TensorInfo& gate_up = index.at(block + "experts.gate_up_proj");
+        const TensorInfo& down = index.at(block + "experts.down_proj");
+        expect_shape(gate_up, {E, 2 * I, H});
+        expect_shape(down, {E, H, I});
+        source = source_type(gate_up);
+        if (source_type(down) != source)
+          throw ModelError(fmt::format("'{}' and '{}' differ in dtype", gate_up.name, down.name));
+        const uint64_t half = gate_up.length / uint64_t(2 * E), slice = down.length / uint64_t(E);
+        ext.push_back(extent(gate_up, 2 * half * uint64_t(e), half));         // gate rows [0, I)
+        ext.push_back(extent(gate_up, 2 * half * uint64_t(e) + half, half));  // up rows [I, 2I)
+        ext.push_back(extent(down, slice * uint64_t(e), slice));
+        extents.push_back(std::move(ext));
+        continue;
+      }
       // (name in per-expert files, name in switch_mlp, rows, cols)
       const std::tuple<const char*, const char*, int64_t, int64_t> projections[3] = {
           {a.expert_gate, "gate_proj", I, H}, {a.expert_up, "up_proj", I, H}, {a.expert_down, "down_proj", H, I}};

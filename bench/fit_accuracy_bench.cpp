@@ -211,8 +211,9 @@ int main(int argc, char** argv) {
       lo.ledger = &ledger;
       lo.experts = calibrate::expert_tier_options(*a.plan);
       model::ModelWeights w = model::load_model(dir, lo);
-      report(fmt::format("moe {}", share >= 1 ? "in RAM" : fmt::format("streamed {:.0f}%", 100 * a.streamed_expert_fraction)),
-             a, generate(w, ledger, *a.plan, prompt, decode));
+      const std::string label =
+          share >= 1 ? "in RAM" : fmt::format("streamed {:.0f}%", 100 * a.streamed_expert_fraction);
+      report("moe " + label, a, generate(w, ledger, *a.plan, prompt, decode));
     }
     if (!keep) fs::remove_all(dir);
   }

@@ -288,11 +288,12 @@ uint64_t gpu_kv_layer_bytes(const ModelProfile& m, const std::string& codec, int
 }
 
 // Attention flops of `rows` queries at positions [start, start + rows): QK^T and PV over the positions each query
-// sees (a windowed layer at most its window), 2 flops per multiply-add.
+// sees (a windowed layer at most its window; recurrent layers none), 2 flops per multiply-add.
 double attention_flops(const ModelProfile& m, int64_t start, int64_t rows) {
   double flops = 0;
   const double per_position = 4.0 * double(m.heads * m.head_dim);
   for (int64_t l = 0; l < m.layers; ++l) {
+    if (m.state_spec(l).recurrent()) continue;  // a recurrent (DeltaNet) layer's cost is its projections
     const int64_t window = m.state_spec(l).window;
     for (int64_t r = 0; r < rows; r += std::max<int64_t>(rows / 8, 1)) {  // 8 samples of the chunk suffice
       const int64_t seen = start + r + 1;

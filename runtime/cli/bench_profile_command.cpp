@@ -85,7 +85,8 @@ void run_cell(const ProfileOptions& o) {
   cell.prefill_tokens_per_second = stats.prefill_tokens_per_second();
   cell.time_to_first_token_seconds = stats.prefill_seconds;
   // generated_tokens counts the first sampled token, which needs no extra forward (as `tierlm bench` counts).
-  cell.decode_tokens_per_second = stats.decode_seconds > 0 ? double(stats.generated_tokens - 1) / stats.decode_seconds : 0;
+  cell.decode_tokens_per_second =
+      stats.decode_seconds > 0 ? double(stats.generated_tokens - 1) / stats.decode_seconds : 0;
   if (w.experts) {
     const auto t = w.experts->telemetry();
     cell.expert_hit_rate = t.hit_rate();
@@ -177,9 +178,9 @@ void profile(const ProfileOptions& given) {
       }
       const fs::path plan_file = out / fmt::format(".profile-plan-{}-{}.json", context, configuration);
       std::ofstream(plan_file) << bj::serialize(calibrate::to_json(*a.plan));
-      const std::string command = fmt::format("{} bench profile --model {} --run-plan {} --decode-tokens {} --threads {}",
-                                              shell_quoted(self), shell_quoted(o.model), shell_quoted(plan_file.string()),
-                                              o.decode_tokens, o.threads);
+      const std::string command =
+          fmt::format("{} bench profile --model {} --run-plan {} --decode-tokens {} --threads {}", shell_quoted(self),
+                      shell_quoted(o.model), shell_quoted(plan_file.string()), o.decode_tokens, o.threads);
       spdlog::info("profile: context {} {}: budget {:.1f} MiB, KV {}, {} resident experts, {} slots", context,
                    configuration, double(a.plan->budget_bytes) / double(1 << 20), a.plan->kv_codec,
                    a.plan->resident_count(), a.plan->cache_slots);

@@ -45,27 +45,33 @@ calibrate::FitRequest request_for(const FitOptions& o, double budget_gib) {
 void print_header(const FitOptions& o, const calibrate::FitModelShape& shape, const calibrate::FitAnswer& a,
                   const std::string& device_source) {
   const auto& m = a.profile;
+  const std::string experts =
+      m.moe() ? ", " + std::to_string(m.experts) + " experts top-" + std::to_string(m.top_k) : std::string();
+  const std::string expert_format = m.moe() && a.expert_format != a.weight_format
+                                        ? " (experts " + std::string(kernels::format_name(a.expert_format)) + ")"
+                                        : std::string();
   std::printf("model %s: %s, %lld layers%s, %s%s, %.2f GB of weights stored\n", o.model.c_str(), a.model_type.c_str(),
-              (long long)m.layers, m.moe() ? (", " + std::to_string(m.experts) + " experts top-" + std::to_string(m.top_k)).c_str() : "",
+              (long long)m.layers, experts.c_str(),
               kernels::format_name(a.weight_format),
-              m.moe() && a.expert_format != a.weight_format ? (" (experts " + std::string(kernels::format_name(a.expert_format)) + ")").c_str() : "",
+              expert_format.c_str(),
               double(shape.stored_bytes) / 1e9);
   std::printf("rates from %s\n", device_source.c_str());
 }
 
 // One row per budget: what the planner makes of it at the asked context.
 void print_table(const FitOptions& o, const std::vector<calibrate::FitAnswer>& answers) {
-  std::printf("%-8s %-5s %-7s %-9s %-17s %9s %10s %11s %9s %12s\n", "budget", "fits", "KV", "streamed", "resident/slots",
-              "hit rate", "decode t/s", "prefill t/s", "TTFT s", "max context");
+  std::printf("%-8s %-5s %-7s %-9s %-17s %9s %10s %11s %9s %12s\n", "budget", "fits", "KV", "streamed",
+              "resident/slots", "hit rate", "decode t/s", "prefill t/s", "TTFT s", "max context");
   for (size_t i = 0; i < answers.size(); ++i) {
     const auto& a = answers[i];
     if (!a.plan) {
-      std::printf("%5.0fGiB %-5s %-7s %-9s %-17s %9s %10s %11s %9s %12lld\n", o.budgets_gib[i], "no", "-", "-", "-", "-",
-                  "-", "-", "-", (long long)a.largest_context);
+      std::printf("%5.0fGiB %-5s %-7s %-9s %-17s %9s %10s %11s %9s %12lld\n", o.budgets_gib[i], "no", "-", "-", "-",
+                  "-", "-", "-", "-", (long long)a.largest_context);
       continue;
     }
     const auto& p = *a.plan;
-    const std::string experts = a.profile.moe() ? std::to_string(p.resident_count()) + "/" + std::to_string(p.cache_slots) : "-";
+    const std::string experts =
+        a.profile.moe() ? std::to_string(p.resident_count()) + "/" + std::to_string(p.cache_slots) : "-";
     std::printf("%5.0fGiB %-5s %-7s %8.1f%% %-17s %8.1f%% %10.2f %11.1f %9.2f %12lld\n", o.budgets_gib[i], "yes",
                 p.kv_codec.c_str(), 100 * a.streamed_expert_fraction, experts.c_str(),
                 100 * p.prediction.expert_hit_rate, p.prediction.decode_tokens_per_second,
@@ -98,7 +104,9 @@ void fit(const FitOptions& o) {
   if (!first.supported) {
     for (auto& [k, v] : calibrate::to_json(first)) out[k] = v;
     if (o.json) std::puts(bj::serialize(out).c_str());
-    else std::printf("%s: %s (%.2f GB of weights stored)\n", o.model.c_str(), first.reason.c_str(), double(shape.stored_bytes) / 1e9);
+    else
+      std::printf("%s: %s (%.2f GB of weights stored)\n", o.model.c_str(), first.reason.c_str(),
+                  double(shape.stored_bytes) / 1e9);
     return;
   }
   out["device_source"] = device_source;

@@ -38,7 +38,8 @@ void add_header(calibrate::FitModelShape& shape, const std::string& header_json)
 std::string read_safetensors_header(const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);
   unsigned char length_bytes[8] = {};
-  if (!in.read(reinterpret_cast<char*>(length_bytes), 8)) throw std::runtime_error(file.string() + ": not a safetensors file");
+  if (!in.read(reinterpret_cast<char*>(length_bytes), 8))
+    throw std::runtime_error(file.string() + ": not a safetensors file");
   uint64_t length = 0;
   for (int i = 7; i >= 0; --i) length = (length << 8) | length_bytes[i];
   if (length == 0 || length > (uint64_t(100) << 20))

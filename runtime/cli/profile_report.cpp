@@ -1,4 +1,5 @@
-// runtime/cli/profile_report.cpp — table, Markdown, JSON and SVG of the profile matrix (runtime/cli/profile_report.h).
+// runtime/cli/profile_report.cpp — table, Markdown, JSON and SVG of the profile matrix
+// (runtime/cli/profile_report.h).
 #include "runtime/cli/profile_report.h"
 
 #include <algorithm>
@@ -151,14 +152,16 @@ ProfileCell profile_cell_from_json(const bj::value& v) {
   c.expert_hit_rate = num("expert_hit_rate");
   c.expert_bytes_read = u64("expert_bytes_read");
   c.peak_rss_bytes = u64("peak_rss_bytes");
-  for (auto& [name, bytes] : o.at("ledger_peak_bytes").as_object()) c.ledger_peak[std::string(name)] = bytes.to_number<uint64_t>();
+  for (auto& [name, bytes] : o.at("ledger_peak_bytes").as_object())
+    c.ledger_peak[std::string(name)] = bytes.to_number<uint64_t>();
   return c;
 }
 
 bj::value profile_json(const ProfileReport& r) {
   bj::array cells;
   for (auto& c : r.cells) cells.push_back(to_json(c));
-  return bj::object{{"schema", "tierlm-bench-profile"}, {"model", r.model}, {"device", r.device}, {"cells", std::move(cells)}};
+  return bj::object{
+      {"schema", "tierlm-bench-profile"}, {"model", r.model}, {"device", r.device}, {"cells", std::move(cells)}};
 }
 
 std::string profile_svg(const ProfileReport& r) {
@@ -229,7 +232,8 @@ std::string profile_svg(const ProfileReport& r) {
   }
   for (size_t k = 0; k < configs.size(); ++k) {
     const double x = left + double(k) * 170, y = height - 22;
-    s += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"12\" height=\"12\" fill=\"{}\"/>\n", x, y - 10, colors[k]);
+    s += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"12\" height=\"12\" fill=\"{}\"/>\n", x, y - 10,
+                     colors[k]);
     s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n", x + 16, y, configs[k]);
   }
   return s + "</svg>\n";

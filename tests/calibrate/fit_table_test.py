@@ -6,7 +6,9 @@ Checks the table's shape (one row per budget, budgets in order, the printed tabl
 budget) and invariants the planner must keep: a budget that fits stays fitting with more memory; more budget never
 predicts slower decode or prefill, a shorter largest context or more streamed experts; the stored bytes are the
 published checkpoint's (within 3%); Qwen3-30B-A3B (61 GB of bf16) streams nothing at 64 GiB and streams at 32 GiB;
-an architecture tierlm cannot run yet is named as such, at every budget, without a device probe.
+Qwen3.5-122B-A10B (MLX 4-bit; its Gated DeltaNet layers hold fixed state, only 12 of 48 layers keep KV) fits at every
+budget with its whole 262144-token context; an architecture tierlm cannot run yet is named as such, without a device
+probe.
 
 usage: fit_table_test.py TIERLM [--markdown OUT]   (OUT: the tables as Markdown, for bench/results/)
 """
@@ -108,6 +110,10 @@ def main():
                       "%s: the unsupported architecture is named: %s" % (name, text))
                 continue
             rows = check_supported(name, answer, text)
+            if name == "qwen3.5-122b-a10b-mlx-4bit":  # DeltaNet state is fixed: 12 of 48 layers grow with context
+                check(all(r["fits"] for r in rows) and rows[0]["largest_context"] == 262144,
+                      "qwen3.5-122b: fits at every budget, the whole 262144 context at 8 GiB: %s" %
+                      [(r["fits"], r["largest_context"]) for r in rows])
             if name == "qwen3-30b-a3b":
                 by = {r["budget_gib"]: r for r in rows}
                 check(by[64]["fits"] and by[64]["predicted"]["streamed_expert_fraction"] == 0,

@@ -121,7 +121,8 @@ bj::value to_json(const DeviceProfile& p) {
   o["bandwidth"] = bw;
   bj::array compute;
   for (auto& c : p.compute)
-    compute.push_back(bj::object{{"threads", c.threads}, {"sgemm_gflops", c.sgemm_gflops}, {"matvec_q8_gbs", c.matvec_q8_gbs}, {"matvec_q4_gbs", c.matvec_q4_gbs}});
+    compute.push_back(bj::object{{"threads", c.threads}, {"sgemm_gflops", c.sgemm_gflops}, {"matvec_q8_gbs", c.matvec_q8_gbs}, {"matvec_q4_gbs", c.matvec_q4_gbs},
+                                 {"matvec_f16_gbs", c.matvec_f16_gbs}, {"matvec_bf16_gbs", c.matvec_bf16_gbs}});
   o["compute"] = compute;
   o["gpu"] = bj::object{{"present", p.gpu.present}, {"reason", p.gpu.reason},       {"name", p.gpu.name},
                         {"memory", p.gpu.memory}, {"free_memory", p.gpu.free_memory},   {"h2d_gbs", p.gpu.h2d_gbs},     {"memory_gbs", p.gpu.memory_gbs}};
@@ -197,8 +198,12 @@ DeviceProfile device_profile_from_json(const bj::value& v) {
   const std::string cw = what + ".compute";
   for (auto& x : array(o, "compute", what)) {
     const auto& xo = object(x, cw + "[]");
-    p.compute.push_back({int(integer(xo, "threads", cw)), number(xo, "sgemm_gflops", cw),
-                         number(xo, "matvec_q8_gbs", cw), number(xo, "matvec_q4_gbs", cw)});
+    ComputeSample s{int(integer(xo, "threads", cw)), number(xo, "sgemm_gflops", cw), number(xo, "matvec_q8_gbs", cw),
+                    number(xo, "matvec_q4_gbs", cw)};
+    // Optional: profiles written before the dense-format probes lack them (the planner falls back to q8's rate).
+    if (xo.contains("matvec_f16_gbs")) s.matvec_f16_gbs = number(xo, "matvec_f16_gbs", cw);
+    if (xo.contains("matvec_bf16_gbs")) s.matvec_bf16_gbs = number(xo, "matvec_bf16_gbs", cw);
+    p.compute.push_back(s);
   }
   if (const bj::value* g = o.if_contains("gpu")) {
     const std::string gw = what + ".gpu";

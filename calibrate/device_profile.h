@@ -75,6 +75,8 @@ struct ComputeSample {
   double sgemm_gflops = 0;   // OpenBLAS SGEMM
   double matvec_q8_gbs = 0;  // our q8_0 matvec: weight bytes streamed per second
   double matvec_q4_gbs = 0;  // our q4 matvec
+  // Dense formats decode converts on the fly (0: not probed, e.g. an older profile; the planner then takes q8's).
+  double matvec_f16_gbs = 0, matvec_bf16_gbs = 0;
 };
 
 struct GpuInfo {

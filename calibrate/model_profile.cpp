@@ -105,7 +105,11 @@ ModelProfile model_profile_from_config(const model::ModelConfig& c, kernels::Wei
     p.moe_layers = c.sparse_layers();
     p.moe_intermediate = c.moe_intermediate_size;
     p.shared_intermediate = c.shared_expert_intermediate_size;
-    const auto layout = tiering::ExpertLayout::make(ef, H, c.moe_intermediate_size);
+    // MLX experts keep the file's group size and bits (the layout cannot guess them: group 0 divides by zero).
+    const bool mlx = ef == kernels::WeightFormat::mlx_q4 || ef == kernels::WeightFormat::mlx_q8;
+    const int group = mlx ? (c.quantization && c.quantization->group_size > 0 ? c.quantization->group_size : 64) : 0;
+    const int bits = mlx ? (ef == kernels::WeightFormat::mlx_q8 ? 8 : 4) : 0;
+    const auto layout = tiering::ExpertLayout::make(ef, H, c.moe_intermediate_size, group, bits);
     p.expert_bytes = layout.bytes;
     p.expert_payload_bytes = layout.payload_bytes();
     p.expert_read_bytes = layout.bytes;  // a packed file: one aligned block per expert

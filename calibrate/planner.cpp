@@ -25,13 +25,15 @@ const ComputeSample* sample_for_threads(const DeviceProfile& d, int threads) {
   return best ? best : (d.compute.empty() ? nullptr : &d.compute.front());
 }
 
-// Decode streams weights through matvec: its measured GB/s for the format (f32/f16/bf16 are taken at q8's
-// fraction of the read roofline, since only the quantized kernels are probed).
+// Decode streams weights through matvec: its measured GB/s for the format (f16 and bf16 probed since their
+// widening kernels run well below q8's rate; f32, and f16/bf16 in profiles without those probes, at q8's rate).
 double matvec_gbs(const DeviceProfile& d, int threads, const std::string& format) {
   const ComputeSample* c = sample_for_threads(d, threads);
   const double read = std::max(d.read_gbs(), 0.1);
   if (!c) return read * 0.7;
   if (format == "q4" || format == "mlx_q4") return std::max(c->matvec_q4_gbs, 0.05);
+  if (format == "f16" && c->matvec_f16_gbs > 0) return c->matvec_f16_gbs;
+  if (format == "bf16" && c->matvec_bf16_gbs > 0) return c->matvec_bf16_gbs;
   return std::max(c->matvec_q8_gbs, 0.05);
 }
 
@@ -285,6 +287,23 @@ uint64_t gpu_kv_layer_bytes(const ModelProfile& m, const std::string& codec, int
   return uint64_t(double(batch) * double(context) * double(m.kv_heads * m.head_dim) * 2 * per_value);
 }
 
+// Attention flops of `rows` queries at positions [start, start + rows): QK^T and PV over the positions each query
+// sees (a windowed layer at most its window; recurrent layers none), 2 flops per multiply-add.
+double attention_flops(const ModelProfile& m, int64_t start, int64_t rows) {
+  double flops = 0;
+  const double per_position = 4.0 * double(m.heads * m.head_dim);
+  for (int64_t l = 0; l < m.layers; ++l) {
+    if (m.state_spec(l).recurrent()) continue;  // a recurrent (DeltaNet) layer's cost is its projections
+    const int64_t window = m.state_spec(l).window;
+    for (int64_t r = 0; r < rows; r += std::max<int64_t>(rows / 8, 1)) {  // 8 samples of the chunk suffice
+      const int64_t seen = start + r + 1;
+      flops += per_position * double(window > 0 ? std::min(seen, window) : seen) *
+               double(std::min<int64_t>(std::max<int64_t>(rows / 8, 1), rows - r));
+    }
+  }
+  return flops;
+}
+
 // The cost model: seconds per decode step by term, tokens/s, memory by account.
 StepCost evaluate(const DeviceProfile& d, const ModelProfile& m, const Plan& p, const RouterTrace* trace) {
   StepCost c;
@@ -372,23 +391,7 @@ StepCost evaluate(const DeviceProfile& d, const ModelProfile& m, const Plan& p, 
   for (auto& [_, s] : t) c.step += s;
   pr.decode_tokens_per_second = double(B) / c.step;
 
-  // Prefill: a chunk multiplies every weight once (GEMM at kGemmEfficiency of the probe) and, for MoE, reads the
-  // experts the chunk touches that are not in memory.
-  const ComputeSample* cs = sample_for_threads(d, p.threads);
-  const double gflops = std::max(cs ? cs->sgemm_gflops : 1.0, 0.1) * kGemmEfficiency * 1e9;
-  const double P = double(p.prefill_chunk);
-  double chunk_seconds = P * flops_per_token(m) / gflops + double(m.dense_read_per_token()) / dense_bw;
-  if (m.moe()) {
-    double reads = 0;
-    for (size_t l = 0; l < m.expert_frequency.size(); ++l) {
-      std::vector<double> f = m.expert_frequency[l];
-      for (int32_t e : p.resident_experts[l]) f[size_t(e)] = 0;
-      reads += distinct_experts(f, p.prefill_chunk);  // a chunk's experts outnumber the slots: assume no reuse
-    }
-    chunk_seconds += reads * double(m.expert_read_bytes) /
-                     (storage_gbs(d, p.reader_block_size, p.reader_queue_depth) * 1e9);
-  }
-  pr.prefill_tokens_per_second = P / chunk_seconds;
+  pr.prefill_tokens_per_second = double(p.prefill_chunk) / prefill_seconds(d, m, p, p.prefill_chunk);
 
   auto& mem = pr.memory;
   mem["weights"] = m.dense_bytes();
@@ -422,6 +425,36 @@ uint64_t vram_total(const Prediction& pr) {
 std::string mib(uint64_t b) { return fmt::format("{:.1f} MiB", double(b) / kMiB); }
 
 }  // namespace
+
+double prefill_seconds(const DeviceProfile& d, const ModelProfile& m, const Plan& p, int64_t tokens) {
+  // Chunks of the plan's prefill chunk: each multiplies every dense weight once for its rows (GEMM at
+  // kGemmEfficiency of the SGEMM probe, and the weights streamed once at the decode matvec rate of their format:
+  // f16/bf16 widen to f32 tile by tile); attention over the positions each row sees; for MoE, every expert the
+  // chunk touches streamed once for its rows (at the experts' matvec rate) and, when not resident, read from
+  // storage first (a chunk's experts outnumber the slots: no reuse assumed).
+  if (tokens <= 0) return 0;
+  const ComputeSample* cs = sample_for_threads(d, p.threads);
+  const double gflops = std::max(cs ? cs->sgemm_gflops : 1.0, 0.1) * kGemmEfficiency * 1e9;
+  const double dense_bw = matvec_gbs(d, p.threads, m.weight_format) * 1e9;
+  const double expert_bw = matvec_gbs(d, p.threads, m.moe() ? m.expert_format : m.weight_format) * 1e9;
+  const double storage_bw = storage_gbs(d, p.reader_block_size, p.reader_queue_depth) * 1e9;
+  const int64_t chunk = std::max<int64_t>(p.prefill_chunk, 1);
+  double seconds = 0;
+  for (int64_t start = 0; start < tokens; start += chunk) {
+    const int64_t rows = std::min(chunk, tokens - start);
+    seconds += (double(rows) * flops_per_token(m) + attention_flops(m, start, rows)) / gflops;
+    seconds += double(m.dense_read_per_token()) / dense_bw;
+    if (!m.moe()) continue;
+    for (size_t l = 0; l < m.expert_frequency.size(); ++l) {
+      std::vector<double> f = m.expert_frequency[l];
+      seconds += distinct_experts(f, rows) * double(m.expert_payload_bytes) / expert_bw;
+      if (l < p.resident_experts.size())
+        for (int32_t e : p.resident_experts[l]) f[size_t(e)] = 0;
+      seconds += distinct_experts(f, rows) * double(m.expert_read_bytes) / storage_bw;
+    }
+  }
+  return seconds;
+}
 
 // GPU layers and the VRAM expert set, on top of the host plan (the host keeps every weight: GpuLayers copies them).
 // VRAM: free device memory minus kGpuReserveBytes. The first `g` layers need their dense weights, their device KV

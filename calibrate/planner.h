@@ -110,6 +110,10 @@ struct Plan {
 
 Plan make_plan(const DeviceProfile& device, const ModelProfile& model, const PlanRequest& request);
 
+// Seconds to prefill a prompt of `tokens` with the plan (chunks of plan.prefill_chunk; the cost model of
+// Prediction::prefill_tokens_per_second, which is one full chunk's rate; calibrate/README.md).
+double prefill_seconds(const DeviceProfile& device, const ModelProfile& model, const Plan& plan, int64_t tokens);
+
 // KV bytes per token (all full-attention layers, one sequence) of a codec for a model shape; throws
 // std::invalid_argument for an unknown codec or one the head_dim cannot use.
 double kv_bytes_per_token(const ModelProfile& model, const std::string& codec);

@@ -1,5 +1,5 @@
 // calibrate/speed_probes.cpp — RAM bandwidth per NUMA node (runtime/kernels/bandwidth.h on a pool bound to the node)
-// and compute by thread count: OpenBLAS SGEMM (prefill's batched GEMM) and our q8_0/q4 matvec (decode).
+// and compute by thread count: OpenBLAS SGEMM (prefill's batched GEMM) and our q8_0/q4/f16/bf16 matvec (decode).
 #include <cblas.h>
 #include <malloc.h>
 #include <numa.h>
@@ -88,9 +88,9 @@ std::vector<NodeBandwidth> probe_bandwidth(const Topology& topology, const Probe
 
 std::vector<ComputeSample> probe_compute(const Topology& topology, const ProbeOptions& options) {
   const std::vector<int> counts = thread_counts(topology.cores);
-  const double slice = options.seconds_per_probe / double(counts.size() * 3);
+  const double slice = options.seconds_per_probe / double(counts.size() * 5);
   tiering::Ledger ledger;
-  const size_t total = counts.size() * 3 + 1;
+  const size_t total = counts.size() * 5 + 1;
   size_t done = 0;
   auto progress = [&] {
     if (options.progress) options.progress("compute", done, total);
@@ -112,7 +112,8 @@ std::vector<ComputeSample> probe_compute(const Topology& topology, const ProbeOp
   for (auto& c : topology.caches) llc = std::max(llc, c.bytes);
   const uint64_t wanted = std::max<uint64_t>(4 * llc, 256ull << 20);
   const uint64_t source_bytes = uint64_t(rows * cols) * sizeof(float), gemm_bytes = uint64_t(3) * n * n * sizeof(float);
-  const uint64_t fixed = source_bytes / 2 + gemm_bytes;  // one q8 and one q4 original stay while copies stream
+  // The q8, q4, f16 and bf16 originals (about 1.4x the f32 source together) stay while one format's copies stream.
+  const uint64_t fixed = source_bytes * 3 / 2 + gemm_bytes;
   const uint64_t stream_bytes = std::min(wanted, budget > fixed ? budget - fixed : source_bytes / 4);
   if (stream_bytes < wanted)
     spdlog::info("[calibrate] matvec probe streams {:.0f} MiB per format (wanted {:.0f} MiB: 4x the {:.0f} MiB "
@@ -132,6 +133,8 @@ std::vector<ComputeSample> probe_compute(const Topology& topology, const ProbeOp
   };
   kernels::Weight q8_original = original(kernels::WeightFormat::q8_0);
   kernels::Weight q4_original = original(kernels::WeightFormat::q4);
+  kernels::Weight f16_original = original(kernels::WeightFormat::f16);
+  kernels::Weight bf16_original = original(kernels::WeightFormat::bf16);
   source.reset();
   // Views of `first` and its copies, together at least stream_bytes.
   std::vector<kernels::Weight> copies;
@@ -208,6 +211,20 @@ std::vector<ComputeSample> probe_compute(const Topology& topology, const ProbeOp
     for (ComputeSample& s : result) {
       kernels::ThreadPool pool(s.threads);
       s.matvec_q4_gbs = matvec_gbs(q4, pool);
+      ++done;
+      progress();
+    }
+  }
+  // Dense f16 / bf16 weights (as stored by most checkpoints) widen to f32 inside the matvec: their rate is the
+  // kernel's, not the RAM's, and differs between the two.
+  for (auto [original, rate] : {std::pair{&f16_original, &ComputeSample::matvec_f16_gbs},
+                                std::pair{&bf16_original, &ComputeSample::matvec_bf16_gbs}}) {
+    copies.clear();
+    malloc_trim(0);
+    const std::vector<kernels::WeightView> dense = stream_of(*original);
+    for (ComputeSample& s : result) {
+      kernels::ThreadPool pool(s.threads);
+      s.*rate = matvec_gbs(dense, pool);
       ++done;
       progress();
     }

@@ -78,7 +78,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--decode-tokens", options->decode_tokens, "Tokens to decode")->check(CLI::Range(2, 4096));
   cmd->add_option("--prefill-tokens", options->prefill_tokens, "Prompt tokens to prefill")->check(CLI::Range(1, 4096));
   cmd->add_option("--layers", options->layers, "Override the layer count (0: 16)")->check(CLI::Range(0, 256));
-  cmd->callback([options] { run_bench(*options); });
+  add_bench_profile_command(*cmd);
+  cmd->callback([options, cmd] {
+    if (!cmd->got_subcommand("profile")) run_bench(*options);
+  });
 }
 
 }  // namespace tierlm::cli

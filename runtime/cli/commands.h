@@ -9,6 +9,7 @@ namespace tierlm::cli {
 
 void add_run_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_bench_profile_command(CLI::App& bench);  // `tierlm bench profile`
 void add_calibrate_command(CLI::App& app);
 void add_wisdom_command(CLI::App& app);
 void add_pack_command(CLI::App& app);

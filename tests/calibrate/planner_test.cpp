@@ -282,5 +282,31 @@ TEST(Planner, DefaultBatchIsHalvedUntilItsKvFits) {
   EXPECT_TRUE(said);
 }
 
+// prefill_seconds (fit's time to first token): a full chunk is the prediction's prefill rate; a second chunk costs
+// the first plus exactly the attention over the chunk more positions each of its rows sees (4 * heads * head_dim
+// flops per position and layer at the GEMM rate); a prompt shorter than the chunk pays the whole weight stream.
+TEST(Planner, PrefillSecondsWalksChunksAndCountsAttention) {
+  const DeviceProfile d = device("server-64gb");
+  const ModelProfile m = llama_8b();
+  PlanRequest r;
+  r.budget_bytes = 16ull << 30;
+  const Plan p = make_plan(d, m, r);
+  const int64_t chunk = p.prefill_chunk;
+  const double one = prefill_seconds(d, m, p, chunk);
+  const double rate = p.prediction.prefill_tokens_per_second;
+  EXPECT_NEAR(double(chunk) / one, rate, 1e-9 * rate);
+  const ComputeSample* sample = nullptr;
+  for (auto& c : d.compute)
+    if (c.threads <= p.threads && (!sample || c.threads > sample->threads)) sample = &c;
+  ASSERT_NE(sample, nullptr);
+  const double gemm = sample->sgemm_gflops * kGemmEfficiency * 1e9;
+  const double attention = 4.0 * double(m.heads * m.head_dim) * double(m.layers) * double(chunk) * double(chunk) / gemm;
+  EXPECT_NEAR(prefill_seconds(d, m, p, 2 * chunk), 2 * one + attention, 1e-9 * one);
+  const double quarter = prefill_seconds(d, m, p, chunk / 4);
+  EXPECT_LT(quarter, one);
+  EXPECT_GT(quarter / double(chunk / 4), one / double(chunk));
+  EXPECT_EQ(prefill_seconds(d, m, p, 0), 0.0);
+}
+
 }  // namespace
 }  // namespace tierlm::calibrate

@@ -293,6 +293,8 @@ TEST(ProbeLimits, ComputeAndBandwidthProbesStayWithinTheirBudget) {
   for (auto& s : c) {
     EXPECT_GT(s.matvec_q8_gbs, 0);
     EXPECT_GT(s.matvec_q4_gbs, 0);
+    EXPECT_GT(s.matvec_f16_gbs, 0);
+    EXPECT_GT(s.matvec_bf16_gbs, 0);
     EXPECT_GT(s.sgemm_gflops, 0);
   }
   const std::vector<NodeBandwidth> b = probe_bandwidth(t, o);

@@ -1,0 +1,108 @@
+// calibrate/fit.cpp — fit_model: a shape -> profile -> the planner's plan at the asked context, and the largest
+// context that fits (calibrate/fit.h).
+#include "calibrate/fit.h"
+
+#include <algorithm>
+
+#include <boost/json.hpp>
+
+#include "runtime/model/config.h"
+
+namespace tierlm::calibrate {
+
+namespace bj = boost::json;
+
+kernels::WeightFormat stored_weight_format(const model::ModelConfig& config, const FitModelShape& shape) {
+  if (config.quantization)
+    return config.quantization->bits == 8 ? kernels::WeightFormat::mlx_q8 : kernels::WeightFormat::mlx_q4;
+  const std::string dtype = shape.matrix_dtype.empty() ? config.torch_dtype : shape.matrix_dtype;
+  if (dtype == "BF16" || dtype == "bfloat16") return kernels::WeightFormat::bf16;
+  if (dtype == "F16" || dtype == "float16") return kernels::WeightFormat::f16;
+  return kernels::WeightFormat::f32;
+}
+
+FitAnswer fit_model(const FitModelShape& shape, const DeviceProfile& device, const FitRequest& request) {
+  FitAnswer a;
+  const bj::object raw = bj::parse(shape.config_json).as_object();
+  if (const auto* t = raw.if_contains("model_type"); t && t->is_string()) a.model_type = std::string(t->as_string());
+  if (!model::find_architecture(a.model_type)) {
+    std::string supported;
+    for (const auto& name : model::supported_architectures()) supported += (supported.empty() ? "" : ", ") + name;
+    a.reason = "architecture '" + a.model_type + "' is not supported by tierlm yet (supported: " + supported + ")";
+    return a;
+  }
+  a.supported = true;
+  const model::ModelConfig config = model::parse_config(shape.config_json, "config.json");
+  a.weight_format = stored_weight_format(config, shape);
+  a.expert_format = shape.packed_expert_format.value_or(a.weight_format);
+  a.profile = model_profile_from_config(config, a.weight_format, a.expert_format);
+  PlanRequest base;
+  base.budget_bytes = request.budget_bytes;
+  base.kv_codec = request.kv_codec;
+  a.context = std::min<int64_t>(request.context, config.max_position_embeddings);
+  a.prompt_tokens = std::min(request.prompt_tokens, a.context);
+  auto plan_at = [&](int64_t context) -> std::optional<Plan> {
+    PlanRequest r = base;
+    r.context = context;
+    try {
+      return make_plan(device, a.profile, r);
+    } catch (const PlanError&) {
+      return std::nullopt;
+    }
+  };
+  if (request.largest_context) {
+    // The planner's answer is monotone in context (KV only grows), so a binary search over it.
+    int64_t low = 0, high = config.max_position_embeddings;
+    while (low < high) {
+      const int64_t mid = (low + high + 1) / 2;
+      if (mid >= 16 && plan_at(mid)) low = mid;
+      else high = mid - 1;
+    }
+    a.largest_context = low;
+  }
+  base.context = a.context;
+  try {
+    a.plan = make_plan(device, a.profile, base);
+  } catch (const PlanError& e) {
+    a.reason = e.what();
+  }
+  if (a.plan) {
+    a.time_to_first_token_seconds = prefill_seconds(device, a.profile, *a.plan, a.prompt_tokens);
+    if (a.profile.moe()) {
+      const double total = double(a.profile.moe_layers * a.profile.experts);
+      a.streamed_expert_fraction = total > 0 ? 1.0 - double(a.plan->resident_count()) / total : 0.0;
+    }
+  }
+  return a;
+}
+
+bj::object to_json(const FitAnswer& a) {
+  bj::object out{{"model_type", a.model_type}, {"supported", a.supported}};
+  if (!a.supported) {
+    out["reason"] = a.reason;
+    return out;
+  }
+  out["weight_format"] = kernels::format_name(a.weight_format);
+  if (a.profile.moe()) out["expert_format"] = kernels::format_name(a.expert_format);
+  out["context"] = a.context;
+  out["largest_context"] = a.largest_context;
+  out["fits"] = a.plan.has_value();
+  if (!a.plan) {
+    out["reason"] = a.reason;
+    return out;
+  }
+  const Prediction& p = a.plan->prediction;
+  out["plan"] = to_json(*a.plan);
+  bj::object predicted{{"decode_tokens_per_second", p.decode_tokens_per_second},
+                       {"prefill_tokens_per_second", p.prefill_tokens_per_second},
+                       {"time_to_first_token_seconds", a.time_to_first_token_seconds},
+                       {"prompt_tokens", a.prompt_tokens},
+                       {"memory_bytes", p.total_memory()},
+                       {"expert_hit_rate", p.expert_hit_rate},
+                       {"miss_bytes_per_token", p.miss_bytes_per_token},
+                       {"streamed_expert_fraction", a.streamed_expert_fraction}};
+  out["predicted"] = std::move(predicted);
+  return out;
+}
+
+}  // namespace tierlm::calibrate

@@ -14,8 +14,9 @@
 namespace tierlm::model {
 
 struct RopeConfig {
-  std::string type = "default";  // default | linear | llama3
+  std::string type = "default";  // default | linear | llama3 | proportional
   double theta = 10000.0;
+  double partial_rotary_factor = 1.0;  // proportional: the share of head_dim's pairs that rotate (the rest do not)
   double factor = 1.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
@@ -53,6 +54,11 @@ struct ArchitectureSpec {
   bool windows_checked = false;
   // Dense MLP layers among sparse ones from mlp_only_layers / decoder_sparse_step (qwen2_moe, qwen3_moe).
   bool reads_sparse_step = false;
+  // The Gemma 4 decoder block (runtime/model/gemma4_config.cpp reads its keys): sandwich norms (post-attention norm
+  // on the attention output, pre/post feed-forward norms), q/k norms and a scale-free v norm, layer_scalar, the dense
+  // MLP beside the MoE (enable_moe_block) with its own norms and router, per-layer inputs, KV sharing, attention
+  // scaling 1.0, embeddings scaled by sqrt(hidden_size), final logit soft-capping.
+  bool gemma4 = false;
 };
 
 struct ModelConfig {
@@ -83,11 +89,24 @@ struct ModelConfig {
   // Biases beyond arch.qkv_bias: o_proj (llama-family attention_bias) and gate/up/down (mlp_bias).
   bool o_bias = false;
   bool mlp_bias = false;
+  // Gemma 4 (arch.gemma4; neutral values elsewhere).
+  double embedding_scale = 1.0;           // embeddings are multiplied by it (sqrt(hidden_size))
+  double final_logit_softcapping = 0;     // logits = cap * tanh(logits / cap) when > 0
+  double attention_scale = 0;             // softmax scale of q.k; 0: 1/sqrt(head_dim)
+  int64_t per_layer_input_size = 0;       // hidden_size_per_layer_input (PLE); 0: none
+  int64_t per_layer_vocab_size = 0;       // vocab_size_per_layer_input
+  std::optional<RopeConfig> full_attention_rope;  // RoPE of layers whose LayerSpec::full_rope is set
   // One entry per layer (num_layers of them) once parsed; hand-built configs (synthetic models) may leave it empty,
   // and layer() then answers the family default: full attention, and MoE on every layer of MoE families.
   std::vector<LayerSpec> layers;
 
+  // Layer i with its head_dim, kv_heads and intermediate filled in.
   LayerSpec layer(int64_t i) const;
+  const RopeConfig& rope_of(int64_t i) const;
+  // The widest attention projection of any layer (q rows, kv rows) and dense MLP (scratch sizing).
+  int64_t max_q_rows() const;
+  int64_t max_kv_rows() const;
+  int64_t max_intermediate() const;
   // Layers whose MLP is MoE: the expert tier holds this many layers of experts.
   int64_t sparse_layers() const;
   bool any_windowed() const;

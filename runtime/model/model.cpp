@@ -62,7 +62,21 @@ struct Loader {
   }
 
   Weight mlx_matrix(const std::vector<std::pair<std::string, int64_t>>& parts, int64_t rows, int64_t cols) const {
-    const int bits = config.quantization->bits, group = config.quantization->group_size;
+    // mlx-lm records modules quantized differently from the default (Gemma 4's router.proj, Qwen's gates at 8 bits)
+    // as per-path entries of "quantization"; their shapes say the same, so bits and group come from the tensors.
+    int bits = config.quantization->bits, group = config.quantization->group_size;
+    {
+      const TensorInfo& w = index.at(parts.front().first + ".weight");
+      const TensorInfo& sc = index.at(parts.front().first + ".scales");
+      if (w.shape.size() == 2 && sc.shape.size() == 2 && sc.shape[1] > 0 && cols % sc.shape[1] == 0 &&
+          (w.shape[1] * 32) % cols == 0) {
+        const int64_t b = w.shape[1] * 32 / cols, g = cols / sc.shape[1];
+        if ((b == 4 || b == 8) && (g == 32 || g == 64 || g == 128)) {
+          bits = int(b);
+          group = int(g);
+        }
+      }
+    }
     if (cols % group != 0 || (cols * bits) % 32 != 0)
       throw ModelError(fmt::format("MLX tensor '{}': {} columns do not fit group size {}", parts.front().first,
                                    cols, group));
@@ -104,9 +118,42 @@ uint64_t ModelWeights::bytes() const {
   auto bytes = [](const kernels::Weight& w) { return w.view.rows ? kernels::weight_bytes(w.view) : 0; };
   for (auto& l : layers)
     total += bytes(l.qkv) + bytes(l.o) + bytes(l.gate_up) + bytes(l.down) + bytes(l.router) +
-             bytes(l.shared_gate_up) + bytes(l.shared_down);
-  return total;
+             bytes(l.shared_gate_up) + bytes(l.shared_down) + bytes(l.per_layer_input_gate) +
+             bytes(l.per_layer_projection);
+  return total + bytes(embed_per_layer) + bytes(per_layer_model_projection);
 }
+
+std::string text_prefix(const TensorIndex& index) {
+  for (const char* prefix : {"model.", "model.language_model.", "language_model.model."})
+    if (index.contains(std::string(prefix) + "embed_tokens.weight")) return prefix;
+  return "model.";  // the error that follows names model.embed_tokens.weight
+}
+
+namespace {
+
+// Gemma 4's tensors beyond the common ones (runtime/model/config.h ArchitectureSpec::gemma4).
+void load_gemma4_layer(const Loader& L, const std::string& p, const LayerSpec& spec, LayerWeights& l) {
+  const ModelConfig& c = L.config;
+  const int64_t H = c.hidden_size;
+  l.pre_feedforward_norm = L.vector(p + "pre_feedforward_layernorm.weight", H);
+  l.post_feedforward_norm = L.vector(p + "post_feedforward_layernorm.weight", H);
+  l.layer_scalar = L.vector(p + "layer_scalar", 1)[0];
+  if (spec.mlp == Mlp::moe) {
+    l.router = L.matrix({{p + "router.proj", c.num_experts}}, H);
+    l.router_scale = L.vector(p + "router.scale", H);
+    l.per_expert_scale = L.vector(p + "router.per_expert_scale", c.num_experts);
+    l.post_feedforward_norm_1 = L.vector(p + "post_feedforward_layernorm_1.weight", H);
+    l.pre_feedforward_norm_2 = L.vector(p + "pre_feedforward_layernorm_2.weight", H);
+    l.post_feedforward_norm_2 = L.vector(p + "post_feedforward_layernorm_2.weight", H);
+  }
+  if (const int64_t P = c.per_layer_input_size; P > 0) {
+    l.per_layer_input_gate = L.matrix({{p + "per_layer_input_gate", P}}, H);
+    l.per_layer_projection = L.matrix({{p + "per_layer_projection", H}}, P);
+    l.post_per_layer_input_norm = L.vector(p + "post_per_layer_input_norm.weight", H);
+  }
+}
+
+}  // namespace
 
 ModelWeights load_model(const std::filesystem::path& dir, const LoadOptions& options) {
   ModelWeights m;
@@ -115,8 +162,9 @@ ModelWeights load_model(const std::filesystem::path& dir, const LoadOptions& opt
   TensorIndex index = TensorIndex::open(dir);
   Ledger& ledger = options.ledger ? *options.ledger : Ledger::global();
   Loader L{index, c, options, ledger};
+  const std::string model = text_prefix(index);
 
-  const int64_t H = c.hidden_size, hd = c.head_dim, q_rows = c.num_heads * hd, kv_rows = c.num_kv_heads * hd;
+  const int64_t H = c.hidden_size;
   const size_t total = size_t(c.num_layers) + 2;
   size_t done = 0;
   auto tick = [&] {
@@ -124,14 +172,24 @@ ModelWeights load_model(const std::filesystem::path& dir, const LoadOptions& opt
     if (options.progress) options.progress(done, total);
   };
 
-  m.embed = L.matrix({{"model.embed_tokens", c.vocab_size}}, H);
-  m.final_norm = L.vector("model.norm.weight", H);
+  m.embed = L.matrix({{model + "embed_tokens", c.vocab_size}}, H);
+  m.final_norm = L.vector(model + "norm.weight", H);
+  if (const int64_t P = c.per_layer_input_size; P > 0) {
+    m.embed_per_layer = L.matrix({{model + "embed_tokens_per_layer", c.per_layer_vocab_size}}, c.num_layers * P);
+    m.per_layer_model_projection = L.matrix({{model + "per_layer_model_projection", c.num_layers * P}}, H);
+    m.per_layer_projection_norm = L.vector(model + "per_layer_projection_norm.weight", P);
+  }
   tick();
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    const std::string p = fmt::format("model.layers.{}.", i);
+    const std::string p = fmt::format("{}layers.{}.", model, i);
+    const LayerSpec spec = c.layer(i);
+    const int64_t hd = spec.head_dim, q_rows = c.num_heads * hd, kv_rows = spec.kv_heads * hd;
+    const bool own_kv = spec.kv_source < 0;
     LayerWeights l;
-    l.qkv = L.matrix({{p + "self_attn.q_proj", q_rows}, {p + "self_attn.k_proj", kv_rows},
-                      {p + "self_attn.v_proj", kv_rows}}, H);
+    std::vector<std::pair<std::string, int64_t>> qkv = {{p + "self_attn.q_proj", q_rows}};
+    if (own_kv) qkv.push_back({p + "self_attn.k_proj", kv_rows});
+    if (own_kv && !spec.k_eq_v) qkv.push_back({p + "self_attn.v_proj", kv_rows});
+    l.qkv = L.matrix(qkv, H);
     if (c.arch.qkv_bias) {
       for (auto [name, n] : {std::pair{"q_proj", q_rows}, {"k_proj", kv_rows}, {"v_proj", kv_rows}}) {
         auto b = L.vector(p + "self_attn." + name + ".bias", n);
@@ -141,13 +199,14 @@ ModelWeights load_model(const std::filesystem::path& dir, const LoadOptions& opt
     if (c.arch.qk_norm) {
       // One head's width (qwen3), or the whole projection (olmoe): the forward pass normalizes in units of it.
       l.q_norm = L.vector(p + "self_attn.q_norm.weight", c.arch.qk_norm_full_width ? q_rows : hd);
-      l.k_norm = L.vector(p + "self_attn.k_norm.weight", c.arch.qk_norm_full_width ? kv_rows : hd);
+      if (own_kv) l.k_norm = L.vector(p + "self_attn.k_norm.weight", c.arch.qk_norm_full_width ? kv_rows : hd);
     }
     l.o = L.matrix({{p + "self_attn.o_proj", H}}, q_rows);
     if (c.o_bias) l.o_bias = L.vector(p + "self_attn.o_proj.bias", H);
     l.input_norm = L.vector(p + "input_layernorm.weight", H);
     l.post_attention_norm = L.vector(p + "post_attention_layernorm.weight", H);
-    if (c.layer(i).mlp == Mlp::moe) {
+    if (c.arch.gemma4) load_gemma4_layer(L, p, spec, l);
+    if (spec.mlp == Mlp::moe && !c.arch.gemma4) {
       const std::string b = p + c.arch.moe_block + ".";
       l.router = L.matrix({{b + "gate", c.num_experts}}, H);
       if (c.arch.shared_expert) {
@@ -157,7 +216,8 @@ ModelWeights load_model(const std::filesystem::path& dir, const LoadOptions& opt
         l.shared_expert_gate = tensor_to_f32(index, L.tensor(b + "shared_expert_gate.weight", {1, H}));
       }
     } else {
-      const int64_t I = c.intermediate_size;
+      // Dense layers, and Gemma 4's dense MLP that runs beside its experts.
+      const int64_t I = spec.intermediate;
       l.gate_up = L.matrix({{p + "mlp.gate_proj", I}, {p + "mlp.up_proj", I}}, H);
       l.down = L.matrix({{p + "mlp.down_proj", H}}, I);
       if (c.mlp_bias) {
@@ -170,12 +230,14 @@ ModelWeights load_model(const std::filesystem::path& dir, const LoadOptions& opt
     m.layers.push_back(std::move(l));
     tick();
   }
-  const bool has_head = index.contains("lm_head.weight") || index.contains("lm_head.scales");
+  // The head: lm_head at the top (CausalLM, ConditionalGeneration) or beside the MLX text model.
+  const std::string head = model == "language_model.model." ? "language_model.lm_head" : "lm_head";
+  const bool has_head = index.contains(head + ".weight") || index.contains(head + ".scales");
   if (!c.tie_word_embeddings || has_head) {
     if (!has_head)
-      throw ModelError(fmt::format("{}: config.json says tie_word_embeddings=false but there is no lm_head.weight",
-                                   dir.string()));
-    m.lm_head = L.matrix({{"lm_head", c.vocab_size}}, H);
+      throw ModelError(fmt::format("{}: config.json says tie_word_embeddings=false but there is no {}.weight",
+                                   dir.string(), head));
+    m.lm_head = L.matrix({{head, c.vocab_size}}, H);
   }
   if (c.arch.moe) m.experts = open_expert_tier(dir, index, c, options, ledger);
   tick();

@@ -54,25 +54,47 @@ tiering::ExpertStore expert_store_from_safetensors(const TensorIndex& index, con
   for (int64_t layer = 0; layer < c.num_layers; ++layer)
     if (c.layer(layer).mlp == Mlp::moe) sparse.push_back(layer);
   if (sparse.empty()) throw ModelError("expert store: the model has no sparse layer");
-  const std::string first = fmt::format("model.layers.{}.{}.", sparse.front(), a.moe_block);
-  const bool stacked = index.contains(first + "switch_mlp.gate_proj.weight");
+  // Gemma 4 keeps its experts beside the MLP: HF fuses them into experts.gate_up_proj [E, 2I, H] (gate rows first)
+  // and experts.down_proj [E, H, I]; mlx-lm stacks them as experts.switch_glu.{gate,up,down}_proj.
+  const std::string model = text_prefix(index);
+  const std::string moe_block = a.gemma4 ? "experts" : a.moe_block;
+  const std::string stacked_name = a.gemma4 ? "switch_glu." : "switch_mlp.";
+  const std::string first = fmt::format("{}layers.{}.{}.", model, sparse.front(), moe_block);
+  const bool stacked = index.contains(first + stacked_name + "gate_proj.weight");
+  const bool fused = a.gemma4 && !stacked;
   const bool mlx = c.quantization &&
-                   (stacked ? index.contains(first + "switch_mlp.gate_proj.scales")
+                   (stacked ? index.contains(first + stacked_name + "gate_proj.scales")
                             : index.contains(fmt::format("{}experts.0.{}.scales", first, a.expert_gate)));
   SourceType source = SourceType::f32;
   std::optional<tiering::ExpertLayout> layout;
   const int bits = mlx ? c.quantization->bits : 0, group = mlx ? c.quantization->group_size : 0;
 
   for (int64_t layer : sparse) {
-    const std::string block = fmt::format("model.layers.{}.{}.", layer, a.moe_block);
+    const std::string block = fmt::format("{}layers.{}.{}.", model, layer, moe_block);
     for (int64_t e = 0; e < E; ++e) {
       std::vector<Extent> ext;
+      if (fused) {
+        // Expert e's slices of the fused tensors: gate = rows [0, I) and up = rows [I, 2I) of gate_up_proj[e].
+        const TensorInfo& gate_up = index.at(block + "gate_up_proj");
+        const TensorInfo& down = index.at(block + "down_proj");
+        expect_shape(gate_up, {E, 2 * I, H});
+        expect_shape(down, {E, H, I});
+        source = source_type(gate_up);
+        if (source_type(down) != source)
+          throw ModelError(fmt::format("{}: gate_up_proj and down_proj differ in dtype", block));
+        const uint64_t half = gate_up.length / uint64_t(2 * E), per = down.length / uint64_t(E);
+        ext.push_back(extent(gate_up, 2 * half * uint64_t(e), half));
+        ext.push_back(extent(gate_up, 2 * half * uint64_t(e) + half, half));
+        ext.push_back(extent(down, per * uint64_t(e), per));
+        extents.push_back(std::move(ext));
+        continue;
+      }
       // (name in per-expert files, name in switch_mlp, rows, cols)
       const std::tuple<const char*, const char*, int64_t, int64_t> projections[3] = {
           {a.expert_gate, "gate_proj", I, H}, {a.expert_up, "up_proj", I, H}, {a.expert_down, "down_proj", H, I}};
       for (auto [name, mlx_name, rows, cols] : projections) {
         const std::string base =
-            stacked ? block + "switch_mlp." + mlx_name : fmt::format("{}experts.{}.{}", block, e, name);
+            stacked ? block + stacked_name + mlx_name : fmt::format("{}experts.{}.{}", block, e, name);
         if (!mlx) {
           const TensorInfo& t = index.at(base + ".weight");
           expect_shape(t, {rows, cols});

@@ -154,6 +154,32 @@ def specs():
                                          tie_word_embeddings=True), "Gemma4ForConditionalGeneration")
     except Exception as e:  # noqa: BLE001 — reported, the other fixtures go on
         print("gemma4-cg spec failed:", e, flush=True)
+    # gpt-oss: alternating sliding (window 8 < prompt) / full layers, attention sinks, YaRN, biased clamped-SwiGLU
+    # experts (intermediate a multiple of 32 so the MXFP4 copy below has whole blocks).
+    from transformers import GptOssConfig, DeepseekV3Config, DeepseekV2Config
+    yarn = {"rope_parameters": {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0,
+                                "beta_slow": 1.0, "original_max_position_embeddings": 4096, "truncate": False}}
+    out["gpt_oss"] = GptOssConfig(vocab_size=256, hidden_size=64, intermediate_size=64, num_hidden_layers=4,
+                                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=8,
+                                  layer_types=["sliding_attention", "full_attention"] * 2, num_local_experts=8,
+                                  num_experts_per_tok=2, rms_norm_eps=1e-5, max_position_embeddings=131072,
+                                  tie_word_embeddings=False, attention_bias=True, bos_token_id=1, eos_token_id=2,
+                                  pad_token_id=0, **yarn)
+    # DeepSeek-V3: MLA with q LoRA, interleaved rope on the rope part, sigmoid group-limited routing with a score
+    # correction bias, routed scaling, a shared expert, the first layer dense.
+    ds = dict(vocab_size=256, hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=4,
+              num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=32, qk_rope_head_dim=8, v_head_dim=16,
+              qk_nope_head_dim=16, max_position_embeddings=4096, rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2,
+              pad_token_id=0, tie_word_embeddings=False)
+    out["deepseek_v3"] = DeepseekV3Config(**ds, q_lora_rank=48, n_shared_experts=1, n_routed_experts=8,
+                                          routed_scaling_factor=2.5, n_group=4, topk_group=2, num_experts_per_tok=2,
+                                          first_k_dense_replace=1, norm_topk_prob=True, rope_interleave=True,
+                                          **rope_kwargs(10000.0))
+    # DeepSeek-V2-Lite-like: no q LoRA, greedy top-k softmax routing, two shared experts, first layer dense.
+    out["deepseek_v2"] = DeepseekV2Config(**ds, q_lora_rank=None, n_shared_experts=2, n_routed_experts=8,
+                                          routed_scaling_factor=1.0, topk_method="greedy", n_group=1, topk_group=1,
+                                          num_experts_per_tok=2, first_k_dense_replace=1, norm_topk_prob=False,
+                                          **rope_kwargs(10000.0))
     return out
 
 
@@ -206,6 +232,11 @@ def make_tiny(name, cfg, seed):
         model = transformers.AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
     model = model.float()
     redraw(model, seed)
+    with torch.no_grad():  # buffers that change the math (DeepSeek-V3's routing bias) get values too
+        gb = torch.Generator().manual_seed(seed + 7)
+        for bname, b in model.named_buffers():
+            if bname.endswith("e_score_correction_bias"):
+                b.copy_(torch.randn(b.shape, generator=gb) * 0.1)
     d = os.path.join(OUT, "models", name)
     os.makedirs(d, exist_ok=True)
     model.save_pretrained(d, safe_serialization=True)
@@ -312,6 +343,108 @@ def make_mlx_qwen35(base_name, model, bits=4, group=64):
     ref = reference(model, json.load(open(os.path.join(OUT, "models", base_name, "reference.json")))["prompt"])
     ref["model_type"] = model.config.model_type
     write_json(os.path.join(d, "reference.json"), ref)
+    print(f"{name}: greedy {ref['greedy'][:8]}..., min margin {ref['min_margin']:.4f}", flush=True)
+
+
+FP4_VALUES = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+
+
+def mxfp4_quantize(w):
+    """OCP MXFP4 as gpt-oss stores it: rows [R, K] in blocks of 32 along K, an E8M0 exponent byte per block (bias
+    127), E2M1 nibbles with element 2j in the low nibble. Returns (blocks uint8 [R, K/32, 16], scales uint8
+    [R, K/32], dequantized [R, K])."""
+    R, K = w.shape
+    wb = w.reshape(R, K // 32, 32)
+    amax = wb.abs().amax(dim=-1).clamp(min=1e-30)
+    e = torch.ceil(torch.log2(amax / 6.0)).clamp(-127, 127)
+    scaled = wb / torch.pow(2.0, e).unsqueeze(-1)
+    lut = torch.tensor(FP4_VALUES[:8])
+    idx = (scaled.abs().unsqueeze(-1) - lut).abs().argmin(dim=-1)  # nearest magnitude
+    code = idx + torch.where(scaled < 0, 8, 0)
+    deq = torch.tensor(FP4_VALUES)[code] * torch.pow(2.0, e).unsqueeze(-1)
+    code = code.to(torch.uint8)
+    blocks = (code[..., 0::2] | (code[..., 1::2] << 4)).to(torch.uint8)
+    scales = (e + 127).to(torch.uint8)
+    return blocks.contiguous(), scales.contiguous(), deq.reshape(R, K)
+
+
+def make_mxfp4_gptoss(base_name, model):
+    """gpt-oss as OpenAI's HF checkpoints store it: experts as MXFP4 blocks + scales (rows = output features), expert
+    biases, router, attention (with sinks), norms and embeddings in bf16, quantization_config mxfp4. The reference
+    runs the HF model on the dequantized values."""
+    name = f"{base_name}-mxfp4"
+    d = os.path.join(OUT, "models", name)
+    os.makedirs(d, exist_ok=True)
+    state = {}
+    with torch.no_grad():
+        for k, v in model.state_dict().items():
+            if k.endswith("mlp.experts.gate_up_proj") or k.endswith("mlp.experts.down_proj"):
+                E, In, Out = v.shape  # transformers holds [E, in, out]; the checkpoint rows are outputs
+                rows = v.transpose(1, 2).reshape(E * Out, In).float()
+                blocks, scales, deq = mxfp4_quantize(rows)
+                state[k + "_blocks"] = blocks.reshape(E, Out, In // 32, 16)
+                state[k + "_scales"] = scales.reshape(E, Out, In // 32)
+                v.copy_(deq.reshape(E, Out, In).transpose(1, 2))
+            else:
+                w = v.to(torch.bfloat16)
+                state[k] = w.contiguous()
+                v.copy_(w.float())
+    save_file(state, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+    cfg = model.config.to_dict()
+    cfg["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+    cfg["torch_dtype"] = "bfloat16"
+    write_json(os.path.join(d, "config.json"), cfg)
+    ref = reference(model, json.load(open(os.path.join(OUT, "models", base_name, "reference.json")))["prompt"])
+    ref["model_type"] = model.config.model_type
+    write_json(os.path.join(d, "reference.json"), ref)
+    print(f"{name}: greedy {ref['greedy'][:8]}..., min margin {ref['min_margin']:.4f}", flush=True)
+
+
+def make_fp8_deepseek(base_name, model, block=128):
+    """DeepSeek-V3's FP8 checkpoint layout: every linear weight of the layers (attention projections, dense MLP,
+    experts, shared experts; not the router, norms, embeddings or head) as float8_e4m3fn with a float32
+    `weight_scale_inv` per 128x128 block (w = fp8 * scale_inv), quantization_config fp8 e4m3 dynamic [128, 128].
+    The reference: the dequantized checkpoint loaded back by transformers from f32 safetensors."""
+    from safetensors.torch import load_file
+    name = f"{base_name}-fp8"
+    d = os.path.join(OUT, "models", name)
+    os.makedirs(d, exist_ok=True)
+    src = load_file(os.path.join(OUT, "models", base_name, "model.safetensors"))
+    fp8, deq_state = {}, {}
+    fmax = torch.finfo(torch.float8_e4m3fn).max
+    for k, v in src.items():
+        if (v.dim() == 2 and k.startswith("model.layers.") and k.endswith(".weight") and ".mlp.gate." not in k
+                and "norm" not in k):
+            R, C = v.shape
+            br, bc = (R + block - 1) // block, (C + block - 1) // block
+            pad = torch.zeros(br * block, bc * block)
+            pad[:R, :C] = v.float()
+            tiles = pad.reshape(br, block, bc, block)
+            amax = tiles.abs().amax(dim=(1, 3)).clamp(min=1e-12)
+            scale_inv = amax / fmax
+            q = (tiles / scale_inv[:, None, :, None]).to(torch.float8_e4m3fn)
+            deq = (q.float() * scale_inv[:, None, :, None]).reshape(br * block, bc * block)[:R, :C]
+            fp8[k] = q.reshape(br * block, bc * block)[:R, :C].contiguous()
+            fp8[k[: -len("weight")] + "weight_scale_inv"] = scale_inv.float().contiguous()
+            deq_state[k] = deq.contiguous()
+        else:
+            fp8[k] = v.contiguous()
+            deq_state[k] = v.contiguous()
+    save_file(fp8, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+    cfg = model.config.to_dict()
+    cfg["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                  "weight_block_size": [block, block]}
+    write_json(os.path.join(d, "config.json"), cfg)
+    tmp = os.path.join(OUT, "_deq_" + name)
+    model.config.save_pretrained(tmp)
+    save_file(deq_state, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+    deq_model = type(model).from_pretrained(tmp, dtype=torch.float32)
+    ref = reference(deq_model, json.load(open(os.path.join(OUT, "models", base_name, "reference.json")))["prompt"])
+    ref["model_type"] = model.config.model_type
+    write_json(os.path.join(d, "reference.json"), ref)
+    import shutil
+    shutil.rmtree(tmp)
     print(f"{name}: greedy {ref['greedy'][:8]}..., min margin {ref['min_margin']:.4f}", flush=True)
 
 
@@ -556,6 +689,10 @@ def main():
                 make_mlx_qwen35(name, model, 4)
             if name == "gemma4-moe":
                 make_mlx_gemma4(name, model, 4)
+            if name == "gpt_oss":
+                make_mxfp4_gptoss(name, model)
+            if name == "deepseek_v3":
+                make_fp8_deepseek(name, model)
         except Exception as e:  # keep going: one architecture failing must not lose the others
             import traceback
             traceback.print_exc()

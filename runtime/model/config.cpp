@@ -169,6 +169,23 @@ std::vector<int64_t> integer_list(const Reader& r, const json::object& o, const 
   return out;
 }
 
+// layer_types, when the config lists them: per layer, whether it is sliding_attention (else full_attention).
+std::optional<std::vector<bool>> sliding_layer_types(const Reader& r, const json::object& o, int64_t L) {
+  auto it = o.find("layer_types");
+  if (it == o.end() || it->value().is_null()) return std::nullopt;
+  if (!it->value().is_array() || int64_t(it->value().as_array().size()) != L)
+    r.fail("layer_types", fmt::format("must list one type per layer ({})", L));
+  std::vector<bool> sliding;
+  for (auto& v : it->value().as_array()) {
+    const std::string type = v.is_string() ? std::string(v.as_string()) : "";
+    if (type != "full_attention" && type != "sliding_attention")
+      r.fail("layer_types", fmt::format("entry {} ('{}') is not supported (supported: full_attention, "
+                                        "sliding_attention)", sliding.size(), type));
+    sliding.push_back(type == "sliding_attention");
+  }
+  return sliding;
+}
+
 // The family row expanded into one LayerSpec per layer, as transformers builds the layers from the same keys.
 std::vector<LayerSpec> expand_layers(const Reader& r, const json::object& o, const ModelConfig& c) {
   using S = ArchitectureSpec::Sliding;
@@ -183,20 +200,8 @@ std::vector<LayerSpec> expand_layers(const Reader& r, const json::object& o, con
       sliding.assign(size_t(L), true);
     }
   } else if (c.arch.sliding == S::layer_types) {
-    if (auto it = o.find("layer_types"); it != o.end() && !it->value().is_null()) {
-      if (!it->value().is_array() || int64_t(it->value().as_array().size()) != L)
-        r.fail("layer_types", fmt::format("must list one type per layer ({})", L));
-      int64_t i = 0;
-      for (auto& v : it->value().as_array()) {
-        const std::string type = v.is_string() ? std::string(v.as_string()) : "";
-        if (type == "sliding_attention") {
-          sliding[size_t(i)] = true;
-        } else if (type != "full_attention") {
-          r.fail("layer_types", fmt::format("entry {} ('{}') is not supported (supported: full_attention, "
-                                            "sliding_attention)", i, type));
-        }
-        ++i;
-      }
+    if (auto types = sliding_layer_types(r, o, L)) {
+      sliding = *types;
     } else if (r.boolean_or("use_sliding_window", false) && window > 0) {
       // Configs written before layer_types: layers from max_window_layers on are windowed.
       const int64_t first = r.integer_or("max_window_layers", L);
@@ -256,17 +261,8 @@ void parse_gemma4(const Reader& r, const json::object& o, ModelConfig& c) {
 
   // layer_types: the config's, or 5 sliding : 1 full; the last layer is always full (the config class forces it).
   std::vector<bool> full(static_cast<size_t>(L), false);
-  if (auto it = o.find("layer_types"); it != o.end() && !it->value().is_null()) {
-    if (!it->value().is_array() || int64_t(it->value().as_array().size()) != L)
-      r.fail("layer_types", fmt::format("must list one type per layer ({})", L));
-    int64_t i = 0;
-    for (auto& v : it->value().as_array()) {
-      const std::string type = v.is_string() ? std::string(v.as_string()) : "";
-      if (type != "full_attention" && type != "sliding_attention")
-        r.fail("layer_types", fmt::format("entry {} ('{}') is not supported (supported: full_attention, "
-                                          "sliding_attention)", i, type));
-      full[size_t(i++)] = type == "full_attention";
-    }
+  if (auto types = sliding_layer_types(r, o, L)) {
+    for (int64_t i = 0; i < L; ++i) full[size_t(i)] = !(*types)[size_t(i)];
   } else {
     for (int64_t i = 0; i < L; ++i) full[size_t(i)] = (i + 1) % 6 == 0;
   }

@@ -140,6 +140,21 @@ double max_row_diff(const kernels::WeightView& a, const kernels::WeightView& b) 
   return worst;
 }
 
+// fn(a's views, b's views, layer, expert) for every expert of two models of one shape, read through their tiers.
+template <class Fn>
+void for_each_expert(const model::ModelWeights& a, const model::ModelWeights& b, Fn&& fn) {
+  auto& ca = a.experts->cache();
+  auto& cb = b.experts->cache();
+  for (int64_t layer = 0; layer < a.config.sparse_layers(); ++layer)
+    for (int32_t e = 0; e < int32_t(a.config.num_experts); ++e) {
+      ca.request(layer, std::span(&e, 1));
+      cb.request(layer, std::span(&e, 1));
+      fn(ca.acquire(layer, e), cb.acquire(layer, e), layer, e);
+      ca.release(layer, e);
+      cb.release(layer, e);
+    }
+}
+
 // Every matrix of `a` against `b`'s: embeddings, attention, MLP, router, per-layer inputs and every expert (read
 // through each model's expert tier); returns the largest difference and counts the MLX matrices seen.
 double max_weight_diff(const model::ModelWeights& a, const model::ModelWeights& b, int& mlx_matrices) {
@@ -159,20 +174,11 @@ double max_weight_diff(const model::ModelWeights& a, const model::ModelWeights& 
                         {&x.per_layer_projection, &y.per_layer_projection}})
       check(*p, *q);
   }
-  if (a.experts) {
-    auto& ca = a.experts->cache();
-    auto& cb = b.experts->cache();
-    for (int64_t layer = 0; layer < a.config.sparse_layers(); ++layer)
-      for (int32_t e = 0; e < int32_t(a.config.num_experts); ++e) {
-        ca.request(layer, std::span(&e, 1));
-        cb.request(layer, std::span(&e, 1));
-        const tiering::ExpertViews va = ca.acquire(layer, e), vb = cb.acquire(layer, e);
-        mlx_matrices += 2 * (va.gate_up.format == kernels::WeightFormat::mlx_q4);
-        worst = std::max({worst, max_row_diff(va.gate_up, vb.gate_up), max_row_diff(va.down, vb.down)});
-        ca.release(layer, e);
-        cb.release(layer, e);
-      }
-  }
+  if (a.experts)
+    for_each_expert(a, b, [&](const tiering::ExpertViews& va, const tiering::ExpertViews& vb, int64_t, int32_t) {
+      mlx_matrices += 2 * (va.gate_up.format == kernels::WeightFormat::mlx_q4);
+      worst = std::max({worst, max_row_diff(va.gate_up, vb.gate_up), max_row_diff(va.down, vb.down)});
+    });
   return worst;
 }
 
@@ -244,19 +250,12 @@ TEST(Gemma4Mlx, FixtureWeightsAreTheQuantizedOriginals) {
     for (size_t j = 0; j < x.router_scale.size(); ++j)
       EXPECT_NEAR(x.router_scale[j], y.router_scale[j], 1e-2 * std::fabs(y.router_scale[j])) << "router.scale";
   }
-  auto& ca = mlx.experts->cache();
-  auto& cb = original.experts->cache();
-  for (int64_t layer = 0; layer < mlx.config.sparse_layers(); ++layer)
-    for (int32_t e = 0; e < int32_t(mlx.config.num_experts); ++e) {
-      ca.request(layer, std::span(&e, 1));
-      cb.request(layer, std::span(&e, 1));
-      const tiering::ExpertViews va = ca.acquire(layer, e), vb = cb.acquire(layer, e);
-      EXPECT_EQ(va.gate_up.format, kernels::WeightFormat::mlx_q4);
-      check(va.gate_up, vb.gate_up, fmt::format("expert {}.{} gate/up", layer, e));
-      check(va.down, vb.down, fmt::format("expert {}.{} down", layer, e));
-      ca.release(layer, e);
-      cb.release(layer, e);
-    }
+  for_each_expert(mlx, original, [&](const tiering::ExpertViews& va, const tiering::ExpertViews& vb, int64_t layer,
+                                     int32_t e) {
+    EXPECT_EQ(va.gate_up.format, kernels::WeightFormat::mlx_q4);
+    check(va.gate_up, vb.gate_up, fmt::format("expert {}.{} gate/up", layer, e));
+    check(va.down, vb.down, fmt::format("expert {}.{} down", layer, e));
+  });
   std::printf("[gemma4-moe-mlx4] %d matrices within half a quantization step of gemma4-moe's\n", matrices);
 }
 

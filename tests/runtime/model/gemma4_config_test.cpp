@@ -20,14 +20,6 @@ using namespace tierlm::model;
 
 namespace {
 
-// The exact KV codec (f32), rings sized for chunks of max_chunk tokens (0: the capacity).
-engine::KVCacheOptions exact_kv(int64_t max_chunk = 0) {
-  engine::KVCacheOptions o;
-  o.codec = kv::Codec::f32;
-  o.max_chunk = max_chunk;
-  return o;
-}
-
 std::filesystem::path fixture(const std::string& name) {
   return std::filesystem::path(TIERLM_SOURCE_DIR) / "tests/fixtures/models" / name;
 }
@@ -102,13 +94,15 @@ TEST(Gemma4Config, DenseFixtureSharesKvAndWidensTheSharedLayersMlp) {
   // KV-shared layers hold no state of their own: the cache is the three storing layers' pages, all in the ledger.
   for (int64_t i = 3; i < 6; ++i) EXPECT_EQ(c.state_spec(i).page_bytes(kv::layout_for(kv::Codec::f32, 16)), 0u);
   tiering::Ledger ledger;
-  engine::KVCache cache(c, 64, ledger);
+  engine::KVCacheOptions f32;
+  f32.codec = kv::Codec::f32;
+  engine::KVCache cache(c, 64, ledger, f32);
   uint64_t own = 0;
   for (int64_t i = 0; i < 3; ++i)
     own += c.state_spec(i).bytes(kv::layout_for(kv::Codec::f32, int(c.layer(i).head_dim)), 64, 64);
   EXPECT_EQ(cache.bytes(), own);
   EXPECT_EQ(ledger.used(tiering::accounts::kv), own);
-  EXPECT_EQ(engine::KVCache::bytes_for(c, 64, exact_kv()), own);
+  EXPECT_EQ(engine::KVCache::bytes_for(c, 64, f32), own);
 }
 
 TEST(Gemma4Config, ConditionalGenerationReadsTheTextConfig) {

@@ -60,7 +60,9 @@ ModelProfile model_profile_from_config(const model::ModelConfig& c, kernels::Wei
   p.max_context = c.max_position_embeddings;
   if (c.any_windowed())
     for (int64_t l = 0; l < c.num_layers; ++l) p.layer_windows.push_back(c.layer(l).window);
-  const int64_t H = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
+  if (c.any_recurrent())
+    for (int64_t l = 0; l < c.num_layers; ++l) p.layer_recurrent_bytes.push_back(c.state_spec(l).recurrent_bytes);
+  const int64_t H = c.hidden_size, q = c.num_heads * c.head_dim;
   // Load-time staging (runtime/model/model.cpp): each dense matrix is gathered in f32 (MLX: its packed words,
   // scales and biases) before conversion; the largest one is the peak.
   auto staging = [&](int64_t rows, int64_t cols) -> uint64_t {
@@ -69,7 +71,9 @@ ModelProfile model_profile_from_config(const model::ModelConfig& c, kernels::Wei
                                uint64_t(cols / c.quantization->group_size) * 2 * 4);
     return uint64_t(rows) * uint64_t(cols) * 4;
   };
-  p.load_scratch_bytes = std::max({staging(c.vocab_size, H), staging(q + 2 * kv, H), staging(H, q)});
+  p.load_scratch_bytes = std::max({staging(c.vocab_size, H), staging(c.attention_input_rows(), H), staging(H, q),
+                                   staging(c.deltanet.conv_dim() + c.deltanet.value_dim() +
+                                           2 * c.deltanet.value_heads, H)});
   if (c.arch.moe && c.num_experts > 0) {
     p.load_scratch_bytes = std::max(p.load_scratch_bytes, staging(c.num_experts, H));
     if (c.shared_expert_intermediate_size > 0)
@@ -80,7 +84,16 @@ ModelProfile model_profile_from_config(const model::ModelConfig& c, kernels::Wei
   const uint64_t embed = matrix_bytes(wf, c.vocab_size, H);
   p.classes.push_back({"embedding", embed, c.tie_word_embeddings ? embed : matrix_bytes(wf, 1, H)});
   if (!c.tie_word_embeddings) p.classes.push_back({"output", embed, embed});
-  const uint64_t attention = uint64_t(c.num_layers) * (matrix_bytes(wf, q + 2 * kv, H) + matrix_bytes(wf, H, q));
+  // The mixers' projections, per layer kind: attention's [q (| gate) | k | v] and o; a Gated DeltaNet's fused
+  // [qkv | z | b | a] and out_proj.
+  uint64_t attention = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const model::DeltaNetConfig& d = c.deltanet;
+    attention += c.layer(l).mixer == model::Mixer::gated_deltanet
+                     ? matrix_bytes(wf, d.conv_dim() + d.value_dim() + 2 * d.value_heads, H) +
+                           matrix_bytes(wf, H, d.value_dim())
+                     : matrix_bytes(wf, c.attention_input_rows(), H) + matrix_bytes(wf, H, q);
+  }
   p.classes.push_back({"attention", attention, attention});
   uint64_t norms = uint64_t(c.num_layers) * 2 * H * 4 + H * 4;
   if (c.arch.qk_norm) norms += uint64_t(c.num_layers) * 2 * c.head_dim * 4;
@@ -176,6 +189,7 @@ bj::value to_json(const ModelProfile& p) {
                         {"shared_intermediate", p.shared_intermediate}};
   o["load_scratch_bytes"] = p.load_scratch_bytes;
   if (!p.layer_windows.empty()) o["layer_windows"] = bj::value_from(p.layer_windows);
+  if (!p.layer_recurrent_bytes.empty()) o["layer_recurrent_bytes"] = bj::value_from(p.layer_recurrent_bytes);
   bj::array timings;
   for (auto& t : p.timings)
     timings.push_back(bj::object{{"threads", t.threads},
@@ -244,6 +258,16 @@ ModelProfile model_profile_from_json(const bj::value& v) {
       const auto* n = w.if_int64();
       if (!n || *n < 0) throw std::runtime_error(what + ".layer_windows: windows must be integers >= 0");
       p.layer_windows.push_back(*n);
+    }
+  }
+  if (o.contains("layer_recurrent_bytes")) {
+    const auto* bytes = o.at("layer_recurrent_bytes").if_array();
+    if (!bytes || int64_t(bytes->size()) != p.layers)
+      throw std::runtime_error(what + ".layer_recurrent_bytes: must list one size per layer");
+    for (auto& b : *bytes) {
+      const auto* n = b.if_int64();
+      if (!n || *n < 0) throw std::runtime_error(what + ".layer_recurrent_bytes: sizes must be integers >= 0");
+      p.layer_recurrent_bytes.push_back(uint64_t(*n));
     }
   }
   if (o.contains("timings"))

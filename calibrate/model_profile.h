@@ -51,8 +51,11 @@ struct ModelProfile {
   // Per layer: 0 for full attention, else its sliding window (empty: every layer full). state_spec(l) is what the
   // planner asks for KV bytes, as the KV cache does (runtime/kv/state_spec.h).
   std::vector<int64_t> layer_windows;
+  // Per layer: the fixed state bytes of a recurrent layer (Gated DeltaNet), 0 for attention (empty: none).
+  std::vector<uint64_t> layer_recurrent_bytes;
   kv::StateSpec state_spec(int64_t layer) const {
-    return {kv_heads, head_dim, layer_windows.empty() ? 0 : layer_windows.at(size_t(layer))};
+    return {kv_heads, head_dim, layer_windows.empty() ? 0 : layer_windows.at(size_t(layer)),
+            layer_recurrent_bytes.empty() ? 0 : layer_recurrent_bytes.at(size_t(layer))};
   }
   // MoE (experts == 0 for dense models).
   int64_t experts = 0, top_k = 0, moe_layers = 0, moe_intermediate = 0;

@@ -41,7 +41,8 @@ if [ "${TIERLM_SKIP_SANITIZE:-0}" != 1 ]; then
               chat_template_robustness_test expert_tier_test planner_test serving_fit_test
               wisdom_test openai_request_test stop_matcher_test scheduler_test http_server_test hub_id_test
               hub_cache_test layer_spec_test windowed_kv_test grammar_test structured_output_request_test
-              assistant_output_test anthropic_messages_test tool_choice_constraint_test)
+              assistant_output_test anthropic_messages_test tool_choice_constraint_test
+              qwen35_config_test qwen35_forward_test qwen35_scheduler_test gemma4_config_test gemma4_forward_test)
   cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTIERLM_SANITIZE=ON -DTIERLM_BUILD_BENCH=OFF \
         -DTIERLM_CUDA=OFF
   cmake --build build-asan -j"$jobs" --target "${asan_tests[@]}"

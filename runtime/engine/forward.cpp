@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/engine/gated_deltanet.h"
 #include "runtime/engine/sampler.h"
 #include "runtime/gpu/gpu_layers.h"
 
@@ -42,6 +43,15 @@ tiering::LedgerBuffer scratch(tiering::Ledger& ledger, int64_t floats) {
   return tiering::LedgerBuffer(ledger, tiering::accounts::scratch, size_t(floats) * sizeof(float));
 }
 
+// Gated attention (qwen3_5): q_proj's rows hold [query | gate] per head. Moves the queries together at the start of
+// the row (where the attention reads them) and the gates out to `gate`.
+void split_query_gate(float* row, int64_t heads, int64_t head_dim, float* gate) {
+  for (int64_t h = 0; h < heads; ++h) {
+    std::memcpy(gate + h * head_dim, row + (2 * h + 1) * head_dim, size_t(head_dim) * sizeof(float));
+    std::memmove(row + h * head_dim, row + 2 * h * head_dim, size_t(head_dim) * sizeof(float));
+  }
+}
+
 }  // namespace
 
 Forward::Forward(const model::ModelWeights& w, kernels::ThreadPool& pool, tiering::Ledger& ledger, int64_t max_chunk,
@@ -55,10 +65,15 @@ Forward::Forward(const model::ModelWeights& w, kernels::ThreadPool& pool, tierin
     ropes_.emplace_back(c.rope_of(i), specs_.back().head_dim);
   }
   const int64_t q_rows = c.max_q_rows(), kv_rows = c.max_kv_rows(), H = c.hidden_size;
+  // The widest fused attention projection of any layer (its query rows doubled with qwen3_5's output gate).
+  qkv_stride_ = std::max(c.attention_input_rows(), q_rows + 2 * kv_rows);
   hidden_ = scratch(ledger, max_chunk * H);
   normed_ = scratch(ledger, max_chunk * H);
-  qkv_ = scratch(ledger, max_chunk * (q_rows + 2 * kv_rows));
+  qkv_ = scratch(ledger, max_chunk * qkv_stride_);
   attn_ = scratch(ledger, max_chunk * q_rows);
+  if (c.arch.attention_output_gate) gate_ = scratch(ledger, max_chunk * q_rows);
+  // One mixer unit per kind the layers use besides attention.
+  if (c.any_recurrent()) deltanet_ = std::make_unique<GatedDeltaNet>(w, pool, ledger, max_chunk);
   // One MLP unit per kind the layers use: the MoE block for sparse layers, dense scratch for dense ones.
   if (c.sparse_layers() > 0) moe_ = std::make_unique<MoeBlock>(w, pool, ledger, max_chunk);
   if (const int64_t I = c.max_intermediate(); I > 0) {
@@ -148,6 +163,10 @@ void Forward::run_batch(std::span<const BatchItem> items) {
     if (len > item.cache->max_chunk())
       throw std::invalid_argument(fmt::format("forward: a chunk of {} tokens exceeds its KV cache's chunk limit {}",
                                               len, item.cache->max_chunk()));
+    if (!item.cache->can_start_at(item.pos))
+      throw std::invalid_argument(fmt::format("forward: a chunk at position {} on a sequence whose recurrent state "
+                                              "holds {} positions (recurrent layers cannot skip or rewind)", item.pos,
+                                              item.cache->recurrent_position()));
     const int64_t limit = std::min(item.cache->capacity(), max_context_);
     if (item.pos < 0 || item.pos + len > limit)
       throw std::out_of_range(fmt::format("context full: positions up to {} requested, capacity is {}",
@@ -158,7 +177,10 @@ void Forward::run_batch(std::span<const BatchItem> items) {
     n += len;
   }
   if (n == 0) throw std::invalid_argument("forward: empty batch");
-  for (const BatchItem& item : items) item.cache->will_write(item.pos + int64_t(item.tokens.size()));
+  for (const BatchItem& item : items) {
+    item.cache->will_write(item.pos + int64_t(item.tokens.size()));
+    if (item.cache->has_recurrent()) item.cache->will_fold(item.pos + int64_t(item.tokens.size()));
+  }
   // The embedding lookup: on the device when the GPU holds the table (its tied output head), else here.
   const bool device_embed = gpu_ && gpu_->embeds_on_device();
   step_tokens_.clear();
@@ -230,56 +252,72 @@ void Forward::run_batch(std::span<const BatchItem> items) {
     const model::LayerSpec& spec = specs_[size_t(layer)];
     const int64_t hd = spec.head_dim, kv_heads = spec.kv_heads;
     const int64_t q_rows = c.num_heads * hd, kv_rows = kv_heads * hd, qkv_stride = L.qkv.view.rows;
+    // Where k starts in a row of qkv: after the queries, or after the interleaved queries and gates.
+    const int64_t q_width = c.arch.attention_output_gate ? 2 * q_rows : q_rows;
     const bool own_kv = spec.kv_source < 0;
     const Rope& rope = ropes_[size_t(layer)];
     // Gemma 4 scales scores by attention_scale (1.0) where the cache's attention scales by 1/sqrt(head_dim).
     const float q_scale = c.attention_scale > 0 ? float(c.attention_scale * std::sqrt(double(hd))) : 1.0f;
     per_row(n, [&](int64_t i) { rms_norm(hidden + i * H, L.input_norm.data(), H, c.rms_norm_eps, normed + i * H); });
-    multiply(L.qkv.view, normed, n, qkv, pool_);
-    per_row(n, [&](int64_t i) {
-      float* row = qkv + i * qkv_stride;
-      if (!L.qkv_bias.empty())
-        for (int64_t j = 0; j < qkv_stride; ++j) row[j] += L.qkv_bias[size_t(j)];
-      float* q = row;
-      float* k = row + q_rows;
-      float* v = row + q_rows + kv_rows;
-      if (own_kv && spec.k_eq_v) {  // values are the keys' projection, taken before the key norm and RoPE
-        v = values_.as<float>() + i * kv_rows;
-        std::memcpy(v, k, size_t(kv_rows) * sizeof(float));
-      }
-      if (!L.q_norm.empty()) {
-        // In units of the norm weights' width: one head (qwen3) or the whole projection (olmoe).
-        const int64_t qn = int64_t(L.q_norm.size());
-        for (int64_t o = 0; o < q_rows; o += qn) rms_norm(q + o, L.q_norm.data(), qn, c.rms_norm_eps, q + o);
-      }
-      if (own_kv && !L.k_norm.empty()) {
-        const int64_t kn = int64_t(L.k_norm.size());
-        for (int64_t o = 0; o < kv_rows; o += kn) rms_norm(k + o, L.k_norm.data(), kn, c.rms_norm_eps, k + o);
-      }
-      if (own_kv && c.arch.gemma4)  // Gemma 4's v_norm: RMS over each head, no weight
-        for (int64_t o = 0; o < kv_rows; o += hd) rms_norm_unscaled(v + o, hd, c.rms_norm_eps, v + o);
-      const int64_t pos = row_pos_[size_t(i)];
-      rope.apply(q, c.num_heads, pos);
-      if (q_scale != 1.0f)
-        for (int64_t j = 0; j < q_rows; ++j) q[j] *= q_scale;
-      if (!own_kv) return;  // a KV-shared layer attends over its source layer's keys and values
-      rope.apply(k, kv_heads, pos);
-      row_cache_[size_t(i)]->store(layer, pos, k, v);  // rows of one sequence may share a page: stores are safe
-    });
-    attention(layer, n);
-    multiply(L.o.view, attn_.as<float>(), n, normed, pool_);
-    if (c.arch.gemma4) {  // sandwich norm: the attention output is normed before the residual add
+    if (spec.mixer == model::Mixer::gated_deltanet) {
+      // out may alias the input: the mixer reads it only in its first projection.
+      deltanet_->run(layer, normed, n, std::span(row_cache_.data(), size_t(n)), std::span(row_pos_.data(), size_t(n)),
+                     normed);
+      add_residual(normed, L.o_bias, n, H, hidden);
+    } else {
+      multiply(L.qkv.view, normed, n, qkv, pool_);
       per_row(n, [&](int64_t i) {
-        rms_norm(normed + i * H, L.post_attention_norm.data(), H, c.rms_norm_eps, normed + i * H);
+        float* row = qkv + i * qkv_stride;
+        if (!L.qkv_bias.empty())
+          for (int64_t j = 0; j < qkv_stride; ++j) row[j] += L.qkv_bias[size_t(j)];
+        if (gate_.size()) split_query_gate(row, c.num_heads, hd, gate_.as<float>() + i * q_rows);
+        float* q = row;
+        float* k = row + q_width;
+        float* v = row + q_width + kv_rows;
+        if (own_kv && spec.k_eq_v) {  // values are the keys' projection, taken before the key norm and RoPE
+          v = values_.as<float>() + i * kv_rows;
+          std::memcpy(v, k, size_t(kv_rows) * sizeof(float));
+        }
+        if (!L.q_norm.empty()) {
+          // In units of the norm weights' width: one head (qwen3) or the whole projection (olmoe).
+          const int64_t qn = int64_t(L.q_norm.size());
+          for (int64_t o = 0; o < q_rows; o += qn) rms_norm(q + o, L.q_norm.data(), qn, c.rms_norm_eps, q + o);
+        }
+        if (own_kv && !L.k_norm.empty()) {
+          const int64_t kn = int64_t(L.k_norm.size());
+          for (int64_t o = 0; o < kv_rows; o += kn) rms_norm(k + o, L.k_norm.data(), kn, c.rms_norm_eps, k + o);
+        }
+        if (own_kv && c.arch.gemma4)  // Gemma 4's v_norm: RMS over each head, no weight
+          for (int64_t o = 0; o < kv_rows; o += hd) rms_norm_unscaled(v + o, hd, c.rms_norm_eps, v + o);
+        const int64_t pos = row_pos_[size_t(i)];
+        rope.apply(q, c.num_heads, pos);
+        if (q_scale != 1.0f)
+          for (int64_t j = 0; j < q_rows; ++j) q[j] *= q_scale;
+        if (!own_kv) return;  // a KV-shared layer attends over its source layer's keys and values
+        rope.apply(k, kv_heads, pos);
+        row_cache_[size_t(i)]->store(layer, pos, k, v);  // rows of one sequence may share a page: stores are safe
       });
-      add_residual(normed, {}, n, H, hidden);
-      feed_forward_gemma4(layer, n);
-      if (c.per_layer_input_size > 0) per_layer_input(layer, n);
-      if (L.layer_scalar != 1.0f)
-        for (int64_t j = 0; j < n * H; ++j) hidden[j] *= L.layer_scalar;
-      continue;
+      attention(layer, n);
+      if (gate_.size()) {
+        // Output gate: attention output times sigmoid(gate), per element.
+        float* out = attn_.as<float>();
+        const float* gate = gate_.as<float>();
+        for (int64_t j = 0; j < n * q_rows; ++j) out[j] *= 1.0f / (1.0f + std::exp(-gate[j]));
+      }
+      multiply(L.o.view, attn_.as<float>(), n, normed, pool_);
+      if (c.arch.gemma4) {  // sandwich norm: the attention output is normed before the residual add
+        per_row(n, [&](int64_t i) {
+          rms_norm(normed + i * H, L.post_attention_norm.data(), H, c.rms_norm_eps, normed + i * H);
+        });
+        add_residual(normed, {}, n, H, hidden);
+        feed_forward_gemma4(layer, n);
+        if (c.per_layer_input_size > 0) per_layer_input(layer, n);
+        if (L.layer_scalar != 1.0f)
+          for (int64_t j = 0; j < n * H; ++j) hidden[j] *= L.layer_scalar;
+        continue;
+      }
+      add_residual(normed, L.o_bias, n, H, hidden);
     }
-    add_residual(normed, L.o_bias, n, H, hidden);
 
     per_row(n, [&](int64_t i) {
       rms_norm(hidden + i * H, L.post_attention_norm.data(), H, c.rms_norm_eps, normed + i * H);

@@ -45,6 +45,7 @@ uint64_t KVCache::bytes_for(const model::ModelConfig& c, int64_t capacity, const
 uint64_t KVCache::bytes_without_windows(const model::ModelConfig& c, int64_t capacity, const KVCacheOptions& o) {
   model::ModelConfig full = c;
   for (auto& l : full.layers) {
+    if (l.mixer != model::Mixer::sliding_attention) continue;
     l.mixer = model::Mixer::attention;
     l.window = 0;
   }
@@ -56,11 +57,19 @@ double KVCache::bytes_per_token(const model::ModelConfig& c, kv::Codec codec) {
 }
 
 KVCache::KVCache(const model::ModelConfig& c, int64_t capacity, tiering::Ledger& ledger, KVCacheOptions options)
-    : capacity_(capacity), max_chunk_(chunk_of(options, capacity)), kv_heads_(c.num_kv_heads), head_dim_(c.head_dim) {
+    : capacity_(capacity), max_chunk_(chunk_of(options, capacity)), kv_heads_(c.num_kv_heads), head_dim_(c.head_dim),
+      conv_floats_(c.deltanet.conv_state_floats()) {
   if (capacity <= 0) throw std::invalid_argument("kv cache: capacity must be positive");
   for (int64_t layer = 0; layer < c.num_layers; ++layer) {
     const model::LayerSpec spec = c.layer(layer);
     const kv::StateSpec state = c.state_spec(layer);
+    states_.emplace_back();
+    if (state.recurrent()) {
+      // Cleared by the mixer when a sequence starts at position 0; zeroed here so a fresh cache reads as empty too.
+      states_.back() = tiering::LedgerBuffer(ledger, tiering::accounts::kv, state.recurrent_bytes);
+      std::fill_n(states_.back().as<uint8_t>(), state.recurrent_bytes, uint8_t(0));
+      has_recurrent_ = true;
+    }
     // A KV-shared layer (gemma4 num_kv_shared_layers) reads its source's pages and stores nothing.
     const int64_t storage = spec.kv_source >= 0 ? spec.kv_source : layer;
     if (storage > layer || (storage < layer && storage_[size_t(storage)] != storage))
@@ -91,9 +100,15 @@ KVCache::~KVCache() {
 }
 
 uint64_t KVCache::bytes() const {
-  uint64_t total = 0;
+  uint64_t total = recurrent_bytes();
   for (auto& p : pools_)
     if (p) total += p->bytes();
+  return total;
+}
+
+uint64_t KVCache::recurrent_bytes() const {
+  uint64_t total = 0;
+  for (auto& s : states_) total += s.size();
   return total;
 }
 
@@ -117,6 +132,7 @@ const uint8_t* KVCache::page(int64_t layer, int64_t pos) const {
 
 bool KVCache::holds_prefix(int64_t prefix) const {
   if (prefix <= 0) return true;
+  if (has_recurrent_ && prefix != recurrent_position_) return false;
   const int64_t last_page = (std::max(written_, prefix) - 1) / kv::kBlockTokens;
   for (size_t layer = 0; layer < windows_.size(); ++layer) {
     if (windows_[layer] == 0) continue;

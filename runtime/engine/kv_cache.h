@@ -5,6 +5,9 @@
 // Sliding-window layers (LayerSpec::window) keep a ring of pages bounded to the window plus one chunk
 // (kv::StateSpec says how many), so a long context costs memory only on full-attention layers; their attention
 // sees the last `window` positions, the query's own included, as transformers' sliding mask does.
+// Recurrent layers (Gated DeltaNet) hold no pages but a fixed conv + recurrent state (ledger account "kv" too), which
+// folds positions [0, recurrent_position()) in: it cannot be rewound, so only a chunk that starts there or at 0
+// (a fresh sequence: the mixer clears the state) may run, and a prefix can be reused only when it ends exactly there.
 // Never: grow silently past capacity (callers check and report), decompress whole layers, take a chunk longer than
 // max_chunk() (a windowed ring would overwrite positions the chunk's first queries still see).
 #pragma once
@@ -63,8 +66,20 @@ class KVCache {
   // that ends at prefix, given everything written since. Full-attention layers always do.
   bool holds_prefix(int64_t prefix) const;
 
+  // Recurrent layers (LayerSpec::mixer == gated_deltanet): the layer's conv window (conv_dim x (kernel - 1) floats,
+  // per channel oldest first) and its recurrent state (value_heads x key_head_dim x value_head_dim floats).
+  bool has_recurrent() const { return has_recurrent_; }
+  float* conv_state(int64_t layer) { return states_[size_t(layer)].as<float>(); }
+  float* recurrent_state(int64_t layer) { return states_[size_t(layer)].as<float>() + conv_floats_; }
+  // The positions the recurrent states have folded in; Forward sets it when a chunk [pos, end) is accepted.
+  int64_t recurrent_position() const { return recurrent_position_; }
+  void will_fold(int64_t end) { recurrent_position_ = end; }
+  // Whether a chunk may start at pos: always, unless recurrent states would have to skip or rewind positions.
+  bool can_start_at(int64_t pos) const { return !has_recurrent_ || pos == 0 || pos == recurrent_position_; }
+
   uint64_t bytes() const;
   uint64_t windowed_bytes() const;  // the part held by sliding-window layers (their rings)
+  uint64_t recurrent_bytes() const;  // the part held by recurrent layers (their states)
   // What bytes_for would be if every layer kept every position (the saving windowed layers make is the difference).
   static uint64_t bytes_without_windows(const model::ModelConfig& config, int64_t capacity,
                                         const KVCacheOptions& options = {});
@@ -88,6 +103,10 @@ class KVCache {
   std::vector<size_t> page_bytes_;
   std::vector<std::unique_ptr<kv::PagePool>> pools_;   // one per layer; null for KV-shared layers
   std::vector<std::vector<uint8_t*>> pages_;           // [layer][block % ring]
+  std::vector<tiering::LedgerBuffer> states_;          // per layer: the recurrent state, empty for attention layers
+  int64_t conv_floats_ = 0;
+  bool has_recurrent_ = false;
+  int64_t recurrent_position_ = 0;
 };
 
 }  // namespace tierlm::engine

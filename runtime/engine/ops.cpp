@@ -19,11 +19,16 @@ void rms_norm_unscaled(const float* x, int64_t n, double eps, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * inv;
 }
 
-Rope::Rope(const model::RopeConfig& c, int64_t head_dim) : head_dim_(head_dim), inv_freq_(head_dim / 2) {
-  const int64_t half = head_dim / 2;
+// Proportional RoPE (Gemma 4) keeps rotate_half over the whole head and zeroes the frequencies of the pairs past
+// partial_rotary_factor; the other types rotate only the first head_dim * partial_rotary_factor dims.
+Rope::Rope(const model::RopeConfig& c, int64_t head_dim)
+    : head_dim_(head_dim),
+      rotary_dim_(c.type == "proportional" ? head_dim : int64_t(double(head_dim) * c.partial_rotary_factor)),
+      inv_freq_(size_t(rotary_dim_ / 2)) {
+  const int64_t half = rotary_dim_ / 2;
   for (int64_t j = 0; j < half; ++j) {
-    // transformers computes base ** (2j/d) in float32; doing the same keeps the angles bit-close.
-    const float exponent = float(2 * j) / float(head_dim);
+    // transformers computes base ** (2j/d) in float32 (d: the rotary dims); doing the same keeps the angles close.
+    const float exponent = float(2 * j) / float(rotary_dim_);
     float freq = 1.0f / std::pow(float(c.theta), exponent);
     if (c.type == "linear") {
       freq = float(freq / c.factor);
@@ -49,7 +54,7 @@ Rope::Rope(const model::RopeConfig& c, int64_t head_dim) : head_dim_(head_dim), 
 }
 
 void Rope::apply(float* x, int64_t heads, int64_t pos) const {
-  const int64_t half = head_dim_ / 2;
+  const int64_t half = rotary_dim_ / 2;
   for (int64_t j = 0; j < half; ++j) {
     const float angle = float(pos) * inv_freq_[j];
     const float c = std::cos(angle), s = std::sin(angle);

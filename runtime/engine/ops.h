@@ -16,7 +16,8 @@ void rms_norm(const float* x, const float* weight, int64_t n, double eps, float*
 // out[i] = x[i] / sqrt(mean(x^2) + eps)   (a norm without weights: Gemma 4's v_norm and router norm)
 void rms_norm_unscaled(const float* x, int64_t n, double eps, float* out);
 
-// Rotary embedding in the Hugging Face "rotate_half" layout: pairs (j, j + head_dim/2).
+// Rotary embedding in the Hugging Face "rotate_half" layout: pairs (j, j + rotary/2) over the first rotary =
+// head_dim * partial_rotary_factor dims of each head; the rest pass through unchanged.
 class Rope {
  public:
   Rope(const model::RopeConfig& config, int64_t head_dim);
@@ -26,6 +27,7 @@ class Rope {
 
  private:
   int64_t head_dim_;
+  int64_t rotary_dim_;
   std::vector<float> inv_freq_;
 };
 

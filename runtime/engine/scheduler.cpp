@@ -221,6 +221,11 @@ void Scheduler::admit_locked() {
           options_.gpu ? std::optional<int64_t>(options_.gpu->cached_positions(&slot->cache)) : std::nullopt;
       int64_t reuse = reusable_prefix(slot->tokens, prompt, on_device);
       // A windowed layer's ring may have moved past the window that ends at the shared prefix: then start over.
+      // A recurrent state (Gated DeltaNet) holds exactly the positions it has folded in and cannot be rewound: the
+      // prefix is reusable only when it covers them all, and then only up to them (a follow-up turn that repeats the
+      // whole conversation); otherwise the sequence starts over and the mixer clears the state.
+      if (slot->cache.has_recurrent())
+        reuse = reuse >= slot->cache.recurrent_position() ? slot->cache.recurrent_position() : 0;
       if (!slot->cache.holds_prefix(reuse)) reuse = 0;
       if (reuse > best_reuse || (reuse == best_reuse && slot->last_used < best->last_used)) {
         best = slot.get();

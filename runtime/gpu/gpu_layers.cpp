@@ -1212,10 +1212,21 @@ void GpuLayers::check_supported(const model::ModelConfig& c, int64_t layers) {
   const bool biases = c.o_bias || c.mlp_bias;
   for (int64_t i = 0; i < layers; ++i) {
     const model::LayerSpec l = c.layer(i);
+    if (l.mixer == model::Mixer::gated_deltanet)
+      throw std::invalid_argument(fmt::format("gpu: layer {} is a Gated DeltaNet layer ({}), which the GPU backend "
+                                              "does not run yet; run it on the CPU (--gpu-layers 0)",
+                                              i, model::mixer_name(l.mixer)));
     if (l.mixer != model::Mixer::attention)
       throw std::invalid_argument(fmt::format("gpu: layer {} uses {} (window {}), which the GPU backend does not run "
                                               "yet (sliding_window); run it on the CPU (fewer --gpu-layers)",
                                               i, model::mixer_name(l.mixer), l.window));
+    if (c.arch.attention_output_gate)
+      throw std::invalid_argument(fmt::format("gpu: layer {} is gated attention ({}: q_proj with an output gate, "
+                                              "partial rotary), which the GPU backend does not run yet; run it on "
+                                              "the CPU (--gpu-layers 0)", i, c.model_type));
+    if (c.rope.partial_rotary_factor != 1.0)
+      throw std::invalid_argument(fmt::format("gpu: layer {} uses partial_rotary_factor {}, which the GPU backend "
+                                              "does not apply yet", i, c.rope.partial_rotary_factor));
     if (c.arch.moe && l.mlp != model::Mlp::moe)
       throw std::invalid_argument(fmt::format("gpu: layer {} has a dense MLP among sparse ones (mlp_only_layers / "
                                               "decoder_sparse_step), which the GPU backend does not run yet", i));

@@ -35,6 +35,17 @@ const std::vector<ArchitectureSpec>& table() {
       {.model_type = "olmoe", .qk_norm = true, .moe = true, .qk_norm_full_width = true, .reads_attention_bias = true},
       {.model_type = "qwen2_moe", .qkv_bias = true, .moe = true, .shared_expert = true, .reads_qkv_bias = true,
        .sliding = S::layer_types, .reads_sparse_step = true},
+      // Qwen3.5 (transformers 5.17 modeling_qwen3_5*.py): Gated DeltaNet layers among gated full-attention layers;
+      // the MoE router always renormalizes its top-k (Qwen3_5MoeTopKRouter), plus a sigmoid-gated shared expert.
+      // "_text" is the text-only config (Qwen3_5ForCausalLM), otherwise nested under text_config.
+      {.model_type = "qwen3_5", .qk_norm = true, .linear_attention = true, .zero_centred_norms = true,
+       .attention_output_gate = true},
+      {.model_type = "qwen3_5_text", .qk_norm = true, .linear_attention = true, .zero_centred_norms = true,
+       .attention_output_gate = true},
+      {.model_type = "qwen3_5_moe", .qk_norm = true, .moe = true, .moe_renormalize = true, .shared_expert = true,
+       .linear_attention = true, .zero_centred_norms = true, .attention_output_gate = true},
+      {.model_type = "qwen3_5_moe_text", .qk_norm = true, .moe = true, .moe_renormalize = true,
+       .shared_expert = true, .linear_attention = true, .zero_centred_norms = true, .attention_output_gate = true},
       // Gemma 4 text (Gemma4ForCausalLM) and the text tower of Gemma4ForConditionalGeneration (text_config): the layer
       // plan, MoE and per-layer shapes come from parse_gemma4, which turns arch.moe on with enable_moe_block.
       {.model_type = "gemma4_text", .qk_norm = true, .moe_renormalize = true, .sliding = S::layer_types,
@@ -102,8 +113,10 @@ class Reader {
   std::string origin_;
 };
 
-// One RoPE parameter object. `proportional`: Gemma 4's full-attention rope (partial_rotary_factor of the pairs rotate).
-RopeConfig rope_from(const json::object& params, double theta, const std::string& origin, bool proportional_allowed) {
+// One RoPE parameter object. partial_rotary_factor: the rotary share of head_dim (qwen3_5's default 0.25 comes in
+// as `partial`); `proportional` (Gemma 4's full layers, when allowed) rotates that share of the pairs instead.
+RopeConfig rope_from(const json::object& params, double theta, double partial, const std::string& origin,
+                     bool proportional_allowed) {
   RopeConfig rope;
   Reader r(params, origin);
   rope.theta = r.number_or("rope_theta", theta);
@@ -112,24 +125,26 @@ RopeConfig rope_from(const json::object& params, double theta, const std::string
   rope.low_freq_factor = r.number_or("low_freq_factor", 1.0);
   rope.high_freq_factor = r.number_or("high_freq_factor", 4.0);
   rope.original_max_position_embeddings = r.integer_or("original_max_position_embeddings", 8192);
-  rope.partial_rotary_factor = r.number_or("partial_rotary_factor", 1.0);
+  rope.partial_rotary_factor = r.number_or("partial_rotary_factor", partial);
   const bool proportional = proportional_allowed && rope.type == "proportional";
   if (rope.type != "default" && rope.type != "linear" && rope.type != "llama3" && !proportional)
     r.fail("rope_type", fmt::format("'{}' is not supported (supported: default, linear, llama3{})", rope.type,
                                     proportional_allowed ? ", proportional" : ""));
   if (rope.theta <= 0) r.fail("rope_theta", "must be positive");
+  // mrope_section splits the rotary dims between temporal/height/width positions; for text all three positions are
+  // the token's index, so every section rotates by the same angle: plain RoPE over the rotary dims (qwen3_5).
+  (void)r.get("mrope_section");
   if (rope.type != "default" && rope.factor <= 0) r.fail("factor", "must be positive");
-  if (!proportional && rope.partial_rotary_factor != 1.0)
-    r.fail("partial_rotary_factor", fmt::format("{} is not supported with rope_type '{}'", rope.partial_rotary_factor,
-                                                rope.type));
   if (rope.partial_rotary_factor <= 0 || rope.partial_rotary_factor > 1)
     r.fail("partial_rotary_factor", "must be in (0, 1]");
   return rope;
 }
 
-RopeConfig parse_rope(const Reader& top, const json::object& root, const std::string& origin) {
+RopeConfig parse_rope(const Reader& top, const json::object& root, const std::string& origin,
+                      double default_partial_rotary) {
   RopeConfig rope;
   rope.theta = top.number_or("rope_theta", 10000.0);
+  rope.partial_rotary_factor = top.number_or("partial_rotary_factor", default_partial_rotary);
   // transformers >= 5 writes "rope_parameters"; older configs (and most published models) "rope_scaling".
   const json::object* params = nullptr;
   for (const char* key : {"rope_parameters", "rope_scaling"}) {
@@ -140,7 +155,7 @@ RopeConfig parse_rope(const Reader& top, const json::object& root, const std::st
     }
   }
   if (!params) return rope;
-  return rope_from(*params, rope.theta, origin + " (rope parameters)", false);
+  return rope_from(*params, rope.theta, rope.partial_rotary_factor, origin + " (rope parameters)", false);
 }
 
 std::vector<int32_t> token_ids(const Reader& r, const json::object& o, const std::string& key) {
@@ -208,6 +223,28 @@ std::vector<LayerSpec> expand_layers(const Reader& r, const json::object& o, con
       for (int64_t i = std::max<int64_t>(first, 0); i < L; ++i) sliding[size_t(i)] = true;
     }
   }
+  std::vector<bool> linear(size_t(L), false);
+  if (c.arch.linear_attention) {
+    // qwen3_5: layer_types names each layer; without it every full_attention_interval-th layer is full attention.
+    if (auto it = o.find("layer_types"); it != o.end() && !it->value().is_null()) {
+      if (!it->value().is_array() || int64_t(it->value().as_array().size()) != L)
+        r.fail("layer_types", fmt::format("must list one type per layer ({})", L));
+      int64_t i = 0;
+      for (auto& v : it->value().as_array()) {
+        const std::string type = v.is_string() ? std::string(v.as_string()) : "";
+        if (type == "linear_attention")
+          linear[size_t(i)] = true;
+        else if (type != "full_attention")
+          r.fail("layer_types", fmt::format("entry {} ('{}') is not supported (supported: linear_attention, "
+                                            "full_attention)", i, type));
+        ++i;
+      }
+    } else {
+      const int64_t interval = r.integer_or("full_attention_interval", 4);
+      if (interval < 1) r.fail("full_attention_interval", "must be at least 1");
+      for (int64_t i = 0; i < L; ++i) linear[size_t(i)] = (i + 1) % interval != 0;
+    }
+  }
   const bool any_sliding = std::find(sliding.begin(), sliding.end(), true) != sliding.end();
   if (any_sliding) {
     if (window <= 0) r.fail("sliding_window", "must be positive when layers use sliding-window attention");
@@ -234,6 +271,7 @@ std::vector<LayerSpec> expand_layers(const Reader& r, const json::object& o, con
       l.mixer = Mixer::sliding_attention;
       l.window = window;
     }
+    if (linear[size_t(i)]) l.mixer = Mixer::gated_deltanet;
     if (sparse[size_t(i)]) {
       l.mlp = Mlp::moe;
       l.expert_layer = expert_layer++;
@@ -282,7 +320,7 @@ void parse_gemma4(const Reader& r, const json::object& o, ModelConfig& c) {
     auto it = ropes.find(type);
     if (it == ropes.end() || !it->value().is_object())
       r.fail("rope_parameters", fmt::format("has no '{}' entry, which the model's layer_types use", type));
-    return rope_from(it->value().as_object(), 10000.0, fmt::format("{} (rope_parameters.{})", "config", type), true);
+    return rope_from(it->value().as_object(), 10000.0, 1.0, fmt::format("config (rope_parameters.{})", type), true);
   };
   if (std::find(full.begin(), full.end(), false) != full.end()) c.rope = rope_of("sliding_attention");
   c.full_attention_rope = rope_of("full_attention");
@@ -400,6 +438,7 @@ const char* mixer_name(Mixer m) {
   switch (m) {
     case Mixer::attention: return "full_attention";
     case Mixer::sliding_attention: return "sliding_attention";
+    case Mixer::gated_deltanet: return "linear_attention";
   }
   return "?";
 }
@@ -452,8 +491,13 @@ bool ModelConfig::any_windowed() const {
   return std::any_of(layers.begin(), layers.end(), [](const LayerSpec& l) { return l.window > 0; });
 }
 
+bool ModelConfig::any_recurrent() const {
+  return std::any_of(layers.begin(), layers.end(), [](const LayerSpec& l) { return l.mixer == Mixer::gated_deltanet; });
+}
+
 kv::StateSpec ModelConfig::state_spec(int64_t i) const {
   const LayerSpec l = layer(i);
+  if (l.mixer == Mixer::gated_deltanet) return {0, 0, 0, deltanet.state_bytes()};
   // A layer reading another's KV (kv_source) holds none of its own.
   return {l.kv_source >= 0 ? 0 : l.kv_heads, l.head_dim, l.window};
 }
@@ -524,7 +568,15 @@ ModelConfig parse_config(const std::string& text, const std::string& origin) {
   if (c.head_dim <= 0 || c.head_dim % 2 != 0) r.fail("head_dim", "must be a positive even number");
   if (!gemma4 && c.hidden_act != "silu" && c.hidden_act != "swiglu")
     r.fail("hidden_act", fmt::format("'{}' is not supported (supported: silu)", c.hidden_act));
-  if (!gemma4) c.rope = parse_rope(r, o, text_origin);
+  if (!gemma4) {
+    // qwen3_5 configs default partial_rotary_factor to 0.25 (Qwen3_5TextConfig.__post_init__).
+    c.rope = parse_rope(r, o, text_origin, c.arch.linear_attention ? 0.25 : 1.0);
+    const double f = c.rope.partial_rotary_factor;
+    const int64_t rotary = int64_t(double(c.head_dim) * f);
+    if (!(f > 0 && f <= 1) || rotary < 2 || rotary % 2 != 0)
+      r.fail("partial_rotary_factor", fmt::format("{} leaves {} rotary dims of head_dim {} (must be a positive even "
+                                                  "number)", f, rotary, c.head_dim));
+  }
 
   auto bos = token_ids(r, o, "bos_token_id");
   if (bos.empty()) bos = token_ids(outer, top, "bos_token_id");
@@ -542,6 +594,19 @@ ModelConfig parse_config(const std::string& text, const std::string& origin) {
     if (qc.bits != 4 && qc.bits != 8) q.fail("bits", fmt::format("{} is not supported (supported: 4, 8)", qc.bits));
     if (qc.group_size != 32 && qc.group_size != 64 && qc.group_size != 128)
       q.fail("group_size", fmt::format("{} is not supported (supported: 32, 64, 128)", qc.group_size));
+    for (auto& entry : it->value().as_object()) {
+      if (!entry.value().is_object()) continue;  // group_size, bits, mode
+      const std::string module(entry.key());
+      Reader m(entry.value().as_object(), origin + " (quantization." + module + ")");
+      const QuantizationConfig::Module mq{int(m.integer_or("group_size", qc.group_size)),
+                                          int(m.integer_or("bits", qc.bits))};
+      if (mq.bits != 4 && mq.bits != 8) m.fail("bits", fmt::format("{} is not supported (supported: 4, 8)", mq.bits));
+      if (mq.group_size != 32 && mq.group_size != 64 && mq.group_size != 128)
+        m.fail("group_size", fmt::format("{} is not supported (supported: 32, 64, 128)", mq.group_size));
+      qc.modules[module] = mq;
+    }
+    if (auto mode = q.string_or("mode", "affine"); mode != "affine")
+      q.fail("mode", fmt::format("'{}' is not supported (supported: affine)", mode));
     c.quantization = qc;
     break;
   }
@@ -565,6 +630,29 @@ ModelConfig parse_config(const std::string& text, const std::string& origin) {
       r.fail("shared_expert_intermediate_size", "is missing or not positive");
   }
   c.layers = expand_layers(r, o, c);
+  if (c.arch.linear_attention) {
+    // The attention layers' biases: Qwen3_5Attention puts attention_bias on q/k/v/o; not implemented here.
+    if (r.boolean_or("attention_bias", false))
+      r.fail("attention_bias", fmt::format("(true) is not supported for {} (it changes the model's math and tierlm "
+                                           "does not implement it)", c.model_type));
+  }
+  if (c.any_recurrent()) {
+    DeltaNetConfig& d = c.deltanet;
+    auto positive = [&](const char* key) {
+      const int64_t v = r.integer(key);
+      if (v <= 0 || v > (int64_t(1) << 20)) r.fail(key, fmt::format("has an invalid value {}", v));
+      return v;
+    };
+    d.conv_kernel = positive("linear_conv_kernel_dim");
+    d.key_heads = positive("linear_num_key_heads");
+    d.value_heads = positive("linear_num_value_heads");
+    d.key_head_dim = positive("linear_key_head_dim");
+    d.value_head_dim = positive("linear_value_head_dim");
+    if (d.value_heads % d.key_heads != 0)
+      r.fail("linear_num_value_heads", fmt::format("({}) must be a multiple of linear_num_key_heads ({})",
+                                                   d.value_heads, d.key_heads));
+    if (d.value_head_dim > 1024) r.fail("linear_value_head_dim", "above 1024 is not supported");
+  }
   if (c.sparse_layers() < c.num_layers && c.intermediate_size <= 0)
     r.fail("intermediate_size", "is missing or not positive (the model has dense MLP layers)");
   warn_unread_keys(o, c.arch, text_origin);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,16 +17,41 @@ namespace tierlm::model {
 struct RopeConfig {
   std::string type = "default";  // default | linear | llama3 | proportional
   double theta = 10000.0;
-  double partial_rotary_factor = 1.0;  // proportional: the share of head_dim's pairs that rotate (the rest do not)
   double factor = 1.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int64_t original_max_position_embeddings = 8192;
+  // The first head_dim * factor dims rotate, the rest pass through (qwen3_5); with type proportional (Gemma 4's full
+  // layers) rotate_half still pairs across all of head_dim and only the first factor * head_dim / 2 pairs turn.
+  double partial_rotary_factor = 1.0;
+};
+
+// Gated DeltaNet layers (qwen3_5 "linear_attention"), from the linear_* keys. Per sequence and layer the state is a
+// causal conv1d window (conv_dim x (kernel - 1)) and the recurrent state (value_heads x key_head_dim x
+// value_head_dim), in f32.
+struct DeltaNetConfig {
+  int64_t conv_kernel = 0, key_heads = 0, value_heads = 0, key_head_dim = 0, value_head_dim = 0;
+  int64_t key_dim() const { return key_heads * key_head_dim; }
+  int64_t value_dim() const { return value_heads * value_head_dim; }
+  int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }  // channels of [q | k | v]
+  int64_t conv_state_floats() const { return conv_dim() * (conv_kernel - 1); }
+  int64_t recurrent_state_floats() const { return value_heads * key_head_dim * value_head_dim; }
+  uint64_t state_bytes() const { return uint64_t(conv_state_floats() + recurrent_state_floats()) * sizeof(float); }
 };
 
 struct QuantizationConfig {  // MLX affine quantization ("quantization": {"group_size", "bits"})
   int group_size = 0;
   int bits = 0;
+  // Per-module entries (mlx-lm's quant_predicate, e.g. "language_model.model.layers.0.mlp.gate": 8 bits).
+  struct Module {
+    int group_size = 0;
+    int bits = 0;
+  };
+  std::map<std::string, Module> modules;
+  Module of(const std::string& module) const {
+    auto it = modules.find(module);
+    return it != modules.end() ? it->second : Module{group_size, bits};
+  }
 };
 
 // The per-architecture description: how the block differs between families.
@@ -54,10 +80,17 @@ struct ArchitectureSpec {
   bool windows_checked = false;
   // Dense MLP layers among sparse ones from mlp_only_layers / decoder_sparse_step (qwen2_moe, qwen3_moe).
   bool reads_sparse_step = false;
-  // The Gemma 4 decoder block (runtime/model/gemma4_config.cpp reads its keys): sandwich norms (post-attention norm
-  // on the attention output, pre/post feed-forward norms), q/k norms and a scale-free v norm, layer_scalar, the dense
-  // MLP beside the MoE (enable_moe_block) with its own norms and router, per-layer inputs, KV sharing, attention
-  // scaling 1.0, embeddings scaled by sqrt(hidden_size), final logit soft-capping.
+  // qwen3_5: `layer_types` mixes linear_attention (Gated DeltaNet) and full_attention, or full_attention_interval
+  // says every n-th layer is full; the linear_* keys size the DeltaNet layers.
+  bool linear_attention = false;
+  // qwen3_5: RMSNorm weights are zero-centred (x * (1 + w)); the loader adds 1 so the forward pass stays one path.
+  bool zero_centred_norms = false;
+  // qwen3_5: q_proj rows hold [query | gate] per head; the attention output is multiplied by sigmoid(gate).
+  bool attention_output_gate = false;
+  // The Gemma 4 decoder block (parse_gemma4 in runtime/model/config.cpp reads its keys): sandwich norms
+  // (post-attention norm on the attention output, pre/post feed-forward norms), q/k norms and a scale-free v norm,
+  // layer_scalar, the dense MLP beside the MoE (enable_moe_block) with its own norms and router, per-layer inputs, KV
+  // sharing, attention scaling 1.0, embeddings scaled by sqrt(hidden_size), final logit soft-capping.
   bool gemma4 = false;
 };
 
@@ -96,6 +129,7 @@ struct ModelConfig {
   int64_t per_layer_input_size = 0;       // hidden_size_per_layer_input (PLE); 0: none
   int64_t per_layer_vocab_size = 0;       // vocab_size_per_layer_input
   std::optional<RopeConfig> full_attention_rope;  // RoPE of layers whose LayerSpec::full_rope is set
+  DeltaNetConfig deltanet;  // zero unless some layer's mixer is gated_deltanet
   // One entry per layer (num_layers of them) once parsed; hand-built configs (synthetic models) may leave it empty,
   // and layer() then answers the family default: full attention, and MoE on every layer of MoE families.
   std::vector<LayerSpec> layers;
@@ -110,7 +144,12 @@ struct ModelConfig {
   // Layers whose MLP is MoE: the expert tier holds this many layers of experts.
   int64_t sparse_layers() const;
   bool any_windowed() const;
-  // What layer i's per-sequence KV state costs (runtime/kv/state_spec.h).
+  bool any_recurrent() const;  // some layer keeps a recurrent state (gated_deltanet)
+  // Rows of the fused attention input projection: [q (| gate) | k | v].
+  int64_t attention_input_rows() const {
+    return num_heads * head_dim * (arch.attention_output_gate ? 2 : 1) + 2 * num_kv_heads * head_dim;
+  }
+  // What layer i's per-sequence state costs (runtime/kv/state_spec.h).
   kv::StateSpec state_spec(int64_t i) const;
 };
 

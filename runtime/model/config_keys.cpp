@@ -88,6 +88,12 @@ std::vector<std::string> config_keys_read(const ArchitectureSpec& a) {
   }
   if (a.shared_expert) keys.insert("shared_expert_intermediate_size");
   if (a.reads_sparse_step) keys.insert({"decoder_sparse_step", "mlp_only_layers"});
+  if (a.linear_attention)
+    keys.insert({"layer_types", "full_attention_interval", "partial_rotary_factor", "attention_bias",
+                 "linear_conv_kernel_dim", "linear_key_head_dim", "linear_num_key_heads", "linear_num_value_heads",
+                 "linear_value_head_dim",
+                 // A ConditionalGeneration checkpoint's other towers: their tensors are skipped by name.
+                 "vision_config", "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id"});
   if (a.gemma4)
     keys.insert({"layer_types", "sliding_window", "per_layer_config", "global_head_dim", "num_global_key_value_heads",
                  "attention_k_eq_v", "num_kv_shared_layers", "hidden_size_per_layer_input",

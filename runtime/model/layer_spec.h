@@ -2,6 +2,8 @@
 // attention, sliding-window attention with its window; later linear attention, MLA) and which MLP it has (dense, or
 // the MoE block whose experts live in the expert tier). Config parsing expands the family row into one LayerSpec per
 // layer; the forward pass, the KV cache, the GPU backend and the planner walk these instead of family-wide flags.
+// Each mixer kind is one unit in runtime/engine/ owning its per-sequence state through the sequence's KVCache: paged
+// KV (attention), a windowed ring (sliding_attention), or fixed conv + recurrent state (gated_deltanet).
 // Never: hold weights or per-sequence state (a LayerSpec is data; its state_spec() says what the state costs).
 #pragma once
 
@@ -14,6 +16,9 @@ namespace tierlm::model {
 enum class Mixer : uint8_t {
   attention,          // causal attention over every earlier position
   sliding_attention,  // causal attention over the last `window` positions, the query's own included
+  gated_deltanet,     // Gated DeltaNet linear attention (qwen3_5 "linear_attention"): causal conv1d + gated delta
+                      // rule recurrence; fixed per-sequence state whatever the context
+  // (next: mla, latent KV of kv_lora_rank + rope dims)
 };
 
 enum class Mlp : uint8_t {

@@ -1,5 +1,6 @@
 #include "runtime/model/model.h"
 
+#include <cmath>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -7,6 +8,7 @@
 #include "runtime/model/moe_model.h"
 #include "runtime/model/safetensors.h"
 #include "runtime/model/tensor_convert.h"
+#include "runtime/model/tensor_names.h"
 
 namespace tierlm::model {
 
@@ -23,6 +25,7 @@ struct Loader {
   const ModelConfig& config;
   const LoadOptions& options;
   Ledger& ledger;
+  const TensorNames& names;
 
   const TensorInfo& tensor(const std::string& name, std::vector<int64_t> shape) const {
     const TensorInfo& t = index.at(name);
@@ -61,22 +64,35 @@ struct Loader {
                                 tiering::accounts::weights);
   }
 
+  // An RMSNorm weight as the forward pass applies it (x * w): zero-centred families (x * (1 + w)) get 1 added,
+  // unless the folder is mlx-lm's, whose sanitize already did.
+  std::vector<float> norm(const std::string& name, int64_t n) const {
+    std::vector<float> w = vector(name, n);
+    if (config.arch.zero_centred_norms && !names.mlx_tree)
+      for (float& x : w) x += 1.0f;
+    return w;
+  }
+
+  // One row vector of a [1, cols] matrix, dequantized when the file quantized it (mlx-lm's shared_expert_gate).
+  std::vector<float> row_vector(const std::string& base, int64_t cols) const {
+    if (!is_mlx(base)) return tensor_to_f32(index, tensor(base + ".weight", {1, cols}));
+    const Weight w = matrix({{base, 1}}, cols);
+    std::vector<float> out(static_cast<size_t>(cols));
+    kernels::dequantize_row(w.view, 0, out.data());
+    return out;
+  }
+
   Weight mlx_matrix(const std::vector<std::pair<std::string, int64_t>>& parts, int64_t rows, int64_t cols) const {
-    // mlx-lm records modules quantized differently from the default (Gemma 4's router.proj, Qwen's gates at 8 bits)
-    // as per-path entries of "quantization"; their shapes say the same, so bits and group come from the tensors.
-    int bits = config.quantization->bits, group = config.quantization->group_size;
-    {
-      const TensorInfo& w = index.at(parts.front().first + ".weight");
-      const TensorInfo& sc = index.at(parts.front().first + ".scales");
-      if (w.shape.size() == 2 && sc.shape.size() == 2 && sc.shape[1] > 0 && cols % sc.shape[1] == 0 &&
-          (w.shape[1] * 32) % cols == 0) {
-        const int64_t b = w.shape[1] * 32 / cols, g = cols / sc.shape[1];
-        if ((b == 4 || b == 8) && (g == 32 || g == 64 || g == 128)) {
-          bits = int(b);
-          group = int(g);
-        }
-      }
+    // Bits and group size per module (mlx-lm writes 8-bit routers as per-module entries); fused parts must agree.
+    const QuantizationConfig::Module q = config.quantization->of(parts.front().first);
+    for (auto& p : parts) {
+      const QuantizationConfig::Module other = config.quantization->of(p.first);
+      if (other.bits != q.bits || other.group_size != q.group_size)
+        throw ModelError(fmt::format("MLX tensors '{}' ({} bits, group {}) and '{}' ({} bits, group {}) are fused "
+                                     "but quantized differently", parts.front().first, q.bits, q.group_size, p.first,
+                                     other.bits, other.group_size));
     }
+    const int bits = q.bits, group = q.group_size;
     if (cols % group != 0 || (cols * bits) % 32 != 0)
       throw ModelError(fmt::format("MLX tensor '{}': {} columns do not fit group size {}", parts.front().first,
                                    cols, group));
@@ -111,22 +127,36 @@ struct Loader {
   }
 };
 
+// A Gated DeltaNet layer (prefix "...linear_attn."): the four input projections fused row-wise, the depthwise conv
+// ([C, 1, K] as transformers stores it, or mlx-lm's [C, K, 1]: the same order in memory), -exp(A_log), dt_bias, the
+// gated norm and out_proj.
+void load_deltanet(const Loader& L, const std::string& p, LayerWeights& l) {
+  const DeltaNetConfig& d = L.config.deltanet;
+  const int64_t H = L.config.hidden_size, C = d.conv_dim(), K = d.conv_kernel, nv = d.value_heads;
+  l.linear_in = L.matrix({{p + "in_proj_qkv", C}, {p + "in_proj_z", d.value_dim()}, {p + "in_proj_b", nv},
+                          {p + "in_proj_a", nv}}, H);
+  const TensorInfo& conv = L.index.at(p + "conv1d.weight");
+  if (conv.shape != std::vector<int64_t>{C, 1, K} && conv.shape != std::vector<int64_t>{C, K, 1})
+    throw ModelError(fmt::format("tensor '{}' in {} has shape [{}], expected [{}, 1, {}] (or mlx's [{}, {}, 1]) from "
+                                 "config.json", conv.name, conv.file, fmt::join(conv.shape, ", "), C, K, C, K));
+  l.conv = tensor_to_f32(L.index, conv);
+  l.decay_rate = L.vector(p + "A_log", nv);
+  for (float& a : l.decay_rate) a = -std::exp(a);
+  l.dt_bias = L.vector(p + "dt_bias", nv);
+  l.gated_norm = L.vector(p + "norm.weight", d.value_head_dim);
+  l.o = L.matrix({{p + "out_proj", H}}, d.value_dim());
+}
+
 }  // namespace
 
 uint64_t ModelWeights::bytes() const {
   uint64_t total = kernels::weight_bytes(embed.view) + (lm_head.view.rows ? kernels::weight_bytes(lm_head.view) : 0);
   auto bytes = [](const kernels::Weight& w) { return w.view.rows ? kernels::weight_bytes(w.view) : 0; };
   for (auto& l : layers)
-    total += bytes(l.qkv) + bytes(l.o) + bytes(l.gate_up) + bytes(l.down) + bytes(l.router) +
+    total += bytes(l.qkv) + bytes(l.linear_in) + bytes(l.o) + bytes(l.gate_up) + bytes(l.down) + bytes(l.router) +
              bytes(l.shared_gate_up) + bytes(l.shared_down) + bytes(l.per_layer_input_gate) +
              bytes(l.per_layer_projection);
   return total + bytes(embed_per_layer) + bytes(per_layer_model_projection);
-}
-
-std::string text_prefix(const TensorIndex& index) {
-  for (const char* prefix : {"model.", "model.language_model.", "language_model.model."})
-    if (index.contains(std::string(prefix) + "embed_tokens.weight")) return prefix;
-  return "model.";  // the error that follows names model.embed_tokens.weight
 }
 
 namespace {
@@ -161,8 +191,9 @@ ModelWeights load_model(const std::filesystem::path& dir, const LoadOptions& opt
   const ModelConfig& c = m.config;
   TensorIndex index = TensorIndex::open(dir);
   Ledger& ledger = options.ledger ? *options.ledger : Ledger::global();
-  Loader L{index, c, options, ledger};
-  const std::string model = text_prefix(index);
+  const TensorNames names = find_tensor_names(index);
+  log_skipped_tensors(index);
+  Loader L{index, c, options, ledger, names};
 
   const int64_t H = c.hidden_size;
   const size_t total = size_t(c.num_layers) + 2;
@@ -172,39 +203,47 @@ ModelWeights load_model(const std::filesystem::path& dir, const LoadOptions& opt
     if (options.progress) options.progress(done, total);
   };
 
-  m.embed = L.matrix({{model + "embed_tokens", c.vocab_size}}, H);
-  m.final_norm = L.vector(model + "norm.weight", H);
+  m.embed = L.matrix({{names.model + "embed_tokens", c.vocab_size}}, H);
+  m.final_norm = L.norm(names.model + "norm.weight", H);
   if (const int64_t P = c.per_layer_input_size; P > 0) {
-    m.embed_per_layer = L.matrix({{model + "embed_tokens_per_layer", c.per_layer_vocab_size}}, c.num_layers * P);
-    m.per_layer_model_projection = L.matrix({{model + "per_layer_model_projection", c.num_layers * P}}, H);
-    m.per_layer_projection_norm = L.vector(model + "per_layer_projection_norm.weight", P);
+    m.embed_per_layer =
+        L.matrix({{names.model + "embed_tokens_per_layer", c.per_layer_vocab_size}}, c.num_layers * P);
+    m.per_layer_model_projection = L.matrix({{names.model + "per_layer_model_projection", c.num_layers * P}}, H);
+    m.per_layer_projection_norm = L.vector(names.model + "per_layer_projection_norm.weight", P);
   }
   tick();
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    const std::string p = fmt::format("{}layers.{}.", model, i);
+    const std::string p = names.layer(i);
     const LayerSpec spec = c.layer(i);
     const int64_t hd = spec.head_dim, q_rows = c.num_heads * hd, kv_rows = spec.kv_heads * hd;
     const bool own_kv = spec.kv_source < 0;
     LayerWeights l;
-    std::vector<std::pair<std::string, int64_t>> qkv = {{p + "self_attn.q_proj", q_rows}};
-    if (own_kv) qkv.push_back({p + "self_attn.k_proj", kv_rows});
-    if (own_kv && !spec.k_eq_v) qkv.push_back({p + "self_attn.v_proj", kv_rows});
-    l.qkv = L.matrix(qkv, H);
-    if (c.arch.qkv_bias) {
-      for (auto [name, n] : {std::pair{"q_proj", q_rows}, {"k_proj", kv_rows}, {"v_proj", kv_rows}}) {
-        auto b = L.vector(p + "self_attn." + name + ".bias", n);
-        l.qkv_bias.insert(l.qkv_bias.end(), b.begin(), b.end());
+    if (spec.mixer == Mixer::gated_deltanet) {
+      load_deltanet(L, p + "linear_attn.", l);
+    } else {
+      // With an output gate, q_proj holds [query | gate] per head: twice the query rows (split by the forward pass).
+      // KV-shared layers (gemma4) have no k/v projections; k_eq_v layers no v_proj.
+      const int64_t q_proj_rows = c.arch.attention_output_gate ? 2 * q_rows : q_rows;
+      std::vector<std::pair<std::string, int64_t>> qkv = {{p + "self_attn.q_proj", q_proj_rows}};
+      if (own_kv) qkv.push_back({p + "self_attn.k_proj", kv_rows});
+      if (own_kv && !spec.k_eq_v) qkv.push_back({p + "self_attn.v_proj", kv_rows});
+      l.qkv = L.matrix(qkv, H);
+      if (c.arch.qkv_bias) {
+        for (auto [name, n] : {std::pair{"q_proj", q_rows}, {"k_proj", kv_rows}, {"v_proj", kv_rows}}) {
+          auto b = L.vector(p + "self_attn." + name + ".bias", n);
+          l.qkv_bias.insert(l.qkv_bias.end(), b.begin(), b.end());
+        }
       }
+      if (c.arch.qk_norm) {
+        // One head's width (qwen3), or the whole projection (olmoe): the forward pass normalizes in units of it.
+        l.q_norm = L.norm(p + "self_attn.q_norm.weight", c.arch.qk_norm_full_width ? q_rows : hd);
+        if (own_kv) l.k_norm = L.norm(p + "self_attn.k_norm.weight", c.arch.qk_norm_full_width ? kv_rows : hd);
+      }
+      l.o = L.matrix({{p + "self_attn.o_proj", H}}, q_rows);
+      if (c.o_bias) l.o_bias = L.vector(p + "self_attn.o_proj.bias", H);
     }
-    if (c.arch.qk_norm) {
-      // One head's width (qwen3), or the whole projection (olmoe): the forward pass normalizes in units of it.
-      l.q_norm = L.vector(p + "self_attn.q_norm.weight", c.arch.qk_norm_full_width ? q_rows : hd);
-      if (own_kv) l.k_norm = L.vector(p + "self_attn.k_norm.weight", c.arch.qk_norm_full_width ? kv_rows : hd);
-    }
-    l.o = L.matrix({{p + "self_attn.o_proj", H}}, q_rows);
-    if (c.o_bias) l.o_bias = L.vector(p + "self_attn.o_proj.bias", H);
-    l.input_norm = L.vector(p + "input_layernorm.weight", H);
-    l.post_attention_norm = L.vector(p + "post_attention_layernorm.weight", H);
+    l.input_norm = L.norm(p + "input_layernorm.weight", H);
+    l.post_attention_norm = L.norm(p + "post_attention_layernorm.weight", H);
     if (c.arch.gemma4) load_gemma4_layer(L, p, spec, l);
     if (spec.mlp == Mlp::moe && !c.arch.gemma4) {
       const std::string b = p + c.arch.moe_block + ".";
@@ -213,7 +252,7 @@ ModelWeights load_model(const std::filesystem::path& dir, const LoadOptions& opt
         const int64_t S = c.shared_expert_intermediate_size;
         l.shared_gate_up = L.matrix({{b + "shared_expert.gate_proj", S}, {b + "shared_expert.up_proj", S}}, H);
         l.shared_down = L.matrix({{b + "shared_expert.down_proj", H}}, S);
-        l.shared_expert_gate = tensor_to_f32(index, L.tensor(b + "shared_expert_gate.weight", {1, H}));
+        l.shared_expert_gate = L.row_vector(b + "shared_expert_gate", H);
       }
     } else {
       // Dense layers, and Gemma 4's dense MLP that runs beside its experts.
@@ -230,14 +269,12 @@ ModelWeights load_model(const std::filesystem::path& dir, const LoadOptions& opt
     m.layers.push_back(std::move(l));
     tick();
   }
-  // The head: lm_head at the top (CausalLM, ConditionalGeneration) or beside the MLX text model.
-  const std::string head = model == "language_model.model." ? "language_model.lm_head" : "lm_head";
-  const bool has_head = index.contains(head + ".weight") || index.contains(head + ".scales");
+  const bool has_head = index.contains(names.lm_head + ".weight") || index.contains(names.lm_head + ".scales");
   if (!c.tie_word_embeddings || has_head) {
     if (!has_head)
       throw ModelError(fmt::format("{}: config.json says tie_word_embeddings=false but there is no {}.weight",
-                                   dir.string(), head));
-    m.lm_head = L.matrix({{head, c.vocab_size}}, H);
+                                   dir.string(), names.lm_head));
+    m.lm_head = L.matrix({{names.lm_head, c.vocab_size}}, H);
   }
   if (c.arch.moe) m.experts = open_expert_tier(dir, index, c, options, ledger);
   tick();

@@ -18,13 +18,20 @@
 namespace tierlm::model {
 
 struct LayerWeights {
-  // rows: [q (heads*head_dim) | k (kv*head_dim) | v (kv*head_dim)], this layer's head_dim and kv heads; k_eq_v
+  // Attention layers: rows [q (heads*head_dim) | k (kv*head_dim) | v (kv*head_dim)], this layer's head_dim and kv
+  // heads; with an output gate (arch.attention_output_gate) q_proj's rows as stored: per head [query | gate]; k_eq_v
   // layers have no v rows (values are the keys' projection), KV-shared layers (kv_source) only q rows.
   kernels::Weight qkv;
   std::vector<float> qkv_bias;            // empty unless arch.qkv_bias
   std::vector<float> q_norm, k_norm;      // head_dim each, empty unless arch.qk_norm
-  kernels::Weight o;
+  kernels::Weight o;                       // the mixer's output projection (o_proj, or a DeltaNet's out_proj)
   std::vector<float> o_bias;              // hidden floats, empty unless config.o_bias
+  // Gated DeltaNet layers (LayerSpec::mixer == gated_deltanet), in place of qkv:
+  kernels::Weight linear_in;              // rows: [qkv (conv_dim) | z (value_dim) | b (value_heads) | a (value_heads)]
+  std::vector<float> conv;                // conv_dim x kernel; conv[c*kernel + j] weighs input t - (kernel-1) + j
+  std::vector<float> decay_rate;          // value_heads: -exp(A_log)
+  std::vector<float> dt_bias;             // value_heads
+  std::vector<float> gated_norm;          // value_head_dim: RMSNormGated's weight (plain, not zero-centred)
   std::vector<float> input_norm, post_attention_norm;
   // Dense MLP layers (LayerSpec::mlp == dense): the MLP; MoE layers leave these empty.
   kernels::Weight gate_up;                // rows: [gate (intermediate) | up (intermediate)]
@@ -77,9 +84,5 @@ struct LoadOptions {
 };
 
 ModelWeights load_model(const std::filesystem::path& model_dir, const LoadOptions& options = {});
-
-// Where the text model's tensors sit in a checkpoint: "model." (CausalLM), "model.language_model." (transformers'
-// ConditionalGeneration) or "language_model.model." (mlx-community); the prefix whose embed_tokens exists.
-std::string text_prefix(const TensorIndex& index);
 
 }  // namespace tierlm::model

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "runtime/model/tensor_names.h"
+
 namespace tierlm::model {
 
 using kernels::SourceType;
@@ -54,38 +56,44 @@ tiering::ExpertStore expert_store_from_safetensors(const TensorIndex& index, con
   for (int64_t layer = 0; layer < c.num_layers; ++layer)
     if (c.layer(layer).mlp == Mlp::moe) sparse.push_back(layer);
   if (sparse.empty()) throw ModelError("expert store: the model has no sparse layer");
-  // Gemma 4 keeps its experts beside the MLP: HF fuses them into experts.gate_up_proj [E, 2I, H] (gate rows first)
-  // and experts.down_proj [E, H, I]; mlx-lm stacks them as experts.switch_glu.{gate,up,down}_proj.
-  const std::string model = text_prefix(index);
-  const std::string moe_block = a.gemma4 ? "experts" : a.moe_block;
-  const std::string stacked_name = a.gemma4 ? "switch_glu." : "switch_mlp.";
-  const std::string first = fmt::format("{}layers.{}.{}.", model, sparse.front(), moe_block);
+  const TensorNames names = find_tensor_names(index);
+  // Gemma 4 keeps its experts in the layer itself (layers.N.experts.*, beside the dense mlp), the others under their
+  // MoE block; mlx-lm stacks Gemma 4's as experts.switch_glu.{gate,up,down}_proj, the others' as switch_mlp.*.
+  auto block_of = [&](int64_t layer) {
+    return names.layer(layer) + (a.gemma4 ? std::string() : std::string(a.moe_block) + ".");
+  };
+  const std::string stacked_name = a.gemma4 ? "experts.switch_glu." : "switch_mlp.";
+  const std::string first = block_of(sparse.front());
   const bool stacked = index.contains(first + stacked_name + "gate_proj.weight");
-  const bool fused = a.gemma4 && !stacked;
+  // transformers 5's fused layout: experts.gate_up_proj [E, 2I, H] (gate rows first) and experts.down_proj [E, H, I].
+  const bool fused = index.contains(first + "experts.gate_up_proj");
   const bool mlx = c.quantization &&
                    (stacked ? index.contains(first + stacked_name + "gate_proj.scales")
                             : index.contains(fmt::format("{}experts.0.{}.scales", first, a.expert_gate)));
   SourceType source = SourceType::f32;
   std::optional<tiering::ExpertLayout> layout;
-  const int bits = mlx ? c.quantization->bits : 0, group = mlx ? c.quantization->group_size : 0;
+  const QuantizationConfig::Module expert_quant =
+      mlx ? c.quantization->of(first +
+                               (stacked ? stacked_name + "gate_proj" : fmt::format("experts.0.{}", a.expert_gate)))
+          : QuantizationConfig::Module{};
+  const int bits = expert_quant.bits, group = expert_quant.group_size;
 
   for (int64_t layer : sparse) {
-    const std::string block = fmt::format("{}layers.{}.{}.", model, layer, moe_block);
+    const std::string block = block_of(layer);
     for (int64_t e = 0; e < E; ++e) {
       std::vector<Extent> ext;
       if (fused) {
-        // Expert e's slices of the fused tensors: gate = rows [0, I) and up = rows [I, 2I) of gate_up_proj[e].
-        const TensorInfo& gate_up = index.at(block + "gate_up_proj");
-        const TensorInfo& down = index.at(block + "down_proj");
+        const TensorInfo& gate_up = index.at(block + "experts.gate_up_proj");
+        const TensorInfo& down = index.at(block + "experts.down_proj");
         expect_shape(gate_up, {E, 2 * I, H});
         expect_shape(down, {E, H, I});
         source = source_type(gate_up);
         if (source_type(down) != source)
-          throw ModelError(fmt::format("{}: gate_up_proj and down_proj differ in dtype", block));
-        const uint64_t half = gate_up.length / uint64_t(2 * E), per = down.length / uint64_t(E);
-        ext.push_back(extent(gate_up, 2 * half * uint64_t(e), half));
-        ext.push_back(extent(gate_up, 2 * half * uint64_t(e) + half, half));
-        ext.push_back(extent(down, per * uint64_t(e), per));
+          throw ModelError(fmt::format("'{}' and '{}' differ in dtype", gate_up.name, down.name));
+        const uint64_t half = gate_up.length / uint64_t(2 * E), slice = down.length / uint64_t(E);
+        ext.push_back(extent(gate_up, 2 * half * uint64_t(e), half));         // gate rows [0, I)
+        ext.push_back(extent(gate_up, 2 * half * uint64_t(e) + half, half));  // up rows [I, 2I)
+        ext.push_back(extent(down, slice * uint64_t(e), slice));
         extents.push_back(std::move(ext));
         continue;
       }

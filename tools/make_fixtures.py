@@ -620,6 +620,72 @@ def train_default_model():
                                                    "transformers": transformers.__version__})
 
 
+def make_mlx_gemma4(base_name, model, bits=4, group=32):
+    """An mlx-community-style folder of a Gemma 4 MoE model (from the Gemma4ForCausalLM fixture), laid out as mlx-lm's
+    gemma4 sanitize leaves it: model_type gemma4 with the text config nested, language_model.model.* names, the fused
+    experts split into experts.switch_glu.{gate,up,down}_proj and quantized per expert (stacked [E, rows, ...]),
+    router.proj at 8 bits (recorded per path in "quantization"), every other Linear and the embedding at `bits`, other
+    floats (norms, router.scale, per_expert_scale, layer_scalar) bf16. Group 32 so the experts' down_proj (in-dim 32)
+    quantizes too. The reference runs the HF model on the dequantized / rounded values."""
+    name = f"{base_name}-mlx{bits}"
+    d = os.path.join(OUT, "models", name)
+    os.makedirs(d, exist_ok=True)
+    state, quant = {}, {"group_size": group, "bits": bits, "mode": "affine"}
+
+    def quantize_into(base, v, b):
+        rows = v.reshape(-1, v.shape[-1]).float()
+        packed, scales, biases, deq = mlx_quantize(rows, b, group)
+        lead = list(v.shape[:-1])
+        state[base + ".weight"] = packed.reshape(lead + [packed.shape[-1]]).contiguous()
+        state[base + ".scales"] = scales.to(torch.bfloat16).reshape(lead + [scales.shape[-1]]).contiguous()
+        state[base + ".biases"] = biases.to(torch.bfloat16).reshape(lead + [biases.shape[-1]]).contiguous()
+        return deq.reshape(v.shape)
+
+    with torch.no_grad():
+        for k, v in model.state_dict().items():
+            if not k.startswith("model."):
+                continue  # lm_head: tied to the embedding
+            n = "language_model." + k
+            if k.endswith("experts.gate_up_proj"):
+                I = v.shape[1] // 2
+                p = n[: -len("gate_up_proj")] + "switch_glu."
+                dg = quantize_into(p + "gate_proj", v[:, :I, :].contiguous(), bits)
+                du = quantize_into(p + "up_proj", v[:, I:, :].contiguous(), bits)
+                v.copy_(torch.cat([dg, du], dim=1))
+                continue
+            if k.endswith("experts.down_proj"):
+                p = n[: -len("down_proj")] + "switch_glu."
+                v.copy_(quantize_into(p + "down_proj", v, bits))
+                continue
+            if v.dim() == 2 and v.shape[1] % group == 0 and k.endswith(".weight"):
+                base = n[: -len(".weight")]
+                b = bits
+                if k.endswith("router.proj.weight"):
+                    b = 8
+                    quant[base] = {"group_size": group, "bits": 8}
+                v.copy_(quantize_into(base, v, b))
+                continue
+            w = v.to(torch.bfloat16)
+            state[n] = w.contiguous()
+            v.copy_(w.float())
+    save_file(state, os.path.join(d, "model.safetensors"), metadata={"format": "mlx"})
+    write_json(os.path.join(d, "model.safetensors.index.json"),
+               {"metadata": {}, "weight_map": {k: "model.safetensors" for k in sorted(state)}})
+    text = model.config.to_dict()
+    for key in ("architectures", "transformers_version", "dtype", "torch_dtype"):
+        text.pop(key, None)
+    text["model_type"] = "gemma4_text"
+    cfg = {"model_type": "gemma4", "architectures": ["Gemma4ForConditionalGeneration"], "text_config": text,
+           "vocab_size": text["vocab_size"], "tie_word_embeddings": True, "quantization": quant,
+           "quantization_config": quant}
+    write_json(os.path.join(d, "config.json"), cfg)
+    ref = reference(model, json.load(open(os.path.join(OUT, "models", base_name, "reference.json")))["prompt"])
+    ref["model_type"] = "gemma4"
+    ref["transformers"] = transformers.__version__
+    write_json(os.path.join(d, "reference.json"), ref)
+    print(f"{name}: greedy {ref['greedy'][:8]}..., min margin {ref['min_margin']:.4f}", flush=True)
+
+
 def main():
     os.makedirs(os.path.join(OUT, "models"), exist_ok=True)
     manifest = {}
@@ -635,6 +701,8 @@ def main():
                 make_mlx(name, model2, 8)
             if name == "qwen3_5_moe":
                 make_mlx_qwen35(name, model, 4)
+            if name == "gemma4-moe":
+                make_mlx_gemma4(name, model, 4)
             if name == "gpt_oss":
                 make_mxfp4_gptoss(name, model)
             if name == "deepseek_v3":

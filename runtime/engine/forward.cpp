@@ -56,14 +56,19 @@ void split_query_gate(float* row, int64_t heads, int64_t head_dim, float* gate) 
 
 Forward::Forward(const model::ModelWeights& w, kernels::ThreadPool& pool, tiering::Ledger& ledger, int64_t max_chunk,
                  int64_t max_context)
-    : w_(w), pool_(pool), max_chunk_(max_chunk), max_context_(max_context), rope_(w.config.rope, w.config.head_dim),
-      ledger_(ledger), row_cache_(size_t(max_chunk)), row_pos_(size_t(max_chunk)) {
+    : w_(w), pool_(pool), max_chunk_(max_chunk), max_context_(max_context), ledger_(ledger),
+      row_cache_(size_t(max_chunk)), row_pos_(size_t(max_chunk)) {
   if (max_chunk <= 0 || max_context <= 0) throw std::invalid_argument("forward: chunk and context must be positive");
   const auto& c = w.config;
-  const int64_t q_rows = c.num_heads * c.head_dim;
-  qkv_stride_ = c.attention_input_rows();
-  hidden_ = scratch(ledger, max_chunk * c.hidden_size);
-  normed_ = scratch(ledger, max_chunk * c.hidden_size);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    specs_.push_back(c.layer(i));
+    ropes_.emplace_back(c.rope_of(i), specs_.back().head_dim);
+  }
+  const int64_t q_rows = c.max_q_rows(), kv_rows = c.max_kv_rows(), H = c.hidden_size;
+  // The widest fused attention projection of any layer (its query rows doubled with qwen3_5's output gate).
+  qkv_stride_ = std::max(c.attention_input_rows(), q_rows + 2 * kv_rows);
+  hidden_ = scratch(ledger, max_chunk * H);
+  normed_ = scratch(ledger, max_chunk * H);
   qkv_ = scratch(ledger, max_chunk * qkv_stride_);
   attn_ = scratch(ledger, max_chunk * q_rows);
   if (c.arch.attention_output_gate) gate_ = scratch(ledger, max_chunk * q_rows);
@@ -71,9 +76,22 @@ Forward::Forward(const model::ModelWeights& w, kernels::ThreadPool& pool, tierin
   if (c.any_recurrent()) deltanet_ = std::make_unique<GatedDeltaNet>(w, pool, ledger, max_chunk);
   // One MLP unit per kind the layers use: the MoE block for sparse layers, dense scratch for dense ones.
   if (c.sparse_layers() > 0) moe_ = std::make_unique<MoeBlock>(w, pool, ledger, max_chunk);
-  if (c.sparse_layers() < c.num_layers) {
-    ffn_ = scratch(ledger, max_chunk * 2 * c.intermediate_size);
-    ffn_act_ = scratch(ledger, max_chunk * c.intermediate_size);
+  if (const int64_t I = c.max_intermediate(); I > 0) {
+    ffn_ = scratch(ledger, max_chunk * 2 * I);
+    ffn_act_ = scratch(ledger, max_chunk * I);
+  }
+  if (c.arch.gemma4) {
+    values_ = scratch(ledger, max_chunk * kv_rows);
+    mlp_out_ = scratch(ledger, max_chunk * H);
+    if (c.sparse_layers() > 0) {
+      moe_out_ = scratch(ledger, max_chunk * H);
+      router_in_ = scratch(ledger, max_chunk * H);
+    }
+    if (const int64_t P = c.per_layer_input_size; P > 0) {
+      ple_ = scratch(ledger, max_chunk * c.num_layers * P);
+      ple_tokens_ = scratch(ledger, max_chunk * c.num_layers * P);
+      ple_gate_ = scratch(ledger, max_chunk * P);
+    }
   }
 }
 
@@ -84,11 +102,23 @@ static void multiply(const WeightView& w, const float* x, int64_t n, float* y, k
     kernels::matmul(w, x, n, y, pool);
 }
 
+// Per-row elementwise work: split across the pool only when there is enough of it.
+template <class Fn>
+void Forward::per_row(int64_t n, Fn&& fn) {
+  if (n == 1)
+    fn(0);
+  else
+    pool_.parallel_for(n, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) fn(i);
+    });
+}
+
 void Forward::attention(int64_t layer, int64_t n) {
   // One work item per (row, kv head): the heads of a GQA group share every key/value the cache decodes.
   const auto& c = w_.config;
-  const int64_t hd = c.head_dim, kv_heads = c.num_kv_heads, group = c.num_heads / c.num_kv_heads;
-  const int64_t q_rows = c.num_heads * hd, qkv_stride = qkv_stride_;
+  const model::LayerSpec& spec = specs_[size_t(layer)];
+  const int64_t hd = spec.head_dim, kv_heads = spec.kv_heads, group = c.num_heads / kv_heads;
+  const int64_t q_rows = c.num_heads * hd, qkv_stride = w_.layers[size_t(layer)].qkv.view.rows;
   const float* qkv = qkv_.as<float>();
   float* out = attn_.as<float>();
   pool_.parallel_for(n * kv_heads, [&](int64_t begin, int64_t end, int) {
@@ -116,10 +146,7 @@ void Forward::run(std::span<const int32_t> tokens, int64_t pos, KVCache& cache, 
 
 void Forward::run_batch(std::span<const BatchItem> items) {
   const auto& c = w_.config;
-  const int64_t H = c.hidden_size, hd = c.head_dim, I = c.intermediate_size, V = c.vocab_size;
-  const int64_t q_rows = c.num_heads * hd, kv_rows = c.num_kv_heads * hd, qkv_stride = qkv_stride_;
-  // Where k starts in a row of qkv: after the queries, or after the interleaved queries and gates.
-  const int64_t q_width = qkv_stride - 2 * kv_rows;
+  const int64_t H = c.hidden_size, V = c.vocab_size;
   float* hidden = hidden_.as<float>();
   float* normed = normed_.as<float>();
   float* qkv = qkv_.as<float>();
@@ -169,6 +196,11 @@ void Forward::run_batch(std::span<const BatchItem> items) {
           kernels::dequantize_row(w_.embed.view, item.tokens[i], hidden + r * H);
       }
   }
+  if (!device_embed && c.embedding_scale != 1.0) {  // Gemma: embeddings scaled by sqrt(hidden_size)
+    const float scale = float(c.embedding_scale);
+    for (int64_t j = 0; j < n * H; ++j) hidden[j] *= scale;
+  }
+  if (c.per_layer_input_size > 0) per_layer_inputs(items, n);  // from the scaled embeddings, before any layer
   int64_t first_layer = 0;
   if (gpu_) {
     // Layers [0, gpu layers) on the GPU: the embedded rows (or their token ids) go up once; the hidden state comes
@@ -215,27 +247,26 @@ void Forward::run_batch(std::span<const BatchItem> items) {
     gpu_->run(step);  // the hidden state comes back for the CPU layers
     first_layer = gpu_->layers();
   }
-  // Per-row elementwise work: split across the pool only when there is enough of it.
-  auto per_row = [&](auto&& fn) {
-    if (n == 1)
-      fn(0);
-    else
-      pool_.parallel_for(n, [&](int64_t b, int64_t e, int) {
-        for (int64_t i = b; i < e; ++i) fn(i);
-      });
-  };
-
   for (int64_t layer = first_layer; layer < c.num_layers; ++layer) {
     const model::LayerWeights& L = w_.layers[size_t(layer)];
-    per_row([&](int64_t i) { rms_norm(hidden + i * H, L.input_norm.data(), H, c.rms_norm_eps, normed + i * H); });
-    if (c.layer(layer).mixer == model::Mixer::gated_deltanet) {
+    const model::LayerSpec& spec = specs_[size_t(layer)];
+    const int64_t hd = spec.head_dim, kv_heads = spec.kv_heads;
+    const int64_t q_rows = c.num_heads * hd, kv_rows = kv_heads * hd, qkv_stride = L.qkv.view.rows;
+    // Where k starts in a row of qkv: after the queries, or after the interleaved queries and gates.
+    const int64_t q_width = c.arch.attention_output_gate ? 2 * q_rows : q_rows;
+    const bool own_kv = spec.kv_source < 0;
+    const Rope& rope = ropes_[size_t(layer)];
+    // Gemma 4 scales scores by attention_scale (1.0) where the cache's attention scales by 1/sqrt(head_dim).
+    const float q_scale = c.attention_scale > 0 ? float(c.attention_scale * std::sqrt(double(hd))) : 1.0f;
+    per_row(n, [&](int64_t i) { rms_norm(hidden + i * H, L.input_norm.data(), H, c.rms_norm_eps, normed + i * H); });
+    if (spec.mixer == model::Mixer::gated_deltanet) {
       // out may alias the input: the mixer reads it only in its first projection.
       deltanet_->run(layer, normed, n, std::span(row_cache_.data(), size_t(n)), std::span(row_pos_.data(), size_t(n)),
                      normed);
       add_residual(normed, L.o_bias, n, H, hidden);
     } else {
       multiply(L.qkv.view, normed, n, qkv, pool_);
-      per_row([&](int64_t i) {
+      per_row(n, [&](int64_t i) {
         float* row = qkv + i * qkv_stride;
         if (!L.qkv_bias.empty())
           for (int64_t j = 0; j < qkv_stride; ++j) row[j] += L.qkv_bias[size_t(j)];
@@ -243,15 +274,27 @@ void Forward::run_batch(std::span<const BatchItem> items) {
         float* q = row;
         float* k = row + q_width;
         float* v = row + q_width + kv_rows;
+        if (own_kv && spec.k_eq_v) {  // values are the keys' projection, taken before the key norm and RoPE
+          v = values_.as<float>() + i * kv_rows;
+          std::memcpy(v, k, size_t(kv_rows) * sizeof(float));
+        }
         if (!L.q_norm.empty()) {
           // In units of the norm weights' width: one head (qwen3) or the whole projection (olmoe).
-          const int64_t qn = int64_t(L.q_norm.size()), kn = int64_t(L.k_norm.size());
+          const int64_t qn = int64_t(L.q_norm.size());
           for (int64_t o = 0; o < q_rows; o += qn) rms_norm(q + o, L.q_norm.data(), qn, c.rms_norm_eps, q + o);
+        }
+        if (own_kv && !L.k_norm.empty()) {
+          const int64_t kn = int64_t(L.k_norm.size());
           for (int64_t o = 0; o < kv_rows; o += kn) rms_norm(k + o, L.k_norm.data(), kn, c.rms_norm_eps, k + o);
         }
+        if (own_kv && c.arch.gemma4)  // Gemma 4's v_norm: RMS over each head, no weight
+          for (int64_t o = 0; o < kv_rows; o += hd) rms_norm_unscaled(v + o, hd, c.rms_norm_eps, v + o);
         const int64_t pos = row_pos_[size_t(i)];
-        rope_.apply(q, c.num_heads, pos);
-        rope_.apply(k, c.num_kv_heads, pos);
+        rope.apply(q, c.num_heads, pos);
+        if (q_scale != 1.0f)
+          for (int64_t j = 0; j < q_rows; ++j) q[j] *= q_scale;
+        if (!own_kv) return;  // a KV-shared layer attends over its source layer's keys and values
+        rope.apply(k, kv_heads, pos);
         row_cache_[size_t(i)]->store(layer, pos, k, v);  // rows of one sequence may share a page: stores are safe
       });
       attention(layer, n);
@@ -262,24 +305,28 @@ void Forward::run_batch(std::span<const BatchItem> items) {
         for (int64_t j = 0; j < n * q_rows; ++j) out[j] *= 1.0f / (1.0f + std::exp(-gate[j]));
       }
       multiply(L.o.view, attn_.as<float>(), n, normed, pool_);
+      if (c.arch.gemma4) {  // sandwich norm: the attention output is normed before the residual add
+        per_row(n, [&](int64_t i) {
+          rms_norm(normed + i * H, L.post_attention_norm.data(), H, c.rms_norm_eps, normed + i * H);
+        });
+        add_residual(normed, {}, n, H, hidden);
+        feed_forward_gemma4(layer, n);
+        if (c.per_layer_input_size > 0) per_layer_input(layer, n);
+        if (L.layer_scalar != 1.0f)
+          for (int64_t j = 0; j < n * H; ++j) hidden[j] *= L.layer_scalar;
+        continue;
+      }
       add_residual(normed, L.o_bias, n, H, hidden);
     }
 
-    per_row([&](int64_t i) {
+    per_row(n, [&](int64_t i) {
       rms_norm(hidden + i * H, L.post_attention_norm.data(), H, c.rms_norm_eps, normed + i * H);
     });
-    if (c.layer(layer).mlp == model::Mlp::moe) {
+    if (spec.mlp == model::Mlp::moe) {
       moe_->accumulate(layer, normed, n, hidden);
       continue;
     }
-    float* ffn = ffn_.as<float>();
-    multiply(L.gate_up.view, normed, n, ffn, pool_);
-    per_row([&](int64_t i) {
-      if (!L.gate_up_bias.empty())
-        for (int64_t j = 0; j < 2 * I; ++j) ffn[i * 2 * I + j] += L.gate_up_bias[size_t(j)];
-      silu_gate(ffn + i * 2 * I, I, ffn_act_.as<float>() + i * I);
-    });
-    multiply(L.down.view, ffn_act_.as<float>(), n, normed, pool_);
+    feed_forward(layer, n);
     add_residual(normed, L.down_bias, n, H, hidden);
   }
 
@@ -289,6 +336,110 @@ void Forward::run_batch(std::span<const BatchItem> items) {
       const int64_t last = item.all_logits ? int64_t(item.tokens.size()) - 1 : 0;
       *item.greedy = int32_t(argmax(std::span<const float>(item.logits + last * V, size_t(V))));
     }
+}
+
+// The dense MLP of `layer` on normed (n rows), output in normed; biases on gate/up only (down's is the caller's).
+void Forward::feed_forward(int64_t layer, int64_t n) {
+  const model::LayerWeights& L = w_.layers[size_t(layer)];
+  const int64_t I = specs_[size_t(layer)].intermediate;
+  const GateFn gate = gate_for(w_.config.hidden_act);
+  float* ffn = ffn_.as<float>();
+  float* normed = normed_.as<float>();
+  multiply(L.gate_up.view, normed, n, ffn, pool_);
+  per_row(n, [&](int64_t i) {
+    if (!L.gate_up_bias.empty())
+      for (int64_t j = 0; j < 2 * I; ++j) ffn[i * 2 * I + j] += L.gate_up_bias[size_t(j)];
+    gate(ffn + i * 2 * I, I, ffn_act_.as<float>() + i * I);
+  });
+  multiply(L.down.view, ffn_act_.as<float>(), n, normed, pool_);
+}
+
+// Gemma 4's feed-forward: hidden += post_ffn_norm(post_ffn_norm_1(MLP(pre_ffn_norm(h))) + post_ffn_norm_2(MoE)),
+// where the MoE's experts see pre_ffn_norm_2(h) and its router rms_norm(h) * router_scale / sqrt(hidden); without
+// experts, hidden += post_ffn_norm(MLP(pre_ffn_norm(h))).
+void Forward::feed_forward_gemma4(int64_t layer, int64_t n) {
+  const auto& c = w_.config;
+  const model::LayerWeights& L = w_.layers[size_t(layer)];
+  const int64_t H = c.hidden_size;
+  const double eps = c.rms_norm_eps;
+  float* hidden = hidden_.as<float>();
+  float* normed = normed_.as<float>();
+  float* mlp = mlp_out_.as<float>();
+  per_row(n, [&](int64_t i) { rms_norm(hidden + i * H, L.pre_feedforward_norm.data(), H, eps, normed + i * H); });
+  feed_forward(layer, n);
+  std::memcpy(mlp, normed, size_t(n * H) * sizeof(float));
+  if (specs_[size_t(layer)].mlp == model::Mlp::moe) {
+    float* moe = moe_out_.as<float>();
+    float* router = router_in_.as<float>();
+    const float root = float(1.0 / std::sqrt(double(H)));
+    per_row(n, [&](int64_t i) {
+      rms_norm(mlp + i * H, L.post_feedforward_norm_1.data(), H, eps, mlp + i * H);
+      rms_norm_unscaled(hidden + i * H, H, eps, router + i * H);
+      for (int64_t j = 0; j < H; ++j) router[i * H + j] = router[i * H + j] * L.router_scale[size_t(j)] * root;
+      rms_norm(hidden + i * H, L.pre_feedforward_norm_2.data(), H, eps, normed + i * H);
+    });
+    std::memset(moe, 0, size_t(n * H) * sizeof(float));
+    moe_->accumulate(layer, normed, n, moe, router);
+    per_row(n, [&](int64_t i) {
+      rms_norm(moe + i * H, L.post_feedforward_norm_2.data(), H, eps, moe + i * H);
+      for (int64_t j = 0; j < H; ++j) mlp[i * H + j] += moe[i * H + j];
+    });
+  }
+  per_row(n, [&](int64_t i) {
+    rms_norm(mlp + i * H, L.post_feedforward_norm.data(), H, eps, mlp + i * H);
+    for (int64_t j = 0; j < H; ++j) hidden[i * H + j] += mlp[i * H + j];
+  });
+}
+
+// Gemma 4 per-layer inputs (PLE): per row and layer, (rms_norm(projection(embedding) / sqrt(hidden)) +
+// embed_per_layer[token] * sqrt(P)) / sqrt(2), with `hidden` still holding the scaled embeddings.
+void Forward::per_layer_inputs(std::span<const BatchItem> items, int64_t n) {
+  const auto& c = w_.config;
+  const int64_t P = c.per_layer_input_size, LP = c.num_layers * P;
+  float* ple = ple_.as<float>();
+  float* tokens = ple_tokens_.as<float>();
+  {
+    int64_t r = 0;
+    for (const BatchItem& item : items)
+      for (int32_t t : item.tokens) {
+        if (t >= c.per_layer_vocab_size)
+          throw std::out_of_range(fmt::format("token id {} is outside the per-layer input vocabulary (size {})", t,
+                                              c.per_layer_vocab_size));
+        kernels::dequantize_row(w_.embed_per_layer.view, t, tokens + (r++) * LP);
+      }
+  }
+  multiply(w_.per_layer_model_projection.view, hidden_.as<float>(), n, ple, pool_);
+  const float projection_scale = float(1.0 / std::sqrt(double(c.hidden_size)));
+  const float token_scale = float(std::sqrt(double(P)));
+  const float input_scale = float(1.0 / std::sqrt(2.0));
+  per_row(n, [&](int64_t i) {
+    float* row = ple + i * LP;
+    const float* tok = tokens + i * LP;
+    for (int64_t j = 0; j < LP; ++j) row[j] *= projection_scale;
+    for (int64_t l = 0; l < c.num_layers; ++l)
+      rms_norm(row + l * P, w_.per_layer_projection_norm.data(), P, c.rms_norm_eps, row + l * P);
+    for (int64_t j = 0; j < LP; ++j) row[j] = (row[j] + tok[j] * token_scale) * input_scale;
+  });
+}
+
+// hidden += rms_norm(projection(gelu(gate(hidden)) * per_layer_input)), Gemma 4's per-layer input of `layer`.
+void Forward::per_layer_input(int64_t layer, int64_t n) {
+  const auto& c = w_.config;
+  const model::LayerWeights& L = w_.layers[size_t(layer)];
+  const int64_t H = c.hidden_size, P = c.per_layer_input_size, LP = c.num_layers * P;
+  float* hidden = hidden_.as<float>();
+  float* normed = normed_.as<float>();
+  float* gate = ple_gate_.as<float>();
+  const float* ple = ple_.as<float>();
+  multiply(L.per_layer_input_gate.view, hidden, n, gate, pool_);
+  per_row(n, [&](int64_t i) {
+    for (int64_t j = 0; j < P; ++j) gate[i * P + j] = gelu_tanh(gate[i * P + j]) * ple[i * LP + layer * P + j];
+  });
+  multiply(L.per_layer_projection.view, gate, n, normed, pool_);
+  per_row(n, [&](int64_t i) {
+    rms_norm(normed + i * H, L.post_per_layer_input_norm.data(), H, c.rms_norm_eps, normed + i * H);
+    for (int64_t j = 0; j < H; ++j) hidden[i * H + j] += normed[i * H + j];
+  });
 }
 
 // Output head: items that want every row's logits write straight into their buffer; the last rows of the others
@@ -305,6 +456,7 @@ void Forward::head(std::span<const BatchItem> items) {
       for (int64_t i = 0; i < len; ++i)
         rms_norm(hidden + (r + i) * H, w_.final_norm.data(), H, c.rms_norm_eps, hidden + (r + i) * H);
       multiply(w_.output(), hidden + r * H, len, item.logits, pool_);
+      if (c.final_logit_softcapping > 0) soft_cap(item.logits, len * V, c.final_logit_softcapping);
     } else {
       rms_norm(hidden + (r + len - 1) * H, w_.final_norm.data(), H, c.rms_norm_eps, normed + gathered * H);
       ++gathered;
@@ -314,12 +466,16 @@ void Forward::head(std::span<const BatchItem> items) {
   if (gathered == 0) return;
   if (gathered == 1) {
     for (const BatchItem& item : items)
-      if (!item.all_logits) kernels::matvec(w_.output(), normed, item.logits, pool_);
+      if (!item.all_logits) {
+        kernels::matvec(w_.output(), normed, item.logits, pool_);
+        if (c.final_logit_softcapping > 0) soft_cap(item.logits, V, c.final_logit_softcapping);
+      }
     return;
   }
   if (logits_.size() < size_t(gathered * V) * sizeof(float))
     logits_ = scratch(ledger_, gathered * V);  // grows to the largest decode batch seen
   multiply(w_.output(), normed, gathered, logits_.as<float>(), pool_);
+  if (c.final_logit_softcapping > 0) soft_cap(logits_.as<float>(), gathered * V, c.final_logit_softcapping);
   int64_t g = 0;
   for (const BatchItem& item : items)
     if (!item.all_logits) {

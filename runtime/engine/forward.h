@@ -1,7 +1,10 @@
 // runtime/engine/forward.h — the forward pass of a decoder over a chunk of tokens of one sequence (or a batch).
 // One code path for every architecture in the table: it walks the config's LayerSpecs (runtime/model/layer_spec.h);
 // the mixer of each layer is full or sliding-window attention over the sequence's KVCache (optionally with qwen3_5's
-// output gate), or the GatedDeltaNet unit, whose state the KVCache also holds; the MLP is dense or the MoeBlock. The ArchitectureSpec switches qkv bias and q/k norm; config biases add o/MLP biases.
+// output gate; with the layer's own head_dim and KV heads, or another layer's KV), or the GatedDeltaNet unit, whose
+// state the KVCache also holds; the MLP is dense or the MoeBlock. The ArchitectureSpec switches qkv bias and q/k norm;
+// config biases add o/MLP biases; Gemma 4's block (sandwich norms, the dense MLP beside the experts, per-layer inputs,
+// layer scalar, soft-capped logits) is the feed_forward_gemma4 / per-layer-input path.
 // n == 1 (decode) uses matvec; n > 1 (prefill) uses matmul so each weight is read once per chunk.
 // Owns: scratch activations (ledger account "scratch", sized for max_chunk tokens). Never: allocate per step.
 #pragma once
@@ -59,17 +62,28 @@ class Forward {
 
  private:
   void attention(int64_t layer, int64_t n);
+  void feed_forward(int64_t layer, int64_t n);
+  void feed_forward_gemma4(int64_t layer, int64_t n);
+  // Gemma 4 per-layer inputs of the step's rows (ple_: rows x layers x P), from their tokens and embeddings.
+  void per_layer_inputs(std::span<const BatchItem> items, int64_t n);
+  void per_layer_input(int64_t layer, int64_t n);
   void head(std::span<const BatchItem> items);
+  template <class Fn>
+  void per_row(int64_t n, Fn&& fn);
 
   const model::ModelWeights& w_;
   kernels::ThreadPool& pool_;
   int64_t max_chunk_;
   int64_t max_context_;
-  Rope rope_;
+  std::vector<model::LayerSpec> specs_;  // config.layer(i) for every layer
+  std::vector<Rope> ropes_;               // per layer: its type's RoPE at its head_dim
   tiering::Ledger& ledger_;
   tiering::LedgerBuffer hidden_, normed_, qkv_, attn_, gate_, ffn_, ffn_act_, logits_;
   int64_t qkv_stride_ = 0;  // floats of one row of the fused attention projection
   std::unique_ptr<GatedDeltaNet> deltanet_;  // the mixer of gated_deltanet layers
+  // Gemma 4: k_eq_v values, the MLP and MoE outputs, the router input, per-layer inputs (rows x layers x P) and the
+  // per-layer token embeddings, the PLE gate.
+  tiering::LedgerBuffer values_, mlp_out_, moe_out_, router_in_, ple_, ple_tokens_, ple_gate_;
   std::unique_ptr<MoeBlock> moe_;  // the sparse MLP of the layers whose LayerSpec says moe
   // Per row of the current batch: its cache and absolute position.
   std::vector<KVCache*> row_cache_;

@@ -23,9 +23,10 @@ kv::Codec codec_of(const KVCacheOptions& o, const model::ModelConfig& c, int64_t
 
 kv::CodecLayout layout_of(const KVCacheOptions& o, const model::ModelConfig& c, int64_t layer) {
   const kv::Codec codec = codec_of(o, c, layer);
+  const int head_dim = int(c.layer(layer).head_dim);
   if (o.turbo && (codec == kv::Codec::turbo3 || codec == kv::Codec::turbo4))
-    return kv::turbo_layout(*o.turbo, int(c.head_dim), codec);
-  return kv::layout_for(codec, int(c.head_dim));
+    return kv::turbo_layout(*o.turbo, head_dim, codec);
+  return kv::layout_for(codec, head_dim);
 }
 
 int64_t chunk_of(const KVCacheOptions& o, int64_t capacity) {
@@ -60,6 +61,7 @@ KVCache::KVCache(const model::ModelConfig& c, int64_t capacity, tiering::Ledger&
       conv_floats_(c.deltanet.conv_state_floats()) {
   if (capacity <= 0) throw std::invalid_argument("kv cache: capacity must be positive");
   for (int64_t layer = 0; layer < c.num_layers; ++layer) {
+    const model::LayerSpec spec = c.layer(layer);
     const kv::StateSpec state = c.state_spec(layer);
     states_.emplace_back();
     if (state.recurrent()) {
@@ -68,12 +70,26 @@ KVCache::KVCache(const model::ModelConfig& c, int64_t capacity, tiering::Ledger&
       std::fill_n(states_.back().as<uint8_t>(), state.recurrent_bytes, uint8_t(0));
       has_recurrent_ = true;
     }
-    layouts_.push_back(layout_of(options, c, layer));
-    page_bytes_.push_back(state.page_bytes(layouts_.back()));
+    // A KV-shared layer (gemma4 num_kv_shared_layers) reads its source's pages and stores nothing.
+    const int64_t storage = spec.kv_source >= 0 ? spec.kv_source : layer;
+    if (storage > layer || (storage < layer && storage_[size_t(storage)] != storage))
+      throw std::invalid_argument(fmt::format("kv cache: layer {} shares the KV of layer {}, which is not an earlier "
+                                              "layer with its own", layer, storage));
+    storage_.push_back(storage);
+    layer_kv_heads_.push_back(spec.kv_heads);
+    layer_head_dim_.push_back(spec.head_dim);
+    layouts_.push_back(layout_of(options, c, storage));
     windows_.push_back(state.window);
+    pages_.emplace_back();
+    if (storage != layer) {
+      page_bytes_.push_back(0);
+      ring_.push_back(ring_[size_t(storage)]);
+      pools_.push_back(nullptr);
+      continue;
+    }
+    page_bytes_.push_back(state.page_bytes(layouts_.back()));
     ring_.push_back(state.pages(capacity_, max_chunk_));
     pools_.push_back(std::make_unique<kv::PagePool>(ledger, layouts_.back().codec, page_bytes_.back(), ring_.back()));
-    pages_.emplace_back();
     for (int64_t b = 0; b < ring_.back(); ++b) pages_.back().push_back(pools_.back()->allocate());
   }
 }
@@ -85,7 +101,8 @@ KVCache::~KVCache() {
 
 uint64_t KVCache::bytes() const {
   uint64_t total = recurrent_bytes();
-  for (auto& p : pools_) total += p->bytes();
+  for (auto& p : pools_)
+    if (p) total += p->bytes();
   return total;
 }
 
@@ -98,7 +115,7 @@ uint64_t KVCache::recurrent_bytes() const {
 uint64_t KVCache::windowed_bytes() const {
   uint64_t total = 0;
   for (size_t l = 0; l < pools_.size(); ++l)
-    if (windows_[l] > 0) total += pools_[l]->bytes();
+    if (windows_[l] > 0 && pools_[l]) total += pools_[l]->bytes();
   return total;
 }
 
@@ -109,7 +126,8 @@ uint8_t* KVCache::page(int64_t layer, int64_t pos) {
 const uint8_t* KVCache::page(int64_t layer, int64_t pos) const {
   if (pos < 0 || pos >= capacity_)
     throw std::out_of_range(fmt::format("kv cache: position {} outside capacity {}", pos, capacity_));
-  return pages_[size_t(layer)][size_t((pos / kv::kBlockTokens) % ring_[size_t(layer)])];
+  const size_t storage = size_t(storage_[size_t(layer)]);
+  return pages_[storage][size_t((pos / kv::kBlockTokens) % ring_[storage])];
 }
 
 bool KVCache::holds_prefix(int64_t prefix) const {
@@ -134,15 +152,20 @@ void KVCache::store_head(int64_t layer, int64_t pos, int64_t kv_head, const floa
 }
 
 void KVCache::store(int64_t layer, int64_t pos, const float* k, const float* v) {
-  for (int64_t h = 0; h < kv_heads_; ++h) store_head(layer, pos, h, k + h * head_dim_, v + h * head_dim_);
+  if (storage_[size_t(layer)] != layer)
+    throw std::logic_error(fmt::format("kv cache: layer {} shares layer {}'s KV and stores none", layer,
+                                       storage_[size_t(layer)]));
+  const int64_t heads = layer_kv_heads_[size_t(layer)], d = layer_head_dim_[size_t(layer)];
+  for (int64_t h = 0; h < heads; ++h) store_head(layer, pos, h, k + h * d, v + h * d);
 }
 
 void KVCache::attend(int64_t layer, int64_t kv_head, const float* q, int64_t heads, int64_t len, float* out) const {
   const kv::CodecLayout& l = layouts_[size_t(layer)];
   const int64_t window = windows_[size_t(layer)];
   const int64_t start = window > 0 ? std::max<int64_t>(0, len - window) : 0;
-  kv::attend(l, pages_[size_t(layer)].data(), ring_[size_t(layer)], size_t(kv_head) * l.head_bytes(), start, len, q,
-             int(heads), out);
+  const size_t storage = size_t(storage_[size_t(layer)]);
+  kv::attend(l, pages_[storage].data(), ring_[storage], size_t(kv_head) * l.head_bytes(), start, len, q, int(heads),
+             out);
 }
 
 void KVCache::load_key(int64_t layer, int64_t pos, int64_t kv_head, float* k) const {

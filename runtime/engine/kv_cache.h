@@ -44,11 +44,12 @@ class KVCache {
 
   int64_t capacity() const { return capacity_; }
   int64_t max_chunk() const { return max_chunk_; }
-  int64_t row_size() const { return kv_heads_ * head_dim_; }  // floats per position per layer (kv_heads * head_dim)
+  int64_t row_size() const { return kv_heads_ * head_dim_; }  // the model's kv_heads * head_dim (layers may differ)
   kv::Codec codec(int64_t layer) const { return layouts_[size_t(layer)].codec; }
   const kv::CodecLayout& layout(int64_t layer) const { return layouts_[size_t(layer)]; }
 
-  // Writes position pos of a layer: k and v hold kv_heads * head_dim floats.
+  // Writes position pos of a layer: k and v hold the layer's kv_heads * head_dim floats. A KV-shared layer
+  // (LayerSpec::kv_source) stores nothing: its attend() reads its source layer's pages.
   void store(int64_t layer, int64_t pos, const float* k, const float* v);
   // One kv head only (k, v: head_dim floats). Different positions/heads may be stored concurrently.
   void store_head(int64_t layer, int64_t pos, int64_t kv_head, const float* k, const float* v);
@@ -95,10 +96,12 @@ class KVCache {
   int64_t kv_heads_;
   int64_t head_dim_;
   std::vector<int64_t> windows_;                       // per layer: 0 (full) or the window
+  std::vector<int64_t> storage_;                       // per layer: the layer whose pages it uses (itself or kv_source)
+  std::vector<int64_t> layer_kv_heads_, layer_head_dim_;
   std::vector<int64_t> ring_;                          // per layer: pages held (all of the capacity, or the ring)
   std::vector<kv::CodecLayout> layouts_;
   std::vector<size_t> page_bytes_;
-  std::vector<std::unique_ptr<kv::PagePool>> pools_;   // one per layer
+  std::vector<std::unique_ptr<kv::PagePool>> pools_;   // one per layer; null for KV-shared layers
   std::vector<std::vector<uint8_t*>> pages_;           // [layer][block % ring]
   std::vector<tiering::LedgerBuffer> states_;          // per layer: the recurrent state, empty for attention layers
   int64_t conv_floats_ = 0;

@@ -34,7 +34,7 @@ MoeBlock::MoeBlock(const model::ModelWeights& w, kernels::ThreadPool& pool, tier
     : w_(w), pool_(pool), cache_(cache_of(w)), max_rows_(max_rows), experts_(w.config.num_experts),
       k_(w.config.num_experts_per_tok), hidden_size_(w.config.hidden_size),
       ffn_width_(std::max(w.config.moe_intermediate_size, w.config.shared_expert_intermediate_size)),
-      renormalize_(w.config.arch.moe_renormalize || w.config.norm_topk_prob) {
+      renormalize_(w.config.arch.moe_renormalize || w.config.norm_topk_prob), gate_(gate_for(w.config.hidden_act)) {
   logits_ = floats(ledger, max_rows * experts_);
   ids_ = tiering::LedgerBuffer(ledger, tiering::accounts::scratch, size_t(max_rows * k_) * sizeof(int32_t));
   weights_ = floats(ledger, max_rows * k_);
@@ -92,6 +92,8 @@ void MoeBlock::route(int64_t layer, const float* x, int64_t n) {
     float* logits = logits_.as<float>();
     multiply(L.router.view, x, n, logits, pool_);
     for (int64_t i = 0; i < n; ++i) top_k(logits + i * experts_, ids + i * k_, weights + i * k_);
+    if (!L.per_expert_scale.empty())
+      for (int64_t j = 0; j < n * k_; ++j) weights[j] *= L.per_expert_scale[size_t(ids[j])];
   }
   if (observer_) observer_(expert_layer, n, std::span<const int32_t>(ids, size_t(n * k_)));
   for (int32_t e : used_) {
@@ -122,7 +124,7 @@ void MoeBlock::run_expert(const tiering::ExpertViews& e, std::span<const int32_t
   float* act = act_.as<float>();
   float* out = out_.as<float>();
   multiply(e.gate_up, input, m, ffn, pool_);
-  for (int64_t r = 0; r < m; ++r) silu_gate(ffn + r * 2 * I, I, act + r * I);
+  for (int64_t r = 0; r < m; ++r) gate_(ffn + r * 2 * I, I, act + r * I);
   multiply(e.down, act, m, out, pool_);
   for (int64_t r = 0; r < m; ++r) {
     float* h = hidden + int64_t(rows[size_t(r)]) * H;
@@ -148,11 +150,12 @@ void MoeBlock::shared_expert(const model::LayerWeights& L, const float* x, int64
   }
 }
 
-void MoeBlock::accumulate(int64_t layer, const float* x, int64_t n, float* hidden) {
+void MoeBlock::accumulate(int64_t layer, const float* x, int64_t n, float* hidden, const float* route_x) {
   if (n > max_rows_) throw std::invalid_argument("moe: more rows than the block was sized for");
   const int64_t el = expert_layer_.at(size_t(layer));
   if (el < 0) throw std::logic_error("moe: accumulate on a dense layer");
-  route(layer, x, n);
+  if (!route_x) route_x = x;
+  route(layer, route_x, n);
   // Experts in memory first: while they compute, the reads of the missing ones are in flight.
   std::stable_partition(used_.begin(), used_.end(), [&](int32_t e) { return cache_.cached(el, e); });
   bool prefetched = false;
@@ -177,7 +180,7 @@ void MoeBlock::accumulate(int64_t layer, const float* x, int64_t n, float* hidde
       // Lookahead: the residual stream changes slowly, so the next sparse layer's router on this input predicts
       // its choice.
       float* logits = lookahead_.as<float>();
-      kernels::matvec(w_.layers[size_t(next_layer)].router.view, x, logits, pool_);
+      kernels::matvec(w_.layers[size_t(next_layer)].router.view, route_x, logits, pool_);
       top_k(logits, lookahead_ids_.data(), lookahead_weights_.data());
       cache_.prefetch(expert_layer_[size_t(next_layer)], lookahead_ids_);
     }

@@ -1,5 +1,6 @@
 // runtime/engine/moe.h — the sparse MLP of a mixture-of-experts layer: router matvec, softmax, top-k (renormalized
-// when the architecture or norm_topk_prob says so), each chosen expert fetched from the ExpertCache and applied to
+// when the architecture or norm_topk_prob says so, then scaled per expert where the layer has per_expert_scale,
+// as Gemma 4), each chosen expert fetched from the ExpertCache and applied to
 // the rows that chose it, weighted sum into the residual; plus qwen2_moe's shared expert behind a sigmoid gate.
 // Experts already in memory run first so the reads of missing ones overlap their compute; for decode, the next
 // layer's router applied to this layer's input predicts its experts, and their reads start before this layer's
@@ -14,6 +15,7 @@
 #include <span>
 #include <vector>
 
+#include "runtime/engine/ops.h"
 #include "runtime/kernels/thread_pool.h"
 #include "runtime/model/model.h"
 #include "tiering/ledger.h"
@@ -32,7 +34,8 @@ class MoeBlock {
   MoeBlock(const model::ModelWeights& weights, kernels::ThreadPool& pool, tiering::Ledger& ledger, int64_t max_rows);
 
   // hidden[i] += MoE_layer(x[i]) for the n rows (x and hidden: n x hidden_size); `layer` must be a sparse one.
-  void accumulate(int64_t layer, const float* x, int64_t n, float* hidden);
+  // route_x: what the router sees when it differs from the experts' input (Gemma 4); null: x.
+  void accumulate(int64_t layer, const float* x, int64_t n, float* hidden, const float* route_x = nullptr);
 
   void set_routing_override(RoutingOverride fn) { override_ = std::move(fn); }
   void set_routing_observer(RoutingObserver fn) { observer_ = std::move(fn); }
@@ -51,6 +54,7 @@ class MoeBlock {
   tiering::ExpertCache& cache_;
   int64_t max_rows_, experts_, k_, hidden_size_, ffn_width_;
   bool renormalize_;
+  GateFn gate_;  // the experts' activation (SiLU, or Gemma 4's GeLU-tanh)
   bool prefetch_ = true;
   RoutingOverride override_;
   RoutingObserver observer_;

@@ -12,8 +12,18 @@ void rms_norm(const float* x, const float* weight, int64_t n, double eps, float*
   for (int64_t i = 0; i < n; ++i) out[i] = weight[i] * (x[i] * inv);
 }
 
+void rms_norm_unscaled(const float* x, int64_t n, double eps, float* out) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += double(x[i]) * x[i];
+  const float inv = float(1.0 / std::sqrt(sum / double(n) + eps));
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * inv;
+}
+
+// Proportional RoPE (Gemma 4) keeps rotate_half over the whole head and zeroes the frequencies of the pairs past
+// partial_rotary_factor; the other types rotate only the first head_dim * partial_rotary_factor dims.
 Rope::Rope(const model::RopeConfig& c, int64_t head_dim)
-    : head_dim_(head_dim), rotary_dim_(int64_t(double(head_dim) * c.partial_rotary_factor)),
+    : head_dim_(head_dim),
+      rotary_dim_(c.type == "proportional" ? head_dim : int64_t(double(head_dim) * c.partial_rotary_factor)),
       inv_freq_(size_t(rotary_dim_ / 2)) {
   const int64_t half = rotary_dim_ / 2;
   for (int64_t j = 0; j < half; ++j) {
@@ -33,6 +43,11 @@ Rope::Rope(const model::RopeConfig& c, int64_t head_dim)
         const double smooth = (old_len / wl - c.low_freq_factor) / (c.high_freq_factor - c.low_freq_factor);
         freq = float((1.0 - smooth) * freq / c.factor + smooth * freq);
       }
+    }
+    if (c.type == "proportional") {
+      // Gemma 4's full layers: the first int(partial * head_dim / 2) pairs rotate, the others keep angle 0.
+      const int64_t rotated = int64_t(c.partial_rotary_factor * double(head_dim) / 2.0);
+      freq = j < rotated ? float(freq / c.factor) : 0.0f;
     }
     inv_freq_[j] = freq;
   }
@@ -59,6 +74,22 @@ void silu_gate(const float* gate_up, int64_t n, float* out) {
     const float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];
   }
+}
+
+float gelu_tanh(float x) {
+  const float k = 0.7978845608028654f;  // sqrt(2 / pi), as torch's tanh approximation
+  return 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x)));
+}
+
+void gelu_tanh_gate(const float* gate_up, int64_t n, float* out) {
+  const float* gate = gate_up;
+  const float* up = gate_up + n;
+  for (int64_t i = 0; i < n; ++i) out[i] = gelu_tanh(gate[i]) * up[i];
+}
+
+void soft_cap(float* x, int64_t n, double cap) {
+  const float c = float(cap);
+  for (int64_t i = 0; i < n; ++i) x[i] = std::tanh(x[i] / c) * c;
 }
 
 void softmax(float* x, int64_t n) {

@@ -8,8 +8,11 @@
 #include "runtime/gpu/gpu_layers.h"
 
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #ifdef TIERLM_HAVE_CUDA
 
@@ -1330,6 +1333,35 @@ double GpuLayers::device_step_us() const { return 0; }
 namespace tierlm::gpu {
 
 void GpuLayers::check_supported(const model::ModelConfig& c, int64_t layers) {
+  if (layers > 0 && c.arch.gemma4) {
+    // Gemma 4's block: name every option it uses that the GPU layers do not compute.
+    std::vector<std::string> options = {"sandwich norms (pre/post_feedforward_layernorm)", "layer_scalar",
+                                        "hidden_activation gelu_pytorch_tanh", "attention scaling 1.0 with v_norm",
+                                        "per-layer-type rope_parameters"};
+    if (c.embedding_scale != 1.0) options.push_back("embedding scale sqrt(hidden_size)");
+    if (c.final_logit_softcapping > 0) options.push_back("final_logit_softcapping");
+    if (c.per_layer_input_size > 0) options.push_back("hidden_size_per_layer_input (per-layer inputs)");
+    if (c.arch.moe) options.push_back("enable_moe_block (dense MLP beside the experts, per_expert_scale)");
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+      const model::LayerSpec l = c.layer(i);
+      if (l.head_dim != c.head_dim || l.kv_heads != c.num_kv_heads) {
+        options.push_back("per-layer head_dim / KV heads (global_head_dim, per_layer_config)");
+        break;
+      }
+    }
+    for (int64_t i = 0; i < c.num_layers; ++i)
+      if (c.layer(i).k_eq_v) {
+        options.push_back("attention_k_eq_v");
+        break;
+      }
+    for (int64_t i = 0; i < c.num_layers; ++i)
+      if (c.layer(i).kv_source >= 0) {
+        options.push_back("num_kv_shared_layers");
+        break;
+      }
+    throw std::invalid_argument(fmt::format("gpu: {} layers use {}, which the GPU backend does not run yet; run them "
+                                            "on the CPU (--gpu-layers 0)", c.model_type, fmt::join(options, ", ")));
+  }
   const bool biases = c.o_bias || c.mlp_bias;
   for (int64_t i = 0; i < layers; ++i) {
     const model::LayerSpec l = c.layer(i);

@@ -46,6 +46,12 @@ const std::vector<ArchitectureSpec>& table() {
        .linear_attention = true, .zero_centred_norms = true, .attention_output_gate = true},
       {.model_type = "qwen3_5_moe_text", .qk_norm = true, .moe = true, .moe_renormalize = true,
        .shared_expert = true, .linear_attention = true, .zero_centred_norms = true, .attention_output_gate = true},
+      // Gemma 4 text (Gemma4ForCausalLM) and the text tower of Gemma4ForConditionalGeneration (text_config): the layer
+      // plan, MoE and per-layer shapes come from parse_gemma4, which turns arch.moe on with enable_moe_block.
+      {.model_type = "gemma4_text", .qk_norm = true, .moe_renormalize = true, .sliding = S::layer_types,
+       .windows_checked = true, .gemma4 = true},
+      {.model_type = "gemma4", .qk_norm = true, .moe_renormalize = true, .sliding = S::layer_types,
+       .windows_checked = true, .gemma4 = true},
   };
   return specs;
 }
@@ -107,6 +113,33 @@ class Reader {
   std::string origin_;
 };
 
+// One RoPE parameter object. partial_rotary_factor: the rotary share of head_dim (qwen3_5's default 0.25 comes in
+// as `partial`); `proportional` (Gemma 4's full layers, when allowed) rotates that share of the pairs instead.
+RopeConfig rope_from(const json::object& params, double theta, double partial, const std::string& origin,
+                     bool proportional_allowed) {
+  RopeConfig rope;
+  Reader r(params, origin);
+  rope.theta = r.number_or("rope_theta", theta);
+  rope.type = r.string_or("rope_type", r.string_or("type", "default"));
+  rope.factor = r.number_or("factor", 1.0);
+  rope.low_freq_factor = r.number_or("low_freq_factor", 1.0);
+  rope.high_freq_factor = r.number_or("high_freq_factor", 4.0);
+  rope.original_max_position_embeddings = r.integer_or("original_max_position_embeddings", 8192);
+  rope.partial_rotary_factor = r.number_or("partial_rotary_factor", partial);
+  const bool proportional = proportional_allowed && rope.type == "proportional";
+  if (rope.type != "default" && rope.type != "linear" && rope.type != "llama3" && !proportional)
+    r.fail("rope_type", fmt::format("'{}' is not supported (supported: default, linear, llama3{})", rope.type,
+                                    proportional_allowed ? ", proportional" : ""));
+  if (rope.theta <= 0) r.fail("rope_theta", "must be positive");
+  // mrope_section splits the rotary dims between temporal/height/width positions; for text all three positions are
+  // the token's index, so every section rotates by the same angle: plain RoPE over the rotary dims (qwen3_5).
+  (void)r.get("mrope_section");
+  if (rope.type != "default" && rope.factor <= 0) r.fail("factor", "must be positive");
+  if (rope.partial_rotary_factor <= 0 || rope.partial_rotary_factor > 1)
+    r.fail("partial_rotary_factor", "must be in (0, 1]");
+  return rope;
+}
+
 RopeConfig parse_rope(const Reader& top, const json::object& root, const std::string& origin,
                       double default_partial_rotary) {
   RopeConfig rope;
@@ -122,22 +155,7 @@ RopeConfig parse_rope(const Reader& top, const json::object& root, const std::st
     }
   }
   if (!params) return rope;
-  Reader r(*params, origin + " (rope parameters)");
-  rope.theta = r.number_or("rope_theta", rope.theta);
-  rope.type = r.string_or("rope_type", r.string_or("type", "default"));
-  rope.factor = r.number_or("factor", 1.0);
-  rope.low_freq_factor = r.number_or("low_freq_factor", 1.0);
-  rope.high_freq_factor = r.number_or("high_freq_factor", 4.0);
-  rope.original_max_position_embeddings = r.integer_or("original_max_position_embeddings", 8192);
-  rope.partial_rotary_factor = r.number_or("partial_rotary_factor", rope.partial_rotary_factor);
-  if (rope.type != "default" && rope.type != "linear" && rope.type != "llama3")
-    r.fail("rope_type", fmt::format("'{}' is not supported (supported: default, linear, llama3)", rope.type));
-  if (rope.theta <= 0) r.fail("rope_theta", "must be positive");
-  // mrope_section splits the rotary dims between temporal/height/width positions; for text all three positions are
-  // the token's index, so every section rotates by the same angle: plain RoPE over the rotary dims (qwen3_5).
-  (void)r.get("mrope_section");
-  if (rope.type != "default" && rope.factor <= 0) r.fail("factor", "must be positive");
-  return rope;
+  return rope_from(*params, rope.theta, rope.partial_rotary_factor, origin + " (rope parameters)", false);
 }
 
 std::vector<int32_t> token_ids(const Reader& r, const json::object& o, const std::string& key) {
@@ -166,6 +184,23 @@ std::vector<int64_t> integer_list(const Reader& r, const json::object& o, const 
   return out;
 }
 
+// layer_types, when the config lists them: per layer, whether it is sliding_attention (else full_attention).
+std::optional<std::vector<bool>> sliding_layer_types(const Reader& r, const json::object& o, int64_t L) {
+  auto it = o.find("layer_types");
+  if (it == o.end() || it->value().is_null()) return std::nullopt;
+  if (!it->value().is_array() || int64_t(it->value().as_array().size()) != L)
+    r.fail("layer_types", fmt::format("must list one type per layer ({})", L));
+  std::vector<bool> sliding;
+  for (auto& v : it->value().as_array()) {
+    const std::string type = v.is_string() ? std::string(v.as_string()) : "";
+    if (type != "full_attention" && type != "sliding_attention")
+      r.fail("layer_types", fmt::format("entry {} ('{}') is not supported (supported: full_attention, "
+                                        "sliding_attention)", sliding.size(), type));
+    sliding.push_back(type == "sliding_attention");
+  }
+  return sliding;
+}
+
 // The family row expanded into one LayerSpec per layer, as transformers builds the layers from the same keys.
 std::vector<LayerSpec> expand_layers(const Reader& r, const json::object& o, const ModelConfig& c) {
   using S = ArchitectureSpec::Sliding;
@@ -180,20 +215,8 @@ std::vector<LayerSpec> expand_layers(const Reader& r, const json::object& o, con
       sliding.assign(size_t(L), true);
     }
   } else if (c.arch.sliding == S::layer_types) {
-    if (auto it = o.find("layer_types"); it != o.end() && !it->value().is_null()) {
-      if (!it->value().is_array() || int64_t(it->value().as_array().size()) != L)
-        r.fail("layer_types", fmt::format("must list one type per layer ({})", L));
-      int64_t i = 0;
-      for (auto& v : it->value().as_array()) {
-        const std::string type = v.is_string() ? std::string(v.as_string()) : "";
-        if (type == "sliding_attention") {
-          sliding[size_t(i)] = true;
-        } else if (type != "full_attention") {
-          r.fail("layer_types", fmt::format("entry {} ('{}') is not supported (supported: full_attention, "
-                                            "sliding_attention)", i, type));
-        }
-        ++i;
-      }
+    if (auto types = sliding_layer_types(r, o, L)) {
+      sliding = *types;
     } else if (r.boolean_or("use_sliding_window", false) && window > 0) {
       // Configs written before layer_types: layers from max_window_layers on are windowed.
       const int64_t first = r.integer_or("max_window_layers", L);
@@ -259,6 +282,150 @@ std::vector<LayerSpec> expand_layers(const Reader& r, const json::object& o, con
   return layers;
 }
 
+// Gemma 4 (transformers' Gemma4TextConfig and Gemma4TextModel): everything the family reads beyond the common keys,
+// and the layer plan. Defaults are the config class's; anything a checkpoint could set that tierlm does not compute
+// is refused by name.
+void parse_gemma4(const Reader& r, const json::object& o, ModelConfig& c) {
+  const int64_t L = c.num_layers;
+  if (r.get("use_bidirectional_attention"))
+    r.fail("use_bidirectional_attention", "is not supported (tierlm runs causal text generation; it must be null)");
+  if (r.boolean_or("attention_bias", false)) r.fail("attention_bias", "true is not supported for gemma4");
+  if (c.hidden_act != "gelu_pytorch_tanh")
+    r.fail("hidden_activation", fmt::format("'{}' is not supported (supported: gelu_pytorch_tanh)", c.hidden_act));
+  c.embedding_scale = std::sqrt(double(c.hidden_size));
+  c.attention_scale = 1.0;  // Gemma4TextAttention.scaling: q and k are RMS-normed instead
+  c.final_logit_softcapping = r.number_or("final_logit_softcapping", 0.0);
+  if (c.final_logit_softcapping < 0) r.fail("final_logit_softcapping", "must be positive or null");
+
+  // layer_types: the config's, or 5 sliding : 1 full; the last layer is always full (the config class forces it).
+  std::vector<bool> full(static_cast<size_t>(L), false);
+  if (auto types = sliding_layer_types(r, o, L)) {
+    for (int64_t i = 0; i < L; ++i) full[size_t(i)] = !(*types)[size_t(i)];
+  } else {
+    for (int64_t i = 0; i < L; ++i) full[size_t(i)] = (i + 1) % 6 == 0;
+  }
+  full[size_t(L - 1)] = true;
+  const int64_t window = r.integer_or("sliding_window", 512);
+  if (window <= 0) r.fail("sliding_window", "must be positive");
+
+  // rope_parameters: one object per layer type.
+  json::object default_rope;
+  default_rope["sliding_attention"] = json::object{{"rope_type", "default"}, {"rope_theta", 10000.0}};
+  default_rope["full_attention"] =
+      json::object{{"rope_type", "proportional"}, {"partial_rotary_factor", 0.25}, {"rope_theta", 1000000.0}};
+  const json::value* rope_value = r.get("rope_parameters");
+  if (rope_value && !rope_value->is_object()) r.fail("rope_parameters", "must be an object");
+  const json::object& ropes = rope_value ? rope_value->as_object() : default_rope;
+  auto rope_of = [&](const char* type) {
+    auto it = ropes.find(type);
+    if (it == ropes.end() || !it->value().is_object())
+      r.fail("rope_parameters", fmt::format("has no '{}' entry, which the model's layer_types use", type));
+    return rope_from(it->value().as_object(), 10000.0, 1.0, fmt::format("config (rope_parameters.{})", type), true);
+  };
+  if (std::find(full.begin(), full.end(), false) != full.end()) c.rope = rope_of("sliding_attention");
+  c.full_attention_rope = rope_of("full_attention");
+
+  // Per-layer attention shapes: per_layer_config as saved by transformers 5.17, else global_head_dim and (with
+  // attention_k_eq_v) num_global_key_value_heads on the full-attention layers, as the config class derives it.
+  const bool k_eq_v = r.boolean_or("attention_k_eq_v", false);
+  std::vector<int64_t> head_dim(size_t(L), c.head_dim), kv_heads(size_t(L), c.num_kv_heads);
+  if (const json::value* per_layer = r.get("per_layer_config")) {
+    if (!per_layer->is_object()) r.fail("per_layer_config", "must be an object of layer index -> overrides");
+    for (auto& [key, value] : per_layer->as_object()) {
+      int64_t i = -1;
+      try {
+        size_t used = 0;
+        i = std::stoll(std::string(key), &used);
+        if (used != key.size()) i = -1;
+      } catch (const std::exception&) {
+        i = -1;
+      }
+      if (i < 0 || i >= L) r.fail("per_layer_config", fmt::format("key '{}' is not a layer index", std::string(key)));
+      if (!value.is_object()) r.fail("per_layer_config", "entries must be objects");
+      Reader e(value.as_object(), "per_layer_config." + std::string(key));
+      for (auto& kv : value.as_object())
+        if (kv.key() != "head_dim" && kv.key() != "num_key_value_heads")
+          e.fail(std::string(kv.key()), "is not supported in per_layer_config (supported: head_dim, "
+                                        "num_key_value_heads)");
+      head_dim[size_t(i)] = e.integer_or("head_dim", c.head_dim);
+      kv_heads[size_t(i)] = e.integer_or("num_key_value_heads", c.num_kv_heads);
+    }
+  } else {
+    const int64_t global_head_dim = r.integer_or("global_head_dim", 512);
+    const int64_t global_kv = k_eq_v ? r.integer_or("num_global_key_value_heads", 0) : 0;
+    for (int64_t i = 0; i < L; ++i)
+      if (full[size_t(i)]) {
+        head_dim[size_t(i)] = global_head_dim;
+        if (global_kv > 0) kv_heads[size_t(i)] = global_kv;
+      }
+  }
+  for (int64_t i = 0; i < L; ++i) {
+    const int64_t hd = head_dim[size_t(i)], kv = kv_heads[size_t(i)];
+    if (hd <= 0 || hd % 2 != 0 || hd > 4096) r.fail("per_layer_config", fmt::format("layer {}: head_dim {}", i, hd));
+    if (kv <= 0 || c.num_heads % kv != 0)
+      r.fail("per_layer_config", fmt::format("layer {}: {} KV heads do not divide {} heads", i, kv, c.num_heads));
+    // Each layer type has one RoPE table in transformers, built for that type's head_dim.
+    for (int64_t j = 0; j < i; ++j)
+      if (full[size_t(j)] == full[size_t(i)] && head_dim[size_t(j)] != hd)
+        r.fail("per_layer_config", fmt::format("layers {} and {} are of one type but differ in head_dim", j, i));
+  }
+
+  // KV sharing: from layer L - num_kv_shared_layers on, a layer reuses the KV of the last earlier layer of its type.
+  const int64_t shared = r.integer_or("num_kv_shared_layers", 0);
+  if (shared < 0 || shared >= L) r.fail("num_kv_shared_layers", fmt::format("must be in [0, {})", L));
+  const int64_t first_shared = L - shared;
+  const bool double_wide = r.boolean_or("use_double_wide_mlp", false);
+
+  c.per_layer_input_size = r.integer_or("hidden_size_per_layer_input", 256);
+  c.per_layer_vocab_size = r.integer_or("vocab_size_per_layer_input", 262144);
+  if (c.per_layer_input_size < 0 || c.per_layer_input_size > (int64_t(1) << 16))
+    r.fail("hidden_size_per_layer_input", "is out of range");
+  if (c.per_layer_input_size > 0 && (c.per_layer_vocab_size <= 0 || c.per_layer_vocab_size > (int64_t(1) << 24)))
+    r.fail("vocab_size_per_layer_input", "is out of range");
+
+  const bool moe = r.boolean_or("enable_moe_block", false);
+  c.arch.moe = moe;
+  if (moe) {
+    c.num_experts = r.integer_or("num_experts", 0);
+    c.num_experts_per_tok = r.integer_or("top_k_experts", 0);
+    c.moe_intermediate_size = r.integer_or("moe_intermediate_size", 0);
+    c.norm_topk_prob = true;
+    if (c.num_experts <= 0 || c.num_experts > 65536) r.fail("num_experts", "is missing or out of range");
+    if (c.num_experts_per_tok <= 0 || c.num_experts_per_tok > c.num_experts)
+      r.fail("top_k_experts", fmt::format("must be in [1, num_experts = {}]", c.num_experts));
+    if (c.moe_intermediate_size <= 0) r.fail("moe_intermediate_size", "is missing or not positive");
+  }
+  if (c.intermediate_size <= 0) r.fail("intermediate_size", "is missing or not positive");
+
+  c.layers.assign(size_t(L), LayerSpec{});
+  for (int64_t i = 0; i < L; ++i) {
+    LayerSpec& l = c.layers[size_t(i)];
+    if (!full[size_t(i)]) {
+      l.mixer = Mixer::sliding_attention;
+      l.window = window;
+    }
+    l.full_rope = full[size_t(i)];
+    l.head_dim = head_dim[size_t(i)];
+    l.kv_heads = kv_heads[size_t(i)];
+    l.k_eq_v = k_eq_v && full[size_t(i)];
+    const bool is_shared = i >= first_shared;
+    l.intermediate = c.intermediate_size * (double_wide && is_shared && first_shared > 0 ? 2 : 1);
+    if (is_shared) {
+      for (int64_t j = first_shared - 1; j >= 0 && l.kv_source < 0; --j)
+        if (full[size_t(j)] == full[size_t(i)]) l.kv_source = j;
+      if (l.kv_source < 0)
+        r.fail("num_kv_shared_layers", fmt::format("layer {} shares KV but no earlier layer has its type", i));
+      if (head_dim[size_t(l.kv_source)] != l.head_dim || kv_heads[size_t(l.kv_source)] != l.kv_heads)
+        r.fail("num_kv_shared_layers", fmt::format("layer {} shares layer {}'s KV but differs in shape", i,
+                                                   l.kv_source));
+    }
+    if (moe) {
+      l.mlp = Mlp::moe;
+      l.expert_layer = i;
+    }
+  }
+}
+
 }  // namespace
 
 const ArchitectureSpec* find_architecture(const std::string& model_type) {
@@ -279,13 +446,40 @@ const char* mixer_name(Mixer m) {
 const char* mlp_name(Mlp m) { return m == Mlp::moe ? "moe" : "dense"; }
 
 LayerSpec ModelConfig::layer(int64_t i) const {
-  if (!layers.empty()) return layers.at(size_t(i));
   LayerSpec l;
-  if (arch.moe) {
+  if (!layers.empty()) {
+    l = layers.at(size_t(i));
+  } else if (arch.moe) {
     l.mlp = Mlp::moe;
     l.expert_layer = i;
   }
+  if (l.head_dim == 0) l.head_dim = head_dim;
+  if (l.kv_heads == 0) l.kv_heads = num_kv_heads;
+  if (l.intermediate == 0) l.intermediate = intermediate_size;
   return l;
+}
+
+const RopeConfig& ModelConfig::rope_of(int64_t i) const {
+  return full_attention_rope && layer(i).full_rope ? *full_attention_rope : rope;
+}
+
+int64_t ModelConfig::max_q_rows() const {
+  int64_t m = 0;
+  for (int64_t i = 0; i < num_layers; ++i) m = std::max(m, num_heads * layer(i).head_dim);
+  return m;
+}
+
+int64_t ModelConfig::max_kv_rows() const {
+  int64_t m = 0;
+  for (int64_t i = 0; i < num_layers; ++i) m = std::max(m, layer(i).kv_heads * layer(i).head_dim);
+  return m;
+}
+
+int64_t ModelConfig::max_intermediate() const {
+  int64_t m = 0;
+  for (int64_t i = 0; i < num_layers; ++i)
+    if (layer(i).mlp == Mlp::dense || arch.gemma4) m = std::max(m, layer(i).intermediate);
+  return m;
 }
 
 int64_t ModelConfig::sparse_layers() const {
@@ -304,7 +498,8 @@ bool ModelConfig::any_recurrent() const {
 kv::StateSpec ModelConfig::state_spec(int64_t i) const {
   const LayerSpec l = layer(i);
   if (l.mixer == Mixer::gated_deltanet) return {0, 0, 0, deltanet.state_bytes()};
-  return {num_kv_heads, head_dim, l.window};
+  // A layer reading another's KV (kv_source) holds none of its own.
+  return {l.kv_source >= 0 ? 0 : l.kv_heads, l.head_dim, l.window};
 }
 
 std::vector<std::string> supported_architectures() {
@@ -346,8 +541,10 @@ ModelConfig parse_config(const std::string& text, const std::string& origin) {
   c.num_kv_heads = r.integer_or("num_key_value_heads", c.num_heads);
   c.max_position_embeddings = r.integer_or("max_position_embeddings", 4096);
   c.rms_norm_eps = r.number_or("rms_norm_eps", 1e-6);
-  c.tie_word_embeddings = r.boolean_or("tie_word_embeddings", outer.boolean_or("tie_word_embeddings", false));
-  c.hidden_act = r.string_or("hidden_act", "silu");
+  // Gemma 4 ties embeddings and names its activation hidden_activation (gelu_pytorch_tanh) by default.
+  const bool gemma4 = c.arch.gemma4;
+  c.tie_word_embeddings = r.boolean_or("tie_word_embeddings", outer.boolean_or("tie_word_embeddings", gemma4));
+  c.hidden_act = gemma4 ? r.string_or("hidden_activation", "gelu_pytorch_tanh") : r.string_or("hidden_act", "silu");
   c.torch_dtype = r.string_or("torch_dtype", r.string_or("dtype", outer.string_or("torch_dtype", "")));
   // Biases: llama-family attention_bias puts one on q, k, v and o (as transformers' LlamaAttention, Qwen3Attention
   // and OlmoeAttention do), mlp_bias on gate, up and down; qwen2_moe's qkv_bias on q, k, v only.
@@ -363,17 +560,17 @@ ModelConfig parse_config(const std::string& text, const std::string& origin) {
   if (c.num_heads % c.num_kv_heads != 0)
     r.fail("num_key_value_heads", fmt::format("({}) must divide num_attention_heads ({})", c.num_kv_heads,
                                               c.num_heads));
-  c.head_dim = r.integer_or("head_dim", 0);
+  c.head_dim = r.integer_or("head_dim", gemma4 ? 256 : 0);
   if (c.head_dim == 0) {
     if (c.hidden_size % c.num_heads != 0) r.fail("head_dim", "is missing and hidden_size is not a multiple of heads");
     c.head_dim = c.hidden_size / c.num_heads;
   }
   if (c.head_dim <= 0 || c.head_dim % 2 != 0) r.fail("head_dim", "must be a positive even number");
-  if (c.hidden_act != "silu" && c.hidden_act != "swiglu")
+  if (!gemma4 && c.hidden_act != "silu" && c.hidden_act != "swiglu")
     r.fail("hidden_act", fmt::format("'{}' is not supported (supported: silu)", c.hidden_act));
-  // qwen3_5 configs default partial_rotary_factor to 0.25 (Qwen3_5TextConfig.__post_init__).
-  c.rope = parse_rope(r, o, text_origin, c.arch.linear_attention ? 0.25 : 1.0);
-  {
+  if (!gemma4) {
+    // qwen3_5 configs default partial_rotary_factor to 0.25 (Qwen3_5TextConfig.__post_init__).
+    c.rope = parse_rope(r, o, text_origin, c.arch.linear_attention ? 0.25 : 1.0);
     const double f = c.rope.partial_rotary_factor;
     const int64_t rotary = int64_t(double(c.head_dim) * f);
     if (!(f > 0 && f <= 1) || rotary < 2 || rotary % 2 != 0)
@@ -414,6 +611,11 @@ ModelConfig parse_config(const std::string& text, const std::string& origin) {
     break;
   }
 
+  if (gemma4) {
+    parse_gemma4(r, o, c);
+    warn_unread_keys(o, c.arch, text_origin);
+    return c;
+  }
   c.num_experts = r.integer_or("num_experts", r.integer_or("num_local_experts", 0));
   c.num_experts_per_tok = r.integer_or("num_experts_per_tok", 0);
   c.moe_intermediate_size = r.integer_or("moe_intermediate_size", c.intermediate_size);

@@ -15,13 +15,15 @@
 namespace tierlm::model {
 
 struct RopeConfig {
-  std::string type = "default";  // default | linear | llama3
+  std::string type = "default";  // default | linear | llama3 | proportional
   double theta = 10000.0;
   double factor = 1.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int64_t original_max_position_embeddings = 8192;
-  double partial_rotary_factor = 1.0;  // the first head_dim * factor dims rotate, the rest pass through (qwen3_5)
+  // The first head_dim * factor dims rotate, the rest pass through (qwen3_5); with type proportional (Gemma 4's full
+  // layers) rotate_half still pairs across all of head_dim and only the first factor * head_dim / 2 pairs turn.
+  double partial_rotary_factor = 1.0;
 };
 
 // Gated DeltaNet layers (qwen3_5 "linear_attention"), from the linear_* keys. Per sequence and layer the state is a
@@ -85,6 +87,11 @@ struct ArchitectureSpec {
   bool zero_centred_norms = false;
   // qwen3_5: q_proj rows hold [query | gate] per head; the attention output is multiplied by sigmoid(gate).
   bool attention_output_gate = false;
+  // The Gemma 4 decoder block (parse_gemma4 in runtime/model/config.cpp reads its keys): sandwich norms
+  // (post-attention norm on the attention output, pre/post feed-forward norms), q/k norms and a scale-free v norm,
+  // layer_scalar, the dense MLP beside the MoE (enable_moe_block) with its own norms and router, per-layer inputs, KV
+  // sharing, attention scaling 1.0, embeddings scaled by sqrt(hidden_size), final logit soft-capping.
+  bool gemma4 = false;
 };
 
 struct ModelConfig {
@@ -115,12 +122,25 @@ struct ModelConfig {
   // Biases beyond arch.qkv_bias: o_proj (llama-family attention_bias) and gate/up/down (mlp_bias).
   bool o_bias = false;
   bool mlp_bias = false;
+  // Gemma 4 (arch.gemma4; neutral values elsewhere).
+  double embedding_scale = 1.0;           // embeddings are multiplied by it (sqrt(hidden_size))
+  double final_logit_softcapping = 0;     // logits = cap * tanh(logits / cap) when > 0
+  double attention_scale = 0;             // softmax scale of q.k; 0: 1/sqrt(head_dim)
+  int64_t per_layer_input_size = 0;       // hidden_size_per_layer_input (PLE); 0: none
+  int64_t per_layer_vocab_size = 0;       // vocab_size_per_layer_input
+  std::optional<RopeConfig> full_attention_rope;  // RoPE of layers whose LayerSpec::full_rope is set
   DeltaNetConfig deltanet;  // zero unless some layer's mixer is gated_deltanet
   // One entry per layer (num_layers of them) once parsed; hand-built configs (synthetic models) may leave it empty,
   // and layer() then answers the family default: full attention, and MoE on every layer of MoE families.
   std::vector<LayerSpec> layers;
 
+  // Layer i with its head_dim, kv_heads and intermediate filled in.
   LayerSpec layer(int64_t i) const;
+  const RopeConfig& rope_of(int64_t i) const;
+  // The widest attention projection of any layer (q rows, kv rows) and dense MLP (scratch sizing).
+  int64_t max_q_rows() const;
+  int64_t max_kv_rows() const;
+  int64_t max_intermediate() const;
   // Layers whose MLP is MoE: the expert tier holds this many layers of experts.
   int64_t sparse_layers() const;
   bool any_windowed() const;

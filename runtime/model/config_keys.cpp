@@ -29,6 +29,12 @@ const char* const kBookkeeping[] = {
     "router_jitter_noise", "pad_token_id", "problem_type", "return_dict", "tokenizer_class", "pretraining_tp",
     "torchscript", "use_return_dict", "task_specific_params", "prefix", "sep_token_id", "decoder_start_token_id"};
 
+// The wrapper of a multimodal checkpoint (Gemma4ForConditionalGeneration): its towers' configs and media token ids,
+// beside the text_config tierlm reads; the towers' tensors are never loaded.
+const char* const kTowerKeys[] = {"vision_config",  "audio_config",  "image_token_id", "audio_token_id",
+                                  "video_token_id", "boi_token_id",  "eoi_token_id",   "boa_token_id",
+                                  "eoa_token_id",   "eoa_token_index"};
+
 // Math keys no family implements yet, with their neutral values (null always counts as neutral).
 struct Refused {
   const char* key;
@@ -88,11 +94,18 @@ std::vector<std::string> config_keys_read(const ArchitectureSpec& a) {
                  "linear_value_head_dim",
                  // A ConditionalGeneration checkpoint's other towers: their tensors are skipped by name.
                  "vision_config", "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id"});
+  if (a.gemma4)
+    keys.insert({"layer_types", "sliding_window", "per_layer_config", "global_head_dim", "num_global_key_value_heads",
+                 "attention_k_eq_v", "num_kv_shared_layers", "hidden_size_per_layer_input",
+                 "vocab_size_per_layer_input", "use_double_wide_mlp", "enable_moe_block", "num_experts",
+                 "top_k_experts", "moe_intermediate_size", "hidden_activation", "final_logit_softcapping",
+                 "use_bidirectional_attention", "attention_bias"});
   return {keys.begin(), keys.end()};
 }
 
 bool is_bookkeeping_key(const std::string& key) {
-  return std::find(std::begin(kBookkeeping), std::end(kBookkeeping), key) != std::end(kBookkeeping);
+  return std::find(std::begin(kBookkeeping), std::end(kBookkeeping), key) != std::end(kBookkeeping) ||
+         std::find(std::begin(kTowerKeys), std::end(kTowerKeys), key) != std::end(kTowerKeys);
 }
 
 std::vector<std::string> unread_config_keys(const json::object& config, const ArchitectureSpec& arch) {

@@ -34,6 +34,15 @@ struct LayerSpec {
   int64_t window = 0;        // sliding_attention: positions a query sees; 0 otherwise
   Mlp mlp = Mlp::dense;
   int64_t expert_layer = -1; // moe: this layer's index in the expert tier (sparse layers numbered in order)
+  // Attention shape of this layer; 0 means the model's (ModelConfig::layer() fills them in). Gemma 4's full-attention
+  // layers have their own head_dim and KV heads.
+  int64_t head_dim = 0;
+  int64_t kv_heads = 0;
+  // KV sharing (gemma4 num_kv_shared_layers): this layer stores no KV and attends over layer kv_source's; -1: its own.
+  int64_t kv_source = -1;
+  bool k_eq_v = false;       // values are the keys' projection (gemma4 attention_k_eq_v on full layers): no v_proj
+  int64_t intermediate = 0;  // dense MLP width; 0 means the model's intermediate_size (gemma4 double-wide layers)
+  bool full_rope = false;    // RoPE from ModelConfig::full_attention_rope (gemma4 per-layer-type rope_parameters)
 
   bool operator==(const LayerSpec&) const = default;
 };

@@ -154,9 +154,36 @@ uint64_t ModelWeights::bytes() const {
   auto bytes = [](const kernels::Weight& w) { return w.view.rows ? kernels::weight_bytes(w.view) : 0; };
   for (auto& l : layers)
     total += bytes(l.qkv) + bytes(l.linear_in) + bytes(l.o) + bytes(l.gate_up) + bytes(l.down) + bytes(l.router) +
-             bytes(l.shared_gate_up) + bytes(l.shared_down);
-  return total;
+             bytes(l.shared_gate_up) + bytes(l.shared_down) + bytes(l.per_layer_input_gate) +
+             bytes(l.per_layer_projection);
+  return total + bytes(embed_per_layer) + bytes(per_layer_model_projection);
 }
+
+namespace {
+
+// Gemma 4's tensors beyond the common ones (runtime/model/config.h ArchitectureSpec::gemma4).
+void load_gemma4_layer(const Loader& L, const std::string& p, const LayerSpec& spec, LayerWeights& l) {
+  const ModelConfig& c = L.config;
+  const int64_t H = c.hidden_size;
+  l.pre_feedforward_norm = L.vector(p + "pre_feedforward_layernorm.weight", H);
+  l.post_feedforward_norm = L.vector(p + "post_feedforward_layernorm.weight", H);
+  l.layer_scalar = L.vector(p + "layer_scalar", 1)[0];
+  if (spec.mlp == Mlp::moe) {
+    l.router = L.matrix({{p + "router.proj", c.num_experts}}, H);
+    l.router_scale = L.vector(p + "router.scale", H);
+    l.per_expert_scale = L.vector(p + "router.per_expert_scale", c.num_experts);
+    l.post_feedforward_norm_1 = L.vector(p + "post_feedforward_layernorm_1.weight", H);
+    l.pre_feedforward_norm_2 = L.vector(p + "pre_feedforward_layernorm_2.weight", H);
+    l.post_feedforward_norm_2 = L.vector(p + "post_feedforward_layernorm_2.weight", H);
+  }
+  if (const int64_t P = c.per_layer_input_size; P > 0) {
+    l.per_layer_input_gate = L.matrix({{p + "per_layer_input_gate", P}}, H);
+    l.per_layer_projection = L.matrix({{p + "per_layer_projection", H}}, P);
+    l.post_per_layer_input_norm = L.vector(p + "post_per_layer_input_norm.weight", H);
+  }
+}
+
+}  // namespace
 
 ModelWeights load_model(const std::filesystem::path& dir, const LoadOptions& options) {
   ModelWeights m;
@@ -168,7 +195,7 @@ ModelWeights load_model(const std::filesystem::path& dir, const LoadOptions& opt
   log_skipped_tensors(index);
   Loader L{index, c, options, ledger, names};
 
-  const int64_t H = c.hidden_size, hd = c.head_dim, q_rows = c.num_heads * hd, kv_rows = c.num_kv_heads * hd;
+  const int64_t H = c.hidden_size;
   const size_t total = size_t(c.num_layers) + 2;
   size_t done = 0;
   auto tick = [&] {
@@ -178,17 +205,29 @@ ModelWeights load_model(const std::filesystem::path& dir, const LoadOptions& opt
 
   m.embed = L.matrix({{names.model + "embed_tokens", c.vocab_size}}, H);
   m.final_norm = L.norm(names.model + "norm.weight", H);
+  if (const int64_t P = c.per_layer_input_size; P > 0) {
+    m.embed_per_layer =
+        L.matrix({{names.model + "embed_tokens_per_layer", c.per_layer_vocab_size}}, c.num_layers * P);
+    m.per_layer_model_projection = L.matrix({{names.model + "per_layer_model_projection", c.num_layers * P}}, H);
+    m.per_layer_projection_norm = L.vector(names.model + "per_layer_projection_norm.weight", P);
+  }
   tick();
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const std::string p = names.layer(i);
+    const LayerSpec spec = c.layer(i);
+    const int64_t hd = spec.head_dim, q_rows = c.num_heads * hd, kv_rows = spec.kv_heads * hd;
+    const bool own_kv = spec.kv_source < 0;
     LayerWeights l;
-    if (c.layer(i).mixer == Mixer::gated_deltanet) {
+    if (spec.mixer == Mixer::gated_deltanet) {
       load_deltanet(L, p + "linear_attn.", l);
     } else {
       // With an output gate, q_proj holds [query | gate] per head: twice the query rows (split by the forward pass).
+      // KV-shared layers (gemma4) have no k/v projections; k_eq_v layers no v_proj.
       const int64_t q_proj_rows = c.arch.attention_output_gate ? 2 * q_rows : q_rows;
-      l.qkv = L.matrix({{p + "self_attn.q_proj", q_proj_rows}, {p + "self_attn.k_proj", kv_rows},
-                        {p + "self_attn.v_proj", kv_rows}}, H);
+      std::vector<std::pair<std::string, int64_t>> qkv = {{p + "self_attn.q_proj", q_proj_rows}};
+      if (own_kv) qkv.push_back({p + "self_attn.k_proj", kv_rows});
+      if (own_kv && !spec.k_eq_v) qkv.push_back({p + "self_attn.v_proj", kv_rows});
+      l.qkv = L.matrix(qkv, H);
       if (c.arch.qkv_bias) {
         for (auto [name, n] : {std::pair{"q_proj", q_rows}, {"k_proj", kv_rows}, {"v_proj", kv_rows}}) {
           auto b = L.vector(p + "self_attn." + name + ".bias", n);
@@ -198,14 +237,15 @@ ModelWeights load_model(const std::filesystem::path& dir, const LoadOptions& opt
       if (c.arch.qk_norm) {
         // One head's width (qwen3), or the whole projection (olmoe): the forward pass normalizes in units of it.
         l.q_norm = L.norm(p + "self_attn.q_norm.weight", c.arch.qk_norm_full_width ? q_rows : hd);
-        l.k_norm = L.norm(p + "self_attn.k_norm.weight", c.arch.qk_norm_full_width ? kv_rows : hd);
+        if (own_kv) l.k_norm = L.norm(p + "self_attn.k_norm.weight", c.arch.qk_norm_full_width ? kv_rows : hd);
       }
       l.o = L.matrix({{p + "self_attn.o_proj", H}}, q_rows);
       if (c.o_bias) l.o_bias = L.vector(p + "self_attn.o_proj.bias", H);
     }
     l.input_norm = L.norm(p + "input_layernorm.weight", H);
     l.post_attention_norm = L.norm(p + "post_attention_layernorm.weight", H);
-    if (c.layer(i).mlp == Mlp::moe) {
+    if (c.arch.gemma4) load_gemma4_layer(L, p, spec, l);
+    if (spec.mlp == Mlp::moe && !c.arch.gemma4) {
       const std::string b = p + c.arch.moe_block + ".";
       l.router = L.matrix({{b + "gate", c.num_experts}}, H);
       if (c.arch.shared_expert) {
@@ -215,7 +255,8 @@ ModelWeights load_model(const std::filesystem::path& dir, const LoadOptions& opt
         l.shared_expert_gate = L.row_vector(b + "shared_expert_gate", H);
       }
     } else {
-      const int64_t I = c.intermediate_size;
+      // Dense layers, and Gemma 4's dense MLP that runs beside its experts.
+      const int64_t I = spec.intermediate;
       l.gate_up = L.matrix({{p + "mlp.gate_proj", I}, {p + "mlp.up_proj", I}}, H);
       l.down = L.matrix({{p + "mlp.down_proj", H}}, I);
       if (c.mlp_bias) {

@@ -11,14 +11,16 @@
 
 #include "runtime/kernels/weights.h"
 #include "runtime/model/config.h"
+#include "runtime/model/safetensors.h"
 #include "tiering/expert_tier.h"
 #include "tiering/ledger.h"
 
 namespace tierlm::model {
 
 struct LayerWeights {
-  // Attention layers: rows [q (heads*head_dim) | k (kv*head_dim) | v (kv*head_dim)]; with an output gate
-  // (arch.attention_output_gate) q_proj's rows as stored: per head [query (head_dim) | gate (head_dim)].
+  // Attention layers: rows [q (heads*head_dim) | k (kv*head_dim) | v (kv*head_dim)], this layer's head_dim and kv
+  // heads; with an output gate (arch.attention_output_gate) q_proj's rows as stored: per head [query | gate]; k_eq_v
+  // layers have no v rows (values are the keys' projection), KV-shared layers (kv_source) only q rows.
   kernels::Weight qkv;
   std::vector<float> qkv_bias;            // empty unless arch.qkv_bias
   std::vector<float> q_norm, k_norm;      // head_dim each, empty unless arch.qk_norm
@@ -40,6 +42,17 @@ struct LayerWeights {
   kernels::Weight shared_gate_up;         // rows: [gate | up] (shared_expert_intermediate_size each)
   kernels::Weight shared_down;
   std::vector<float> shared_expert_gate;  // hidden floats: sigmoid(. x) scales the shared expert's output
+  // Gemma 4 (arch.gemma4): the feed-forward sandwich norms, the MoE's own norms and router scales, the per-layer
+  // input (PLE) gate and projection, and the layer's output scalar. post_attention_norm then norms the attention
+  // output before the residual add.
+  std::vector<float> pre_feedforward_norm, post_feedforward_norm;
+  std::vector<float> post_feedforward_norm_1, pre_feedforward_norm_2, post_feedforward_norm_2;  // MoE layers
+  std::vector<float> router_scale;        // hidden floats: router input = rms_norm(x) * router_scale / sqrt(hidden)
+  std::vector<float> per_expert_scale;    // num_experts floats: multiplies the renormalized top-k weights
+  kernels::Weight per_layer_input_gate;   // [per_layer_input_size x hidden]
+  kernels::Weight per_layer_projection;   // [hidden x per_layer_input_size]
+  std::vector<float> post_per_layer_input_norm;
+  float layer_scalar = 1.0f;
 };
 
 struct ModelWeights {
@@ -49,6 +62,11 @@ struct ModelWeights {
   std::vector<float> final_norm;
   std::vector<LayerWeights> layers;
   std::shared_ptr<tiering::ExpertTier> experts;  // MoE models only: where the routed experts come from
+  // Gemma 4 per-layer inputs (config.per_layer_input_size > 0): the packed per-layer token embedding
+  // [per_layer_vocab x layers * P], the projection of the embedding [layers * P x hidden] and its norm (P floats).
+  kernels::Weight embed_per_layer;
+  kernels::Weight per_layer_model_projection;
+  std::vector<float> per_layer_projection_norm;
   const kernels::WeightView& output() const { return lm_head.view.rows ? lm_head.view : embed.view; }
   uint64_t bytes() const;
 };

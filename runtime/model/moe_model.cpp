@@ -57,22 +57,29 @@ tiering::ExpertStore expert_store_from_safetensors(const TensorIndex& index, con
     if (c.layer(layer).mlp == Mlp::moe) sparse.push_back(layer);
   if (sparse.empty()) throw ModelError("expert store: the model has no sparse layer");
   const TensorNames names = find_tensor_names(index);
-  const std::string first = names.layer(sparse.front()) + a.moe_block + ".";
-  const bool stacked = index.contains(first + "switch_mlp.gate_proj.weight");
+  // Gemma 4 keeps its experts in the layer itself (layers.N.experts.*, beside the dense mlp), the others under their
+  // MoE block; mlx-lm stacks Gemma 4's as experts.switch_glu.{gate,up,down}_proj, the others' as switch_mlp.*.
+  auto block_of = [&](int64_t layer) {
+    return names.layer(layer) + (a.gemma4 ? std::string() : std::string(a.moe_block) + ".");
+  };
+  const std::string stacked_name = a.gemma4 ? "experts.switch_glu." : "switch_mlp.";
+  const std::string first = block_of(sparse.front());
+  const bool stacked = index.contains(first + stacked_name + "gate_proj.weight");
   // transformers 5's fused layout: experts.gate_up_proj [E, 2I, H] (gate rows first) and experts.down_proj [E, H, I].
   const bool fused = index.contains(first + "experts.gate_up_proj");
   const bool mlx = c.quantization &&
-                   (stacked ? index.contains(first + "switch_mlp.gate_proj.scales")
+                   (stacked ? index.contains(first + stacked_name + "gate_proj.scales")
                             : index.contains(fmt::format("{}experts.0.{}.scales", first, a.expert_gate)));
   SourceType source = SourceType::f32;
   std::optional<tiering::ExpertLayout> layout;
   const QuantizationConfig::Module expert_quant =
-      mlx ? c.quantization->of(first + (stacked ? "switch_mlp.gate_proj" : fmt::format("experts.0.{}", a.expert_gate)))
+      mlx ? c.quantization->of(first +
+                               (stacked ? stacked_name + "gate_proj" : fmt::format("experts.0.{}", a.expert_gate)))
           : QuantizationConfig::Module{};
   const int bits = expert_quant.bits, group = expert_quant.group_size;
 
   for (int64_t layer : sparse) {
-    const std::string block = names.layer(layer) + a.moe_block + ".";
+    const std::string block = block_of(layer);
     for (int64_t e = 0; e < E; ++e) {
       std::vector<Extent> ext;
       if (fused) {
@@ -95,7 +102,7 @@ tiering::ExpertStore expert_store_from_safetensors(const TensorIndex& index, con
           {a.expert_gate, "gate_proj", I, H}, {a.expert_up, "up_proj", I, H}, {a.expert_down, "down_proj", H, I}};
       for (auto [name, mlx_name, rows, cols] : projections) {
         const std::string base =
-            stacked ? block + "switch_mlp." + mlx_name : fmt::format("{}experts.{}.{}", block, e, name);
+            stacked ? block + stacked_name + mlx_name : fmt::format("{}experts.{}.{}", block, e, name);
         if (!mlx) {
           const TensorInfo& t = index.at(base + ".weight");
           expect_shape(t, {rows, cols});

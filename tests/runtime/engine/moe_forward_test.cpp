@@ -1,5 +1,5 @@
-// Oracle: transformers 5.17 (tools/make_fixtures.py) for qwen3_moe, mixtral, olmoe and qwen2_moe (plus a windowed
-// mixtral and dense/sparse interleaved qwen3_moe and qwen2_moe) — logits of every
+// Oracle: transformers 5.17 (tools/make_fixtures.py) for qwen3_moe, mixtral, olmoe, qwen2_moe and gemma4 (plus a
+// windowed mixtral and dense/sparse interleaved qwen3_moe and qwen2_moe) — logits of every
 // prompt position, 32 greedy tokens and the logits after each step. The expert tier is forced to stream: as many
 // cache slots as one token's top-k, no resident experts, no prefetch, so every expert use is a read through the
 // ExpertReader (checked with the tier's counters). Then the same with a warm cache, prefetch and a packed file:
@@ -141,8 +141,11 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, MoeMatchesTransformers,
                          // -swa: sliding_window 8 on every layer; -mixed: dense MLP layers among sparse ones
                          // (qwen3_moe: mlp_only_layers [2]; qwen2_moe: decoder_sparse_step 2, mlp_only_layers [0]);
                          // qwen3_5_moe: Gated DeltaNet layers, names under model.language_model. (and model.).
+                         // gemma4: fused experts.gate_up_proj / down_proj beside a dense MLP, per_expert_scale
+                         // (gemma4-cg: the same under model.language_model., next to vision tensors).
                          ::testing::Values("qwen3_moe", "mixtral", "olmoe", "qwen2_moe", "mixtral-swa",
-                                           "qwen3_moe-mixed", "qwen2_moe-mixed", "qwen3_5_moe", "qwen3_5_moe-text"),
+                                           "qwen3_moe-mixed", "qwen2_moe-mixed", "qwen3_5_moe", "qwen3_5_moe-text",
+                                           "gemma4-moe", "gemma4-cg"),
                          [](const auto& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');

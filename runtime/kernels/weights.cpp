@@ -438,12 +438,7 @@ struct DenseSmallBatchJob {
   float* y;
 };
 
-struct DenseGemmJob {
-  const KernelTable* kernels;
-  const WeightView* w;
-  const float* x;
-  int64_t n;
-  float* y;
+struct DenseGemmJob : DenseSmallBatchJob {
   int64_t groups;      // activation rows are split into this many groups
   int64_t group_rows;  // rows per group (the last may be short)
 };
@@ -518,7 +513,7 @@ void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool
       const int64_t blocks = (w.rows + kDenseGemmRows - 1) / kDenseGemmRows;
       const int64_t groups =
           std::clamp<int64_t>((2 * pool.size() + blocks - 1) / blocks, 1, std::max<int64_t>(1, n / 48));
-      DenseGemmJob job{&k, &w, x, n, y, groups, (n + groups - 1) / groups};
+      DenseGemmJob job{{&k, &w, x, n, y}, groups, (n + groups - 1) / groups};
       pool.parallel_for(blocks * groups, [](void* ctx, int64_t b, int64_t e, int) {
         auto* j = static_cast<DenseGemmJob*>(ctx);
         const WeightView& w = *j->w;

@@ -272,7 +272,7 @@ void dense_to_f32_avx2(WeightFormat f, const void* w, int64_t cols, int64_t r0, 
 
 const KernelTable& avx2_kernels() {
   static const KernelTable table{quantize_row_avx2, packed_matvec_avx2, packed_matmul_avx2, dense_matvec_avx2,
-                                 dense_to_f32_avx2};
+                                 dense_to_f32_avx2, nullptr};
   return table;
 }
 

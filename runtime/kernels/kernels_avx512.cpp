@@ -251,7 +251,7 @@ void dense_to_f32_avx512(WeightFormat f, const void* w, int64_t cols, int64_t r0
 
 const KernelTable& avx512_kernels() {
   static const KernelTable table{quantize_row_avx512, packed_matvec_avx512, packed_matmul_avx512, dense_matvec_avx512,
-                                 dense_to_f32_avx512};
+                                 dense_to_f32_avx512, dense_matmul_avx512};
   return table;
 }
 

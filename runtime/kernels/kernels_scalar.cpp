@@ -149,7 +149,7 @@ void dense_to_f32_scalar(WeightFormat f, const void* w, int64_t cols, int64_t r0
 
 const KernelTable& scalar_kernels() {
   static const KernelTable table{quantize_row_scalar, packed_matvec_scalar, packed_matmul_scalar, dense_matvec_scalar,
-                                 dense_to_f32_scalar};
+                                 dense_to_f32_scalar, nullptr};
   return table;
 }
 

@@ -438,6 +438,11 @@ struct DenseSmallBatchJob {
   float* y;
 };
 
+struct DenseGemmJob : DenseSmallBatchJob {
+  int64_t groups;      // activation rows are split into this many groups
+  int64_t group_rows;  // rows per group (the last may be short)
+};
+
 struct DenseTileJob {
   const KernelTable* kernels;
   const WeightView* w;
@@ -471,6 +476,8 @@ void matvec(const WeightView& w, const float* x, float* y, ThreadPool& pool) {
 
 // Up to this many activation rows, dense f16/bf16 matmul runs the matvec kernel per row on cache-resident blocks.
 constexpr int64_t kSmallDenseBatch = 16;
+// Weight rows per unit of work of the dense GEMM kernel (a multiple of its packed block).
+constexpr int64_t kDenseGemmRows = 64;
 
 void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool& pool) {
   if (n <= 0) return;
@@ -500,7 +507,32 @@ void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool
       }, &job);
       return;
     }
-    // f16/bf16: widen a tile of rows (about 4 MiB of f32) at a time, then one sgemm per tile.
+    if (k.dense_matmul != nullptr) {
+      // Units are (block of kDenseGemmRows weight rows, group of activation rows); activation rows are split only
+      // when there are too few weight blocks to keep every thread busy, since each group repacks its blocks.
+      const int64_t blocks = (w.rows + kDenseGemmRows - 1) / kDenseGemmRows;
+      const int64_t groups =
+          std::clamp<int64_t>((2 * pool.size() + blocks - 1) / blocks, 1, std::max<int64_t>(1, n / 48));
+      DenseGemmJob job{{&k, &w, x, n, y}, groups, (n + groups - 1) / groups};
+      pool.parallel_for(blocks * groups, [](void* ctx, int64_t b, int64_t e, int) {
+        auto* j = static_cast<DenseGemmJob*>(ctx);
+        const WeightView& w = *j->w;
+        if (j->groups == 1) {  // one call over the thread's whole run of blocks
+          j->kernels->dense_matmul(w.format, w.data, w.rows, w.cols, j->x, 0, j->n, j->y, w.rows, b * kDenseGemmRows,
+                                   std::min(e * kDenseGemmRows, w.rows));
+          return;
+        }
+        for (int64_t u = b; u < e; ++u) {
+          const int64_t block = u / j->groups, group = u % j->groups;
+          const int64_t i0 = group * j->group_rows, i1 = std::min(j->n, i0 + j->group_rows);
+          if (i0 >= i1) continue;
+          j->kernels->dense_matmul(w.format, w.data, w.rows, w.cols, j->x, i0, i1, j->y, w.rows,
+                                   block * kDenseGemmRows, std::min((block + 1) * kDenseGemmRows, w.rows));
+        }
+      }, &job);
+      return;
+    }
+    // f16/bf16 without a GEMM kernel: widen a tile of rows (about 4 MiB of f32) at a time, then one sgemm per tile.
     const int64_t tile_rows = std::max<int64_t>(kPanelRows, (int64_t{1} << 20) / w.cols / kPanelRows * kPanelRows);
     std::vector<float>& tile = t_dense_tile;
     const size_t need = static_cast<size_t>(std::min(tile_rows, w.rows) * w.cols);

@@ -634,7 +634,7 @@ def make_mlx_gemma4(base_name, model, bits=4, group=32):
 
     def quantize_into(base, v, b):
         rows = v.reshape(-1, v.shape[-1]).float()
-        packed, scales, biases, deq = mlx_quantize(rows, b, group)
+        packed, scales, biases, deq = mlx_quantize(rows, b, group, torch.bfloat16)
         lead = list(v.shape[:-1])
         state[base + ".weight"] = packed.reshape(lead + [packed.shape[-1]]).contiguous()
         state[base + ".scales"] = scales.to(torch.bfloat16).reshape(lead + [scales.shape[-1]]).contiguous()

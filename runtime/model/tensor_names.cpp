@@ -28,6 +28,17 @@ TensorNames find_tensor_names(const TensorIndex& index) {
       found = true;
       break;
     }
+  // A file of expert tensors alone (a shard, or a test's): the layout its layer tensors use.
+  for (const Layout& l : kLayouts) {
+    if (found) break;
+    const std::string layers = std::string(l.model) + "layers.";
+    for (const auto& entry : index.tensors())
+      if (starts_with(entry.first, layers.c_str())) {
+        names = {l.model, l.lm_head, l.mlx};
+        found = true;
+        break;
+      }
+  }
   if (!found)
     throw ModelError(fmt::format("{}: no embed_tokens.weight under model., model.language_model. or "
                                  "language_model.model. (is this a decoder language model?)", index.origin()));

@@ -298,13 +298,7 @@ def make_mlx_qwen35(base_name, model, bits=4, group=64):
         return None
 
     def quantize_into(base, v, b):
-        rows = v.reshape(-1, v.shape[-1]).float()
-        packed, scales, biases, deq = mlx_quantize(rows, b, group, torch.bfloat16)
-        lead = list(v.shape[:-1])
-        state[base + ".weight"] = packed.reshape(lead + [packed.shape[-1]]).contiguous()
-        state[base + ".scales"] = scales.to(torch.bfloat16).reshape(lead + [scales.shape[-1]]).contiguous()
-        state[base + ".biases"] = biases.to(torch.bfloat16).reshape(lead + [biases.shape[-1]]).contiguous()
-        return deq.reshape(v.shape)
+        return mlx_quantize_into(state, base, v, b, group)
 
     with torch.no_grad():
         for k, v in model.state_dict().items():
@@ -458,6 +452,18 @@ def make_fp8_deepseek(base_name, model, block=128):
     import shutil
     shutil.rmtree(tmp)
     print(f"{name}: greedy {ref['greedy'][:8]}..., min margin {ref['min_margin']:.4f}", flush=True)
+
+
+def mlx_quantize_into(state, base, v, bits, group):
+    """Quantizes v ([..., rows, cols]: a matrix, or experts stacked on the leading axes) row-wise as MLX does into
+    state[base + ".weight" / ".scales" / ".biases"] with bf16 scales and biases; returns the dequantized values."""
+    rows = v.reshape(-1, v.shape[-1]).float()
+    packed, scales, biases, deq = mlx_quantize(rows, bits, group, torch.bfloat16)
+    lead = list(v.shape[:-1])
+    state[base + ".weight"] = packed.reshape(lead + [packed.shape[-1]]).contiguous()
+    state[base + ".scales"] = scales.reshape(lead + [scales.shape[-1]]).contiguous()
+    state[base + ".biases"] = biases.reshape(lead + [biases.shape[-1]]).contiguous()
+    return deq.reshape(v.shape)
 
 
 def mlx_quantize(w, bits, group, scale_dtype=torch.float16):
@@ -633,13 +639,7 @@ def make_mlx_gemma4(base_name, model, bits=4, group=32):
     state, quant = {}, {"group_size": group, "bits": bits, "mode": "affine"}
 
     def quantize_into(base, v, b):
-        rows = v.reshape(-1, v.shape[-1]).float()
-        packed, scales, biases, deq = mlx_quantize(rows, b, group, torch.bfloat16)
-        lead = list(v.shape[:-1])
-        state[base + ".weight"] = packed.reshape(lead + [packed.shape[-1]]).contiguous()
-        state[base + ".scales"] = scales.to(torch.bfloat16).reshape(lead + [scales.shape[-1]]).contiguous()
-        state[base + ".biases"] = biases.to(torch.bfloat16).reshape(lead + [biases.shape[-1]]).contiguous()
-        return deq.reshape(v.shape)
+        return mlx_quantize_into(state, base, v, b, group)
 
     with torch.no_grad():
         for k, v in model.state_dict().items():

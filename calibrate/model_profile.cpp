@@ -62,6 +62,16 @@ ModelProfile model_profile_from_config(const model::ModelConfig& c, kernels::Wei
     for (int64_t l = 0; l < c.num_layers; ++l) p.layer_windows.push_back(c.layer(l).window);
   if (c.any_recurrent())
     for (int64_t l = 0; l < c.num_layers; ++l) p.layer_recurrent_bytes.push_back(c.state_spec(l).recurrent_bytes);
+  bool uniform = true;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const kv::StateSpec s = c.state_spec(l);
+    if (!s.recurrent() && (s.kv_heads != c.num_kv_heads || s.head_dim != c.head_dim)) uniform = false;
+  }
+  if (!uniform)
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      p.layer_kv_heads.push_back(c.state_spec(l).kv_heads);
+      p.layer_head_dims.push_back(c.state_spec(l).head_dim);
+    }
   const int64_t H = c.hidden_size, q = c.num_heads * c.head_dim;
   // Load-time staging (runtime/model/model.cpp): each dense matrix is gathered in f32 (MLX: its packed words,
   // scales and biases) before conversion; the largest one is the peak.
@@ -194,6 +204,8 @@ bj::value to_json(const ModelProfile& p) {
   o["load_scratch_bytes"] = p.load_scratch_bytes;
   if (!p.layer_windows.empty()) o["layer_windows"] = bj::value_from(p.layer_windows);
   if (!p.layer_recurrent_bytes.empty()) o["layer_recurrent_bytes"] = bj::value_from(p.layer_recurrent_bytes);
+  if (!p.layer_kv_heads.empty()) o["layer_kv_heads"] = bj::value_from(p.layer_kv_heads);
+  if (!p.layer_head_dims.empty()) o["layer_head_dims"] = bj::value_from(p.layer_head_dims);
   bj::array timings;
   for (auto& t : p.timings)
     timings.push_back(bj::object{{"threads", t.threads},
@@ -254,16 +266,21 @@ ModelProfile model_profile_from_json(const bj::value& v) {
   p.packed_experts = boolean(m, "packed_experts", what);
   if (m.contains("shared_intermediate")) p.shared_intermediate = integer(m, "shared_intermediate", what);
   if (o.contains("load_scratch_bytes")) p.load_scratch_bytes = unsigned_integer(o, "load_scratch_bytes", what);
-  if (o.contains("layer_windows")) {
-    const auto* windows = o.at("layer_windows").if_array();
-    if (!windows || int64_t(windows->size()) != p.layers)
-      throw std::runtime_error(what + ".layer_windows: must list one window per layer");
-    for (auto& w : *windows) {
-      const auto* n = w.if_int64();
-      if (!n || *n < 0) throw std::runtime_error(what + ".layer_windows: windows must be integers >= 0");
-      p.layer_windows.push_back(*n);
+  // Optional per-layer lists of integers >= 0, one entry per layer.
+  auto per_layer = [&](const char* key, std::vector<int64_t>& out) {
+    if (!o.contains(key)) return;
+    const auto* values = o.at(key).if_array();
+    if (!values || int64_t(values->size()) != p.layers)
+      throw std::runtime_error(what + "." + key + ": must list one value per layer");
+    for (auto& v : *values) {
+      const auto* n = v.if_int64();
+      if (!n || *n < 0) throw std::runtime_error(what + "." + key + ": values must be integers >= 0");
+      out.push_back(*n);
     }
-  }
+  };
+  per_layer("layer_windows", p.layer_windows);
+  per_layer("layer_kv_heads", p.layer_kv_heads);
+  per_layer("layer_head_dims", p.layer_head_dims);
   if (o.contains("layer_recurrent_bytes")) {
     const auto* bytes = o.at("layer_recurrent_bytes").if_array();
     if (!bytes || int64_t(bytes->size()) != p.layers)

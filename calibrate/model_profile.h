@@ -53,8 +53,13 @@ struct ModelProfile {
   std::vector<int64_t> layer_windows;
   // Per layer: the fixed state bytes of a recurrent layer (Gated DeltaNet), 0 for attention (empty: none).
   std::vector<uint64_t> layer_recurrent_bytes;
+  // Per layer, when layers differ from the model-wide kv_heads / head_dim (Gemma 4: full-attention layers with
+  // their own head size and KV heads, KV-shared layers holding none); empty: every layer has the model-wide shape.
+  std::vector<int64_t> layer_kv_heads, layer_head_dims;
   kv::StateSpec state_spec(int64_t layer) const {
-    return {kv_heads, head_dim, layer_windows.empty() ? 0 : layer_windows.at(size_t(layer)),
+    return {layer_kv_heads.empty() ? kv_heads : layer_kv_heads.at(size_t(layer)),
+            layer_head_dims.empty() ? head_dim : layer_head_dims.at(size_t(layer)),
+            layer_windows.empty() ? 0 : layer_windows.at(size_t(layer)),
             layer_recurrent_bytes.empty() ? 0 : layer_recurrent_bytes.at(size_t(layer))};
   }
   // MoE (experts == 0 for dense models).

@@ -144,18 +144,24 @@ int64_t Plan::resident_count() const {
   return n;
 }
 
+// A layer's page layout in the codec: its own head size (Gemma 4's full-attention layers differ from the others).
+static kv::CodecLayout layer_layout(const ModelProfile& m, kv::Codec codec, int64_t layer) {
+  const int64_t hd = m.state_spec(layer).head_dim;
+  return kv::layout_for(codec, int(hd > 0 ? hd : m.head_dim));
+}
+
 double kv_bytes_per_token(const ModelProfile& m, const std::string& codec) {
   // One more position of every full-attention layer in the codec's page layout (windowed layers do not grow).
-  const kv::CodecLayout layout = kv::layout_for(kv::parse_codec(codec), int(m.head_dim));
+  const kv::Codec c = kv::parse_codec(codec);
   double total = 0;
-  for (int64_t l = 0; l < m.layers; ++l) total += m.state_spec(l).bytes_per_token(layout);
+  for (int64_t l = 0; l < m.layers; ++l) total += m.state_spec(l).bytes_per_token(layer_layout(m, c, l));
   return total;
 }
 
 uint64_t kv_sequence_bytes(const ModelProfile& m, const std::string& codec, int64_t context, int64_t chunk) {
-  const kv::CodecLayout layout = kv::layout_for(kv::parse_codec(codec), int(m.head_dim));
+  const kv::Codec c = kv::parse_codec(codec);
   uint64_t total = 0;
-  for (int64_t l = 0; l < m.layers; ++l) total += m.state_spec(l).bytes(layout, context, chunk);
+  for (int64_t l = 0; l < m.layers; ++l) total += m.state_spec(l).bytes(layer_layout(m, c, l), context, chunk);
   return total;
 }
 

@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include "calibrate/model_profile.h"
+#include "calibrate/planner.h"
 #include "runtime/engine/kv_cache.h"
 #include "runtime/gpu/gpu_layers.h"
 #include "runtime/model/config.h"
@@ -174,3 +176,25 @@ TEST(Gemma4Config, GpuRefusesTheBlockByName) {
 }
 
 }  // namespace
+
+// The planner's KV arithmetic (kv_sequence_bytes: the plan, serving_fit, fit) takes each layer's own shape, as the KV
+// cache does: the full-attention layers' head size and KV heads, windowed layers bounded, KV-shared layers holding
+// none; and the profile keeps the per-layer shapes through its JSON form (the wisdom file). Before, the planner used
+// the model-wide head size and KV heads for every layer.
+TEST(Gemma4Config, PlannerCountsEachLayersKvShapeAsTheKvCacheDoes) {
+  for (const char* name : {"gemma4-moe", "gemma4-dense"}) {
+    const ModelConfig c = load_config(std::filesystem::path(TIERLM_SOURCE_DIR) / "tests/fixtures/models" / name);
+    const auto profile =
+        calibrate::model_profile_from_config(c, kernels::WeightFormat::f32, kernels::WeightFormat::f32);
+    const auto reread = calibrate::model_profile_from_json(calibrate::to_json(profile));
+    ASSERT_EQ(reread.layer_head_dims.size(), size_t(c.num_layers)) << name;
+    for (const char* codec : {"f32", "f16", "q8"})
+      for (int64_t context : {256, 32768}) {
+        engine::KVCacheOptions o;
+        o.codec = kv::parse_codec(codec);
+        o.max_chunk = 64;
+        EXPECT_EQ(calibrate::kv_sequence_bytes(reread, codec, context, 64), engine::KVCache::bytes_for(c, context, o))
+            << name << " " << codec << " " << context;
+      }
+  }
+}

@@ -258,14 +258,18 @@ TEST(Wisdom, KillNineMidWriteLeavesTheOldOrTheNewFile) {
 
   std::mt19937 random(12345);
   constexpr int kKills = 40;
-  int kills_leaving_temp = 0, seen[2] = {0, 0};
-  for (int k = 0; k < kKills; ++k) {
+  int kills_leaving_temp = 0, seen[2] = {0, 0}, k = 0;
+  // A loaded machine can stretch the child's writes well past the measured one: while no kill has yet landed after
+  // a whole write, more kills follow with longer delays (up to 3x the count), so the coverage check below stays a
+  // check of the writer, not of the machine's load.
+  for (; k < kKills || (seen[1] == 0 && k < 3 * kKills); ++k) {
+    const int bound = k < kKills ? max_delay_us : max_delay_us * (2 + (k - kKills) / 5);
     const pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
       for (uint64_t n = 1;; ++n) save_wisdom(file, versions[n % 2]);  // never returns: killed
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, max_delay_us)(random)));
+    std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, bound)(random)));
     ::kill(pid, SIGKILL);
     EXPECT_EQ(wait_child(pid), 128 + SIGKILL);
     if (!files_starting(dir.path, "wisdom.json.tmp.").empty()) ++kills_leaving_temp;
@@ -278,7 +282,7 @@ TEST(Wisdom, KillNineMidWriteLeavesTheOldOrTheNewFile) {
   }
   std::printf("file of %ju bytes, one write %.1f ms, %d kills: %d left a temporary file; the file was the old version "
               "%d times, the new %d times\n",
-              bytes, std::chrono::duration<double, std::milli>(one_write).count(), kKills, kills_leaving_temp, seen[0],
+              bytes, std::chrono::duration<double, std::milli>(one_write).count(), k, kills_leaving_temp, seen[0],
               seen[1]);
   EXPECT_GT(seen[1], 0) << "no kill landed after a whole write: the kills did not cover the writes";
   RecordProperty("kills_leaving_temp", kills_leaving_temp);

@@ -202,6 +202,7 @@ json::object Telemetry::health() const {
   kv["positions_cached"] = s.kv_positions_cached;
   kv["usage"] = s.slots > 0 && s.context > 0 ? double(s.kv_positions_used) / double(s.slots * s.context) : 0.0;
   kv["prefix_cache_hit_tokens"] = s.cached_tokens_total;
+  kv["prefix_cache"] = s.prefix_cache;  // "whole_state" for models with recurrent layers (runtime/engine/scheduler.h)
   json::object by_codec;  // every live KV page pool in the process, by codec
   for (const auto& c : kv::kv_bytes_by_codec()) {
     if (c.reserved_bytes == 0 && c.used_bytes == 0) continue;

@@ -120,6 +120,7 @@ void Scheduler::engine_main(std::promise<void>* ready) {
       stats_.kv_bytes_without_windows =
           slots_.size() * KVCache::bytes_without_windows(weights_.config, context_, kv_options);
       stats_.threads = engine_->pool.size();
+      stats_.prefix_cache = weights_.config.any_recurrent() ? "whole_state" : "any_prefix";
     }
   } catch (...) {
     slots_.clear();

@@ -124,6 +124,10 @@ struct SchedulerStats {
   uint64_t prompt_tokens_total = 0;   // prompt tokens of admitted sequences
   uint64_t prefilled_tokens_total = 0;// prompt tokens actually run through the model
   uint64_t cached_tokens_total = 0;   // prompt tokens served from the prefix cache
+  // How the prefix cache can reuse a slot: "any_prefix" (attention only: any common prefix of the KV rows), or
+  // "whole_state" (a recurrent layer's state cannot be cut back: reuse only when the new prompt repeats every
+  // position the state absorbed, e.g. a follow-up turn; otherwise the prompt runs cold).
+  const char* prefix_cache = "any_prefix";
   uint64_t generated_tokens_total = 0;
   uint64_t sequences_finished = 0;
   uint64_t sequences_cancelled = 0;

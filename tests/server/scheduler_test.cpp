@@ -155,6 +155,7 @@ TEST(Scheduler, PrefixCacheReusesRowsWithoutChangingOutput) {
   EXPECT_LT(c->result.cached_prompt_tokens, c->result.prompt_tokens);
   EXPECT_EQ(c->tokens, fresh);
   EXPECT_EQ(s.stats().cached_tokens_total, uint64_t(c->result.cached_prompt_tokens));
+  EXPECT_STREQ(s.stats().prefix_cache, "any_prefix");  // attention only: any common prefix is reused
   // The same prompt again reuses all but its last token.
   auto again = std::make_shared<Collector>();
   auto again_done = again->done.get_future();

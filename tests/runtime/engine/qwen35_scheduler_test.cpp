@@ -93,6 +93,7 @@ void expect_same(const Collect& cold, const Collect& warm, const char* what) {
 TEST(Qwen35Scheduler, PrefixCacheReusesOnlyTheWholeRecurrentState) {
   Model m;
   engine::Scheduler s(m.w, m.ledger, slots(1));
+  EXPECT_STREQ(s.stats().prefix_cache, "whole_state");  // what /health reports as kv.prefix_cache
   const auto first = random_tokens(30, 5);
   const auto first_run = generate(s, first, 8);
   EXPECT_EQ(first_run->result.cached_prompt_tokens, 0);

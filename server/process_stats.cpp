@@ -47,6 +47,19 @@ std::optional<uint64_t> resident_set_bytes(const fs::path& statm) {
   return resident_pages * uint64_t(sysconf(_SC_PAGESIZE));
 }
 
+std::optional<uint64_t> peak_resident_set_bytes(const fs::path& status) {
+  std::ifstream in(status);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) {
+      std::istringstream value(line.substr(6));
+      uint64_t kib = 0;
+      if (value >> kib) return kib * 1024;
+      return std::nullopt;
+    }
+  return std::nullopt;
+}
+
 CgroupMemory cgroup_memory(const fs::path& proc_cgroup, const fs::path& root) {
   CgroupMemory out;
   std::ifstream in(proc_cgroup);

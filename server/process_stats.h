@@ -11,6 +11,8 @@
 namespace tierlm::server {
 
 std::optional<uint64_t> resident_set_bytes(const std::filesystem::path& statm = "/proc/self/statm");
+// The process's peak resident set (VmHWM in /proc/self/status).
+std::optional<uint64_t> peak_resident_set_bytes(const std::filesystem::path& status = "/proc/self/status");
 
 struct CgroupMemory {
   int version = 0;                      // 1, 2, or 0 when no memory controller was found

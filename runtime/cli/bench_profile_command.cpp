@@ -30,6 +30,7 @@
 #include "runtime/engine/generator.h"
 #include "runtime/kv/codec.h"
 #include "runtime/model/model.h"
+#include "server/process_stats.h"
 
 namespace tierlm::cli {
 
@@ -51,11 +52,7 @@ struct ProfileOptions {
 };
 
 uint64_t peak_rss_bytes() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  return 0;
+  return server::peak_resident_set_bytes().value_or(0);
 }
 
 // The child: one plan, measured.

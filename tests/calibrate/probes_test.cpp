@@ -16,6 +16,7 @@
 #include "calibrate/probe_limits.h"
 #include "calibrate/probes.h"
 #include "runtime/gpu/gpu_probe.h"
+#include "server/process_stats.h"
 
 namespace tierlm::calibrate {
 namespace {
@@ -35,11 +36,7 @@ struct TempDir {
 
 // VmHWM of this process.
 uint64_t peak_rss_bytes() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  return 0;
+  return server::peak_resident_set_bytes().value_or(0);
 }
 
 void write(const fs::path& p, const std::string& text) {

@@ -33,6 +33,19 @@ TEST(ProcessStats, ResidentSetOfThisProcess) {
   EXPECT_GT(*rss, 1u << 20);
 }
 
+// The peak resident set is at least the current one; a status file without VmHWM (or a malformed one) is unknown.
+TEST(ProcessStats, PeakResidentSet) {
+  const auto peak = peak_resident_set_bytes();
+  ASSERT_TRUE(peak.has_value());
+  EXPECT_GE(*peak, *resident_set_bytes());
+  FakeTree t;
+  t.write("status", "Name:\ttest\nVmHWM:\t   2048 kB\nVmRSS:\t1024 kB\n");
+  EXPECT_EQ(peak_resident_set_bytes(t.root / "status"), std::optional<uint64_t>(2048u * 1024));
+  t.write("bad", "VmHWM:\tlots kB\n");
+  EXPECT_FALSE(peak_resident_set_bytes(t.root / "bad").has_value());
+  EXPECT_FALSE(peak_resident_set_bytes("/nonexistent/status").has_value());
+}
+
 TEST(ProcessStats, CgroupV2Limit) {
   FakeTree t;
   t.write("proc_cgroup", "0::/user.slice/app\n");

@@ -18,6 +18,7 @@
 #include "runtime/model/model.h"
 #include "runtime/model/synthetic_moe.h"
 #include "tests/runtime/model/safetensors_writer.h"
+#include "server/process_stats.h"
 
 using namespace tierlm;
 
@@ -77,11 +78,7 @@ Output generate(const std::filesystem::path& dir, tiering::Ledger& ledger, model
 }
 
 uint64_t peak_rss() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  return 0;
+  return server::peak_resident_set_bytes().value_or(0);
 }
 
 bool write_file(const std::string& path, const std::string& value) {

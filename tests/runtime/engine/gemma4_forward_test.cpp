@@ -35,12 +35,7 @@ using tierlm::fixtures::floats;
 using tierlm::fixtures::read_json;
 using tierlm::fixtures::relative_error;
 
-std::vector<int32_t> prompt_of(const std::string& name) {
-  const boost::json::value ref = read_json(fixture(name) / "reference.json");
-  std::vector<int32_t> prompt;
-  for (auto& t : ref.at("prompt").as_array()) prompt.push_back(int32_t(t.as_int64()));
-  return prompt;
-}
+std::vector<int32_t> prompt_of(const std::string& name) { return tierlm::fixtures::reference_prompt(fixture(name)); }
 
 model::LoadOptions options_for(tiering::Ledger& ledger) {
   model::LoadOptions o;

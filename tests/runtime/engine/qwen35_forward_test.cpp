@@ -31,12 +31,7 @@ using fixtures::floats;
 using fixtures::read_json;
 using fixtures::relative_error;
 
-std::vector<int32_t> prompt_of(const std::filesystem::path& dir) {
-  const auto ref = read_json(dir / "reference.json").as_object();
-  std::vector<int32_t> prompt;
-  for (auto& t : ref.at("prompt").as_array()) prompt.push_back(int32_t(t.as_int64()));
-  return prompt;
-}
+std::vector<int32_t> prompt_of(const std::filesystem::path& dir) { return fixtures::reference_prompt(dir); }
 
 model::LoadOptions options_for(tiering::Ledger& ledger) {
   model::LoadOptions o;

@@ -43,6 +43,14 @@ inline double relative_error(const float* ours, const std::vector<float>& ref) {
   return num / std::max(den, 1e-12);
 }
 
+// The prompt (token ids) a fixture's reference.json was computed on.
+inline std::vector<int32_t> reference_prompt(const std::filesystem::path& dir) {
+  const boost::json::value ref = read_json(dir / "reference.json");  // named: a range-for would not keep it alive
+  std::vector<int32_t> prompt;
+  for (auto& t : ref.at("prompt").as_array()) prompt.push_back(int32_t(t.as_int64()));
+  return prompt;
+}
+
 inline int32_t argmax(const float* x, int64_t n) { return int32_t(std::max_element(x, x + n) - x); }
 
 }  // namespace tierlm::fixtures

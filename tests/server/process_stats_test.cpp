@@ -35,9 +35,12 @@ TEST(ProcessStats, ResidentSetOfThisProcess) {
 
 // The peak resident set is at least the current one; a status file without VmHWM (or a malformed one) is unknown.
 TEST(ProcessStats, PeakResidentSet) {
+  // Current first, then peak: the resident set may grow between the two reads, and the peak read later covers it.
+  const auto current = resident_set_bytes();
   const auto peak = peak_resident_set_bytes();
   ASSERT_TRUE(peak.has_value());
-  EXPECT_GE(*peak, *resident_set_bytes());
+  ASSERT_TRUE(current.has_value());
+  EXPECT_GE(*peak, *current);
   FakeTree t;
   t.write("status", "Name:\ttest\nVmHWM:\t   2048 kB\nVmRSS:\t1024 kB\n");
   EXPECT_EQ(peak_resident_set_bytes(t.root / "status"), std::optional<uint64_t>(2048u * 1024));

@@ -36,4 +36,16 @@ void mxfp4_rows_scalar(const uint8_t* blocks, const uint8_t* scales, int64_t col
   }
 }
 
+void mxfp4_split_activations(const float* x, int64_t n, int64_t cols, float* out) {
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t g = 0; g < cols / kMxfp4Block; ++g) {
+      const float* in = x + t * cols + g * kMxfp4Block;
+      float* o = out + t * cols + g * kMxfp4Block;
+      for (int j = 0; j < kMxfp4Block / 2; ++j) {
+        o[j] = in[2 * j];
+        o[kMxfp4Block / 2 + j] = in[2 * j + 1];
+      }
+    }
+}
+
 }  // namespace tierlm::kernels

@@ -35,8 +35,10 @@ void mxfp4_dequantize_row(const uint8_t* blocks, const uint8_t* scales, int64_t 
 // Scalar reference: block by block, in natural order.
 void mxfp4_rows_scalar(const uint8_t* blocks, const uint8_t* scales, int64_t cols, int64_t r0, int64_t r1,
                        const float* x, int64_t n, float* y, int64_t y_stride);
-// AVX-512 (only on CPUs that have it): the same sums, 16 lanes at a time.
+// AVX-512 (only on CPUs that have it): the same sums, 16 lanes at a time, over activations split per block into
+// [16 even | 16 odd] inputs by mxfp4_split_activations (once per call, not per weight row).
 void mxfp4_rows_avx512(const uint8_t* blocks, const uint8_t* scales, int64_t cols, int64_t r0, int64_t r1,
-                       const float* x, int64_t n, float* y, int64_t y_stride);
+                       const float* x_split, int64_t n, float* y, int64_t y_stride);
+void mxfp4_split_activations(const float* x, int64_t n, int64_t cols, float* out);
 
 }  // namespace tierlm::kernels

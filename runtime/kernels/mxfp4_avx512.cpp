@@ -1,7 +1,7 @@
 // runtime/kernels/mxfp4_avx512.cpp — the MXFP4 row kernel with AVX-512 (see mxfp4.h): per block, the 16 code bytes
 // widen to 16 low and 16 high nibbles, vpermps looks both up in the E2M1 table, and they meet the even and odd
-// activations (gathered by a permute of the block's 32 inputs) in two FMAs; the block sum is scaled by its power of
-// two into a 16-lane accumulator. Weights are decoded once per block and used for every activation row.
+// activations (split once per call by mxfp4_split_activations) in two FMAs; the block sum is scaled by its power of
+// two into a 16-lane accumulator. Weights are decoded once per block and used for up to 4 activation rows.
 // GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_* temporaries (GCC bug
 // 105593); nothing in this file reads uninitialized data.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -11,21 +11,8 @@
 
 namespace tierlm::kernels {
 
-namespace {
-
-// Lanes 0..15 of a 32-float block: even elements (0, 2, .., 30); odd elements (1, 3, .., 31).
-inline void split_even_odd(const float* x, __m512& even, __m512& odd) {
-  const __m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + 16);
-  const __m512i even_idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd_idx = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  even = _mm512_permutex2var_ps(a, even_idx, b);
-  odd = _mm512_permutex2var_ps(a, odd_idx, b);
-}
-
-}  // namespace
-
 void mxfp4_rows_avx512(const uint8_t* blocks, const uint8_t* scales, int64_t cols, int64_t r0, int64_t r1,
-                       const float* x, int64_t n, float* y, int64_t y_stride) {
+                       const float* x_split, int64_t n, float* y, int64_t y_stride) {
   const int64_t groups = cols / kMxfp4Block;
   const __m512 table = _mm512_loadu_ps(kE2M1);
   const __m512i low_mask = _mm512_set1_epi32(0x0F);
@@ -44,8 +31,8 @@ void mxfp4_rows_avx512(const uint8_t* blocks, const uint8_t* scales, int64_t col
         const __m512 w_odd = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), table);
         const __m512 scale = _mm512_set1_ps(e8m0_value(row_scales[g]));
         for (int64_t i = 0; i < m; ++i) {
-          __m512 even, odd;
-          split_even_odd(x + (t0 + i) * cols + g * kMxfp4Block, even, odd);
+          const float* xg = x_split + (t0 + i) * cols + g * kMxfp4Block;  // 16 even, then 16 odd inputs
+          const __m512 even = _mm512_loadu_ps(xg), odd = _mm512_loadu_ps(xg + 16);
           const __m512 block = _mm512_fmadd_ps(w_odd, odd, _mm512_mul_ps(w_even, even));
           acc[i] = _mm512_fmadd_ps(block, scale, acc[i]);
         }

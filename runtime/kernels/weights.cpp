@@ -494,8 +494,17 @@ struct Mxfp4Job {
 };
 
 // MXFP4: units of 16 weight rows, each decoded once for all n activation rows.
+thread_local std::vector<float> t_mxfp4_split;
+
 void mxfp4_multiply(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool& pool) {
-  Mxfp4Job job{&w, x, n, y, active_isa() == Isa::avx512};
+  const bool avx512 = active_isa() == Isa::avx512;
+  if (avx512) {  // the AVX-512 kernel reads each block's inputs as [16 even | 16 odd]
+    std::vector<float>& split = t_mxfp4_split;
+    if (split.size() < size_t(n * w.cols)) split.resize(size_t(n * w.cols));
+    mxfp4_split_activations(x, n, w.cols, split.data());
+    x = split.data();
+  }
+  Mxfp4Job job{&w, x, n, y, avx512};
   pool.parallel_for((w.rows + kPanelRows - 1) / kPanelRows, [](void* ctx, int64_t b, int64_t e, int) {
     auto* j = static_cast<Mxfp4Job*>(ctx);
     const auto* blocks = static_cast<const uint8_t*>(j->w->data);

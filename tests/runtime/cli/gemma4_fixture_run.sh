@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `tierlm run` on a Gemma 4 transformers fixture (tests/fixtures/models/NAME, which has no tokenizer): a byte-level
+# `tierlm run` on a transformers fixture with a 256-token vocabulary (Gemma 4, gpt-oss: tests/fixtures/models/NAME, which
 # tokenizer without merges is written beside links to its config and weights, its 256 byte symbols permuted so the
 # fixture's prompt ids and greedy ids are ASCII letters and digits. The prompt text then encodes to exactly the
 # fixture's prompt, and stdout must be that prompt followed by the decoded 32 greedy tokens transformers produced.

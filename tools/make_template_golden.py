@@ -469,7 +469,8 @@ def model_specific_conversations(name):
     if name == "gpt_oss":
         call = tool_call("get_weather", {"city": "Paris", "days": 2}, "c1")
         return [
-            ("gpt_oss_reasoning_effort_high", [{"role": u, "content": "Prove it."}], None, {"reasoning_effort": "high"}),
+            ("gpt_oss_reasoning_effort_high", [{"role": u, "content": "Prove it."}], None,
+             {"reasoning_effort": "high"}),
             ("gpt_oss_reasoning_effort_low", [{"role": "developer", "content": "Be terse."},
                                               {"role": u, "content": "2+2?"}], None, {"reasoning_effort": "low"}),
             ("gpt_oss_thinking_last", [{"role": u, "content": "Hi"},

@@ -11,7 +11,8 @@
 //                    rather than symmetric because it spends all 16 levels on [min, max] of each group, which
 //                    halves the worst-case error of lopsided groups. Packed layout with bits = 4. 0.625 bytes/weight.
 //   mxfp4            gpt-oss's MXFP4 as stored (runtime/kernels/mxfp4.h): data = [rows, cols/32, 16] code bytes,
-//                    scales = [rows, cols/32] E8M0 bytes; f32 activations, no activation quantization. 0.53 bytes/weight.
+//                    scales = [rows, cols/32] E8M0 bytes; f32 activations, no activation quantization.
+//                    0.53 bytes/weight.
 //   mlx_q4, mlx_q8   MLX affine: w = scales*q + biases with MLX's group size (32/64/128) and MLX's scale type
 //                    (f16/bf16/f32 kept as is, so the math is identical to MLX). Codes are unpacked from MLX's
 //                    little-end-first uint32 words and repacked into the panel layout with bits = 4 or 8.
@@ -202,7 +203,8 @@ void pack_row_codes(uint8_t* data, int64_t panel_bytes, int bits, int64_t row, i
 }  // namespace
 
 uint64_t weight_bytes(const WeightView& w) {
-  if (w.format == WeightFormat::mxfp4) return uint64_t(w.rows) * uint64_t(w.cols / kMxfp4Block) * (kMxfp4BlockBytes + 1);
+  if (w.format == WeightFormat::mxfp4)
+    return uint64_t(w.rows) * uint64_t(w.cols / kMxfp4Block) * (kMxfp4BlockBytes + 1);
   if (is_dense(w.format)) return static_cast<uint64_t>(w.rows) * w.cols * dense_element_size(w.format);
   const PackedSizes s = packed_sizes(w);
   return s.data + s.scales + s.biases;

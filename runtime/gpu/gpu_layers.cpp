@@ -1362,6 +1362,18 @@ void GpuLayers::check_supported(const model::ModelConfig& c, int64_t layers) {
     throw std::invalid_argument(fmt::format("gpu: {} layers use {}, which the GPU backend does not run yet; run them "
                                             "on the CPU (--gpu-layers 0)", c.model_type, fmt::join(options, ", ")));
   }
+  if (layers > 0 && c.arch.gpt_oss) {
+    // gpt-oss's block: name every option it uses that the GPU layers do not compute.
+    std::vector<std::string> options = {"attention sinks (self_attn.sinks)",
+                                        "router bias (mlp.router.bias)",
+                                        "expert biases with the clamped SwiGLU over interleaved gate/up (swiglu_limit)",
+                                        "attention_bias (q/k/v/o biases)"};
+    if (c.rope.type == "yarn") options.push_back("YaRN rope (rope_type yarn)");
+    if (c.mxfp4_experts) options.push_back("MXFP4 experts (quantization_config quant_method mxfp4)");
+    if (c.any_windowed()) options.push_back("sliding_window layers");
+    throw std::invalid_argument(fmt::format("gpu: {} layers use {}, which the GPU backend does not run yet; run them "
+                                            "on the CPU (--gpu-layers 0)", c.model_type, fmt::join(options, ", ")));
+  }
   const bool biases = c.o_bias || c.mlp_bias;
   for (int64_t i = 0; i < layers; ++i) {
     const model::LayerSpec l = c.layer(i);

@@ -100,6 +100,9 @@ std::vector<std::string> config_keys_read(const ArchitectureSpec& a) {
                  "vocab_size_per_layer_input", "use_double_wide_mlp", "enable_moe_block", "num_experts",
                  "top_k_experts", "moe_intermediate_size", "hidden_activation", "final_logit_softcapping",
                  "use_bidirectional_attention", "attention_bias"});
+  // gpt_oss: initial_context_length is OpenAI's name for the pre-YaRN context; GptOssConfig keeps it unread (the
+  // rope parameters carry original_max_position_embeddings), so it changes nothing.
+  if (a.gpt_oss) keys.insert({"swiglu_limit", "experts_per_token", "initial_context_length"});
   return {keys.begin(), keys.end()};
 }
 
@@ -138,6 +141,7 @@ void refuse_unimplemented_keys(const json::object& config, const ArchitectureSpe
     std::string method = "unknown";
     if (q.is_object() && q.as_object().contains("quant_method") && q.at("quant_method").is_string())
       method = std::string(q.at("quant_method").as_string());
+    if (arch.gpt_oss && method == "mxfp4") return;  // read by parse_gpt_oss (MXFP4 experts)
     throw ModelError(fmt::format("{}: field 'quantization_config' (quant_method {}) is not supported (supported: "
                                  "unquantized f32/f16/bf16 and MLX 'quantization')", origin, method));
   }

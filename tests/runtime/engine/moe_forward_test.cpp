@@ -143,9 +143,11 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, MoeMatchesTransformers,
                          // qwen3_5_moe: Gated DeltaNet layers, names under model.language_model. (and model.).
                          // gemma4: fused experts.gate_up_proj / down_proj beside a dense MLP, per_expert_scale
                          // (gemma4-cg: the same under model.language_model., next to vision tensors).
+                         // gpt_oss: experts stored as x @ W ([E, H, 2I], interleaved gate/up) with biases;
+                         // gpt_oss-mxfp4: MXFP4 blocks + scales (packed here widened to f32).
                          ::testing::Values("qwen3_moe", "mixtral", "olmoe", "qwen2_moe", "mixtral-swa",
                                            "qwen3_moe-mixed", "qwen2_moe-mixed", "qwen3_5_moe", "qwen3_5_moe-text",
-                                           "gemma4-moe", "gemma4-cg"),
+                                           "gemma4-moe", "gemma4-cg", "gpt_oss", "gpt_oss-mxfp4"),
                          [](const auto& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');

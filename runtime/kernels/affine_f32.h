@@ -7,7 +7,6 @@
 #pragma once
 
 #include <cstdint>
-#include <utility>
 
 #include "runtime/kernels/kernel_isa.h"
 
@@ -24,13 +23,6 @@ void affine_f32_avx2(const PackedView& w, const float* x, const float* gsum, int
                      int64_t p0, int64_t p1);
 void affine_f32_avx512(const PackedView& w, const float* x, const float* gsum, int64_t n, float* y, int64_t ldy,
                        int64_t p0, int64_t p1);
-
-// Calls f(std::integral_constant<int, I>{}) for each I in order: the SIMD files' column loops, whose shifts must be
-// compile-time constants.
-template <int... I, class F>
-inline void unroll(std::integer_sequence<int, I...>, F&& f) {
-  (f(std::integral_constant<int, I>{}), ...);
-}
 
 // The kernel of the active ISA (active_isa()).
 AffineF32Kernel affine_f32_kernel();

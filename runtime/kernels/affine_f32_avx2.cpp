@@ -25,50 +25,51 @@ inline __m256 code_column(__m256i v) {
   }
 }
 
+// The AVX-512 file's quad_dot: one quad's 4 columns times row t's 4 activations in a fixed order, whatever the tile.
+inline __m256 quad_dot(const __m256 (&wf)[4], const float* x) {
+  __m256 s = _mm256_mul_ps(wf[0], _mm256_set1_ps(x[0]));
+  s = _mm256_fmadd_ps(wf[1], _mm256_set1_ps(x[1]), s);
+  s = _mm256_fmadd_ps(wf[2], _mm256_set1_ps(x[2]), s);
+  return _mm256_fmadd_ps(wf[3], _mm256_set1_ps(x[3]), s);
+}
+
 // One 8-row half of a panel against T activation rows.
 template <int T, int Bits, SourceType ST>
 inline void affine_half_tile(const PackedView& w, int64_t p, int half, const float* x, const float* gsum, float* y,
                              int64_t ldy) {
   const uint8_t* panel = w.data + p * w.panel_bytes() + half * 32;
   const int64_t groups = w.groups(), cols = w.cols;
-  constexpr int kChains = T == 1 ? 4 : (T == 2 ? 2 : 1);
   __m256 yacc[T];
   for (int t = 0; t < T; ++t) yacc[t] = _mm256_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
-    __m256 acc[kChains][T];
-    for (int k = 0; k < kChains; ++k)
-      for (int t = 0; t < T; ++t) acc[k][t] = _mm256_setzero_ps();
+    __m256 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     const int64_t c0 = g * w.group, c1 = c0 + w.group;
     if constexpr (Bits == 8) {
       for (int64_t quad = c0 / 4; quad < c1 / 4; ++quad) {
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + quad * 64));
-        unroll(std::make_integer_sequence<int, 4>{}, [&](auto column) {
-          constexpr int j = decltype(column)::value;
-          const __m256 wf = code_column<8 * j, 8>(v);
-          for (int t = 0; t < T; ++t)
-            acc[j % kChains][t] = _mm256_fmadd_ps(wf, _mm256_set1_ps(x[t * cols + quad * 4 + j]), acc[j % kChains][t]);
-        });
+        const __m256 wf[4] = {code_column<0, 8>(v), code_column<8, 8>(v), code_column<16, 8>(v),
+                              code_column<24, 8>(v)};
+        for (int t = 0; t < T; ++t) acc[t] = _mm256_add_ps(acc[t], quad_dot(wf, x + t * cols + quad * 4));
       }
     } else {
       for (int64_t block = c0 / 32; block < c1 / 32; ++block) {
         for (int c = 0; c < 4; ++c) {
           const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + block * 256 + c * 64));
           const float* xc = x + block * 32 + c * 4;
-          unroll(std::make_integer_sequence<int, 8>{}, [&](auto column) {
-            constexpr int k = decltype(column)::value, high = k / 4, j = k % 4;  // nibble plane, byte in the lane
-            const __m256 wf = code_column<8 * j + 4 * high, 4>(v);
-            for (int t = 0; t < T; ++t)
-              acc[k % kChains][t] = _mm256_fmadd_ps(wf, _mm256_set1_ps(xc[t * cols + high * 16 + j]), acc[k % kChains][t]);
-          });
+          const __m256 lo[4] = {code_column<0, 4>(v), code_column<8, 4>(v), code_column<16, 4>(v),
+                                code_column<24, 4>(v)};
+          for (int t = 0; t < T; ++t) acc[t] = _mm256_add_ps(acc[t], quad_dot(lo, xc + t * cols));
+          const __m256 hi[4] = {code_column<4, 4>(v), code_column<12, 4>(v), code_column<20, 4>(v),
+                                code_column<28, 4>(v)};
+          for (int t = 0; t < T; ++t) acc[t] = _mm256_add_ps(acc[t], quad_dot(hi, xc + t * cols + 16));
         }
       }
     }
     const int64_t si = (p * groups + g) * kPanelRows + half * 8;
     const __m256 d = load_scales8<ST>(w.d, si), m = load_scales8<ST>(w.m, si);
     for (int t = 0; t < T; ++t) {
-      __m256 sum = acc[0][t];
-      for (int k = 1; k < kChains; ++k) sum = _mm256_add_ps(sum, acc[k][t]);
-      yacc[t] = _mm256_fmadd_ps(d, sum, yacc[t]);
+      yacc[t] = _mm256_fmadd_ps(d, acc[t], yacc[t]);
       yacc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(gsum[t * groups + g]), yacc[t]);
     }
   }

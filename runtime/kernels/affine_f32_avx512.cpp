@@ -4,9 +4,9 @@
 // A 64-byte quad holds 16 rows x 4 columns (row r in 32-bit lane r), so column j of the quad is lane-wise
 // (v >> 8j) & 0xFF (4-bit: the low nibbles hold one quad, the high nibbles the quad four further on): one shift, one
 // mask and one int->float convert give 16 rows' codes of a column as floats, which one FMA against the broadcast
-// activation adds into a per-row f32 accumulator. Per group the accumulator is scaled once (d) and the bias term
-// m * sum(x) added, as MLX's own kernels do. No horizontal reductions; tiles of up to 8 activation rows reuse each
-// converted column.
+// activation adds into a per-row f32 sum. Per group the accumulator is scaled once (d) and the bias term m * sum(x)
+// added, as MLX's own kernels do. No horizontal reductions; tiles of up to 8 activation rows reuse each converted
+// column, and the order of every sum is the same for any tile size.
 // GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_* temporaries (GCC bug 105593).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -35,31 +35,36 @@ inline __m512 code_column(__m512i v) {
   }
 }
 
+// The 4 columns of one quad (codes as f32) times activation row t's 4 values, summed in a fixed order (x0, then
+// + x1, + x2, + x3) and added to acc: the same order for every tile size, so a row's result does not depend on how
+// many rows are multiplied with it (chunked prefill, batches and decode agree bit for bit), and decode's only
+// loop-carried dependency is one add per quad.
+inline __m512 quad_dot(const __m512 (&wf)[4], const float* x) {
+  __m512 s = _mm512_mul_ps(wf[0], _mm512_set1_ps(x[0]));
+  s = _mm512_fmadd_ps(wf[1], _mm512_set1_ps(x[1]), s);
+  s = _mm512_fmadd_ps(wf[2], _mm512_set1_ps(x[2]), s);
+  return _mm512_fmadd_ps(wf[3], _mm512_set1_ps(x[3]), s);
+}
+
 // One panel against T activation rows.
 template <int T, int Bits, SourceType ST>
 inline void affine_tile(const PackedView& w, int64_t p, const float* x, const float* gsum, float* y, int64_t ldy) {
   const uint8_t* panel = w.data + p * w.panel_bytes();
   const int64_t groups = w.groups(), cols = w.cols;
-  // Independent accumulator chains per activation row, so decode (T = 1) is not bound by FMA latency.
-  constexpr int kChains = T == 1 ? 4 : (T == 2 ? 2 : 1);
   __m512 yacc[T];
   for (int t = 0; t < T; ++t) yacc[t] = _mm512_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
-    __m512 acc[kChains][T];
-    for (int k = 0; k < kChains; ++k)
-      for (int t = 0; t < T; ++t) acc[k][t] = _mm512_setzero_ps();
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     const int64_t c0 = g * w.group, c1 = c0 + w.group;
     if constexpr (Bits == 8) {
       for (int64_t quad = c0 / 4; quad < c1 / 4; ++quad) {
         const uint8_t* q = panel + quad * 64;
         if constexpr (T == 1) _mm_prefetch(reinterpret_cast<const char*>(q + kPrefetchBytes), _MM_HINT_T0);
         const __m512i v = _mm512_loadu_si512(q);
-        unroll(std::make_integer_sequence<int, 4>{}, [&](auto column) {
-          constexpr int j = decltype(column)::value;
-          const __m512 wf = code_column<8 * j, 8>(v);
-          for (int t = 0; t < T; ++t)
-            acc[j % kChains][t] = _mm512_fmadd_ps(wf, _mm512_set1_ps(x[t * cols + quad * 4 + j]), acc[j % kChains][t]);
-        });
+        const __m512 wf[4] = {code_column<0, 8>(v), code_column<8, 8>(v), code_column<16, 8>(v),
+                              code_column<24, 8>(v)};
+        for (int t = 0; t < T; ++t) acc[t] = _mm512_add_ps(acc[t], quad_dot(wf, x + t * cols + quad * 4));
       }
     } else {
       for (int64_t block = c0 / 32; block < c1 / 32; ++block) {
@@ -68,21 +73,20 @@ inline void affine_tile(const PackedView& w, int64_t p, const float* x, const fl
           if constexpr (T == 1) _mm_prefetch(reinterpret_cast<const char*>(q + kPrefetchBytes), _MM_HINT_T0);
           const __m512i v = _mm512_loadu_si512(q);
           const float* xc = x + block * 32 + c * 4;
-          unroll(std::make_integer_sequence<int, 8>{}, [&](auto column) {
-            constexpr int k = decltype(column)::value, high = k / 4, j = k % 4;  // nibble plane, byte in the lane
-            const __m512 wf = code_column<8 * j + 4 * high, 4>(v);
-            for (int t = 0; t < T; ++t)
-              acc[k % kChains][t] = _mm512_fmadd_ps(wf, _mm512_set1_ps(xc[t * cols + high * 16 + j]), acc[k % kChains][t]);
-          });
+          // The low nibbles hold quad 8*block + c, the high nibbles the quad 16 columns further on.
+          const __m512 lo[4] = {code_column<0, 4>(v), code_column<8, 4>(v), code_column<16, 4>(v),
+                                code_column<24, 4>(v)};
+          for (int t = 0; t < T; ++t) acc[t] = _mm512_add_ps(acc[t], quad_dot(lo, xc + t * cols));
+          const __m512 hi[4] = {code_column<4, 4>(v), code_column<12, 4>(v), code_column<20, 4>(v),
+                                code_column<28, 4>(v)};
+          for (int t = 0; t < T; ++t) acc[t] = _mm512_add_ps(acc[t], quad_dot(hi, xc + t * cols + 16));
         }
       }
     }
-    const int64_t si = (p * groups + g) * kPanelRows;
+  const int64_t si = (p * groups + g) * kPanelRows;
     const __m512 d = load_scales16<ST>(w.d, si), m = load_scales16<ST>(w.m, si);
     for (int t = 0; t < T; ++t) {
-      __m512 sum = acc[0][t];
-      for (int k = 1; k < kChains; ++k) sum = _mm512_add_ps(sum, acc[k][t]);
-      yacc[t] = _mm512_fmadd_ps(d, sum, yacc[t]);
+      yacc[t] = _mm512_fmadd_ps(d, acc[t], yacc[t]);
       yacc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(gsum[t * groups + g]), yacc[t]);
     }
   }

@@ -16,6 +16,8 @@
 //   mlx_q4, mlx_q8   MLX affine: w = scales*q + biases with MLX's group size (32/64/128) and MLX's scale type
 //                    (f16/bf16/f32 kept as is, so the math is identical to MLX). Codes are unpacked from MLX's
 //                    little-end-first uint32 words and repacked into the panel layout with bits = 4 or 8.
+//                    matvec/matmul multiply them with the activations in f32, as MLX does (affine_f32.h); q8_0 and
+//                    q4 quantize the activations to int8 per 32 columns (kernel_isa.h).
 // Rounding: round-to-nearest everywhere. The stored f16 scale of q8_0 is rounded up and q4's (min, step) are
 // rounded outward, so every source value lies inside the representable range and the per-element error is at most
 // half the stored step (no clipping).
@@ -29,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/kernels/affine_f32.h"
 #include "runtime/kernels/kernel_isa.h"
 #include "runtime/kernels/mxfp4.h"
 #include "runtime/kernels/packed_codes.h"
@@ -480,6 +483,15 @@ struct DenseGemmJob : DenseSmallBatchJob {
   int64_t group_rows;  // rows per group (the last may be short)
 };
 
+struct AffineF32Job {
+  AffineF32Kernel kernel;
+  PackedView w;
+  const float* x;
+  const float* gsum;
+  int64_t n;
+  float* y;
+};
+
 struct DenseTileJob {
   const KernelTable* kernels;
   const WeightView* w;
@@ -517,10 +529,31 @@ void mxfp4_multiply(const WeightView& w, const float* x, int64_t n, float* y, Th
   }, &job);
 }
 
+thread_local std::vector<float> t_group_sums;
+
+// MLX weights with f32 activations (affine_f32.h), unless a bench forced MLX onto the int8-activation kernels.
+bool takes_f32_activations(const WeightView& w) {
+  return (w.format == WeightFormat::mlx_q4 || w.format == WeightFormat::mlx_q8) &&
+         mlx_activations() == MlxActivations::f32;
+}
+
+void affine_f32_multiply(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool& pool) {
+  const int64_t groups = w.cols / w.group_size;
+  std::vector<float>& gsum = t_group_sums;
+  if (gsum.size() < static_cast<size_t>(n * groups)) gsum.resize(static_cast<size_t>(n * groups));
+  for (int64_t i = 0; i < n; ++i) group_sums(x + i * w.cols, w.cols, w.group_size, gsum.data() + i * groups);
+  AffineF32Job job{affine_f32_kernel(), packed_view(w), x, gsum.data(), n, y};
+  pool.parallel_for(job.w.panels, [](void* ctx, int64_t b, int64_t e, int) {
+    auto* j = static_cast<AffineF32Job*>(ctx);
+    j->kernel(j->w, j->x, j->gsum, j->n, j->y, j->w.rows, b, e);
+  }, &job);
+}
+
 }  // namespace
 
 void matvec(const WeightView& w, const float* x, float* y, ThreadPool& pool) {
   if (w.format == WeightFormat::mxfp4) return mxfp4_multiply(w, x, 1, y, pool);
+  if (takes_f32_activations(w)) return affine_f32_multiply(w, x, 1, y, pool);
   const KernelTable& k = active_kernels();
   if (is_dense(w.format)) {
     DenseMatvecJob job{&k, &w, x, y};
@@ -552,6 +585,7 @@ void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool
   if (w.format == WeightFormat::mxfp4) return mxfp4_multiply(w, x, n, y, pool);
   const KernelTable& k = active_kernels();
   if (n == 1) return matvec(w, x, y, pool);
+  if (takes_f32_activations(w)) return affine_f32_multiply(w, x, n, y, pool);
   if (is_dense(w.format)) {
     if (w.format == WeightFormat::f32) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(n), static_cast<blasint>(w.rows),

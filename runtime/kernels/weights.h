@@ -61,7 +61,8 @@ Weight make_mxfp4_weight(const void* blocks, const void* scales, int64_t rows, i
 // Bytes the weight occupies (data + scales + biases): what one full read of it costs.
 uint64_t weight_bytes(const WeightView& w);
 
-// y[rows] = W · x (x: cols floats). Uses the pool; no allocation.
+// y[rows] = W · x (x: cols floats). Uses the pool; no allocation. q8_0/q4 round x to int8 per 32 columns; MLX
+// weights are multiplied with x in f32 (MLX's own semantics, so an MLX folder computes its dequantized weights' math).
 void matvec(const WeightView& w, const float* x, float* y, ThreadPool& pool);
 // Y[n x rows] = X[n x cols] · Wᵀ, for prefill. May use a pool-owned scratch sized at first use.
 void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool& pool);

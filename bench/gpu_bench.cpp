@@ -4,7 +4,7 @@
 // written). Decode fraction of roofline = bytes of weights read per token / time per token / d2d bandwidth.
 // A plain main (no Google Benchmark fixtures): one table, for the closing notes. Prints the reason and exits 0
 // without a GPU. Usage: gpu_bench [--quick] [--no-chains] [--no-moe] [--formats bf16,q8_0,q4 (also f16)]
-//        [--matvec-ab (only the variants of the packed matvec and the dequantization ahead)] [--table-prompt N]
+//        [--matvec-ab (only the tensor-core / CUDA-core packed matvec variants)] [--table-prompt N]
 //        [--moe-dir DIR]
 //        gpu_bench --first-use FORMAT [--prompt N] [--long N]: a process's first prompt on the 1B shape (run it as a
 //        fresh process per format): the GpuLayers setup phases, the first and the steady prefill of N tokens (wall
@@ -253,7 +253,6 @@ int main(int argc, char** argv) {
       int rows;
       bool host_logits;
       bool packed_mma = true;
-      bool dequant_ahead = true;
     };
     {  // warm-up (clocks, module load, cuBLAS heuristics), not reported
       gpu::GpuOptions o;
@@ -267,22 +266,18 @@ int main(int argc, char** argv) {
          {Variant{"all GPU (16/16 + head)", true, 0, false}, Variant{"all GPU, logits to host", true, 0, true},
           Variant{"all GPU, plain launches", false, 0, false},
           Variant{"all GPU, CUDA-core matvec", true, 0, false, false},
-          Variant{"all GPU, no dequant ahead", true, 0, false, true, false},
           Variant{"all GPU (16/16 + head)", true, 0, false},
           Variant{"all GPU, logits to host", true, 0, true},
           Variant{"all GPU, plain launches", false, 0, false},
-          Variant{"all GPU, CUDA-core matvec", true, 0, false, false},
-          Variant{"all GPU, no dequant ahead", true, 0, false, true, false}}) {
+          Variant{"all GPU, CUDA-core matvec", true, 0, false, false}}) {
       if (format != kernels::WeightFormat::bf16 && v.rows != 0) continue;
-      const bool packed = format == kernels::WeightFormat::q8_0 || format == kernels::WeightFormat::q4;
-      if ((!packed && !v.packed_mma) || (format == kernels::WeightFormat::f16 && !v.dequant_ahead)) continue;
+      if (format != kernels::WeightFormat::q8_0 && !v.packed_mma) continue;  // 4-bit: CUDA cores by default
       if (matvec_ab && (v.host_logits || !v.programmatic)) continue;
       gpu::GpuOptions o;
       o.layers = w.config.num_layers;
       o.programmatic_launch = v.programmatic;
       o.dense_rows_per_block = v.rows;
       o.packed_mma = v.packed_mma;
-      o.dequant_ahead = v.dequant_ahead;
       o.time_steps = true;
       auto g = std::make_shared<gpu::GpuLayers>(w, o, prompt, prompt + decode + 8);
       const Speed sp = measure(w, g, prompt, decode, threads, [&] { g->reset_profile(); }, v.host_logits);

@@ -33,7 +33,6 @@
 
 #include "runtime/engine/ops.h"
 #include "runtime/gpu/cublas_loader.h"
-#include "runtime/gpu/dequant_ahead.h"
 #include "runtime/gpu/device_kernels.cuh"
 #include "runtime/gpu/gpu_probe.h"
 #include "runtime/kernels/weights.h"
@@ -239,12 +238,6 @@ struct GpuLayers::Impl {
   // Scratch (device).
   DeviceBuffer hidden, normed, qkv, attn, gathered, ffn, act, out, scores, arrivals, x16, w16, logits, meta_dev, moe_dev, router_dev;
   int64_t w16_rows_cap = 0;  // elements of w16
-  // Prefill of a dense model with packed (or bf16/f32) weights: their f16 copies are made ahead of the GEMMs on a
-  // side stream, into slots of w16_rows_cap elements (see dequant_ahead.h). Null: each copy is made in w16 on the
-  // compute stream just before its GEMM (no packed weights, MoE models, options.dequant_ahead off, or no VRAM for
-  // the slots).
-  std::vector<DeviceBuffer> ahead_slots;
-  std::unique_ptr<DequantAhead> ahead;
   const int32_t* tiles_dev = nullptr;  // the step's prefill attention tiles (in meta_dev)
   // Pinned staging of transfers.
   PinnedBuffer hidden_host, meta_host, logits_host, ids_host, router_host, moe_host;
@@ -310,7 +303,8 @@ struct GpuLayers::Impl {
         vram(o.vram_budget ? o.vram_budget : default_budget()) {
     if (!env_on("TIERLM_GPU_PDL")) options.programmatic_launch = false;
     if (!env_on("TIERLM_GPU_PACKED_MMA")) options.packed_mma = false;
-    if (!env_on("TIERLM_GPU_DEQUANT_AHEAD")) options.dequant_ahead = false;
+    if (const char* v = std::getenv("TIERLM_GPU_PACKED_MMA"); v && std::string(v) == "all")
+      options.packed_mma_4bit = true;
     if (c.head_dim % 16 != 0 || c.head_dim > 256)
       throw std::invalid_argument("gpu: head_dim " + std::to_string(c.head_dim) +
                                   " is not supported (a multiple of 16, at most 256)");
@@ -473,7 +467,6 @@ struct GpuLayers::Impl {
     if (c.arch.moe) largest = std::max(largest, 2 * c.moe_intermediate_size * H);
     w16_rows_cap = std::min<int64_t>(largest, int64_t(32) << 20);
     w16 = DeviceBuffer(vram, "scratch", size_t(w16_rows_cap) * 2);
-    allocate_dequant_ahead();
     meta_host = PinnedBuffer(options.host_ledger, meta_bytes());
     meta_dev = DeviceBuffer(vram, "scratch", meta_bytes());
     hidden_host = PinnedBuffer(options.host_ledger, size_t(n * H) * 4);
@@ -490,45 +483,6 @@ struct GpuLayers::Impl {
       ids_dev = DeviceBuffer(vram, "scratch", size_t(head_pass_rows) * 4);
       ids_host = PinnedBuffer(options.host_ledger, size_t(head_pass_rows) * 4);
     }
-  }
-
-  // The slots of the dequantization ahead, when some layer weight is not f16, the steps may take the GEMM path, and
-  // the VRAM budget leaves room for them next to a KV pool of one full context.
-  void allocate_dequant_ahead() {
-    constexpr int kSlots = 3;
-    bool converted = false;
-    for (const DeviceLayer& d : layers)
-      for (const DeviceMatrix* m : {&d.qkv, &d.o, &d.gate_up, &d.down})
-        converted |= m->present() && m->ref.format != 1;
-    if (!options.dequant_ahead || c.arch.moe || !converted || max_chunk <= device::kMaxMatvecRows) return;
-    const uint64_t bytes = uint64_t(w16_rows_cap) * 2 * kSlots;
-    const uint64_t kv = kv_page_bytes_per_layer() * uint64_t(gpu_layers) * uint64_t(pages_per_context());
-    if (vram.used() + bytes + kv + (64ull << 20) > vram.budget()) return;
-    std::vector<void*> pointers;
-    for (int s = 0; s < kSlots; ++s) {
-      ahead_slots.emplace_back(vram, "scratch", size_t(w16_rows_cap) * 2);
-      pointers.push_back(ahead_slots.back().as());
-    }
-    ahead = std::make_unique<DequantAhead>(std::move(pointers), w16_rows_cap);
-  }
-
-  // Rows of a weight that one GEMM of the f16 path takes (all of an f16 weight; packed weights in whole 16-row
-  // panels, as many as w16 holds).
-  int64_t gemm_chunk_rows(const device::MatrixRef& m) const {
-    return m.format == 1 ? m.rows : std::max<int64_t>(16, w16_rows_cap / m.cols / 16 * 16);
-  }
-
-  // A prefill step's converted weights in the order layer() multiplies them.
-  std::vector<DequantAhead::Piece> ahead_plan() const {
-    std::vector<DequantAhead::Piece> pieces;
-    for (const DeviceLayer& d : layers)
-      for (const DeviceMatrix* m : {&d.qkv, &d.o, &d.gate_up, &d.down}) {
-        if (!m->present() || m->ref.format == 1) continue;
-        const int64_t chunk = gemm_chunk_rows(m->ref);
-        for (int64_t r0 = 0; r0 < m->ref.rows; r0 += chunk)
-          pieces.push_back({m->ref, r0, std::min(chunk, m->ref.rows - r0)});
-      }
-    return pieces;
   }
 
   // Step metadata (int32): positions, sequence of each row, head rows, token ids (max_chunk each), the prefill
@@ -781,17 +735,13 @@ struct GpuLayers::Impl {
     device::to_f16(x, n * m.cols, x16.as(), stream);
     n = gemm_rows(n, max_rows > 0 ? max_rows : max_chunk);
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    // Packed weights are dequantized in whole 16-row panels: ahead on the side stream when the step planned it,
-    // else here.
-    const int64_t chunk = gemm_chunk_rows(m);
+    // Packed weights are dequantized in whole 16-row panels.
+    const int64_t chunk = m.format == 1 ? m.rows : std::max<int64_t>(16, w16_rows_cap / m.cols / 16 * 16);
     for (int64_t r0 = 0; r0 < m.rows; r0 += chunk) {
       const int64_t count = std::min(chunk, m.rows - r0);
       const void* a;
-      const bool planned = m.format != 1 && ahead && ahead->active();
       if (m.format == 1) {
         a = static_cast<const uint16_t*>(m.data) + r0 * m.cols;
-      } else if (planned) {
-        a = ahead->take(m, r0, count, stream);
       } else {
         device::dequantize_f16(m, r0, count, w16.as(), stream);
         a = w16.as();
@@ -800,7 +750,6 @@ struct GpuLayers::Impl {
                          int(m.cols), x16.as(), CUDA_R_16F, int(m.cols), &beta, y + r0, CUDA_R_32F, int(ldy),
                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
             "cublasGemmEx");
-      if (planned) ahead->consumed(stream);
     }
   }
 
@@ -897,7 +846,7 @@ struct GpuLayers::Impl {
                                   std::to_string(options.max_sequences) + ")");
     device::set_programmatic_launch(options.programmatic_launch);
     device::set_dense_rows_per_block(fused_matvec ? options.dense_rows_per_block : -1);
-    device::set_packed_mma(options.packed_mma);
+    device::set_packed_mma(options.packed_mma, options.packed_mma_4bit);
     for (size_t b = 0; b < batch.size() && gpu_layers > 0; ++b) {
       int64_t first = max_context, last = -1;
       for (int64_t i = 0; i < n; ++i)
@@ -995,15 +944,6 @@ struct GpuLayers::Impl {
         graphs.push_back({key, exec});
       }
       check(cudaGraphLaunch(exec, stream), "graph launch");
-    } else if (ahead && n > device::kMaxMatvecRows) {
-      ahead->begin(ahead_plan());
-      try {
-        kernels();
-      } catch (...) {
-        ahead->end();
-        throw;
-      }
-      ahead->end();
     } else {
       kernels();
     }

@@ -182,7 +182,7 @@ std::optional<KernelChainProbe> probe_kernel_chain(int64_t rows, int64_t cols, i
   cudaMemset(x, 0, size_t(cols) * 8);
   cudaStream_t stream;
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  device::set_packed_mma(packed_mma);
+  device::set_packed_mma(packed_mma, true);
   for (bool programmatic : {false, true}) {
     device::set_programmatic_launch(programmatic);
     (programmatic ? r.programmatic_us : r.plain_us) = graph_us_per_launch(stream, count, [&] {
@@ -209,7 +209,7 @@ std::optional<KernelChainProbe> probe_kernel_chain(int64_t rows, int64_t cols, i
     });
   }
   device::set_programmatic_launch(true);
-  device::set_packed_mma(true);
+  device::set_packed_mma(true, false);
   cudaStreamDestroy(stream);
   cudaFree(weights);
   cudaFree(x);

@@ -6,6 +6,10 @@
 // x keeps f32 accuracy: it is split into hi = f16(x) and lo = f16(x - hi), the two columns of the mma's B operand
 // (hi in column 0, lo in column 1, the other six zero), so each product's error is ~2^-22 of |x| instead of f16's
 // 2^-11; the row's result is column 0 + column 1, scaled per group in f32 (d * sum + m * sum(x) for affine formats).
+// Measured (H200, gpu_bench chains): q8_0 16384 x 2048 normed 22.8 -> 17.5 us, head 113 -> 101 us, the small
+// matrices unchanged; llama-1B q8_0 decode +12%. 4-bit: the large matrices gain, the small ones lose, and the
+// decode step came out ~1% slower, so 4-bit weights use it only when asked (packed_mma_takes). Both are now bound
+// by each block's fixed latency (x staging after the wait, the reduction), not by instructions or bytes.
 //
 // Layout (kernel_isa.h): a 16-row panel walks columns in quads of 4 (64 bytes: row r at [4r, 4r+4)); 4-bit panels
 // hold 32-column blocks of 256 bytes whose chunk c has quad 8b+c in the low nibbles and 8b+c+4 in the high ones. The
@@ -13,9 +17,10 @@
 // 2g and row g+8 <-> 2g+1 (lane g = lane/4 reads rows 2g and 2g+1, adjacent words), and for a 16-column step at
 // column c0, mma k = 2t+e <-> c0+4t+e, k = 2t+8+e <-> c0+4t+2+e (lane t = lane%4 reads quad t of the step). B uses
 // the same k permutation, so the products are the matrix's.
-// A block per panel, 8 warps (32 for matrices of few panels) splitting the columns in 32-column chunks; a warp stages its own columns of x (normed or
-// gated on the way) as f16 hi/lo pairs in shared memory, and its weight words (2-4 chunks ahead) are loaded before
-// the programmatic-launch wait, like the other decode kernels'. Partial sums: the warps in shared memory, in order.
+// A block per panel, 8 warps (32 for matrices of few panels) splitting the columns in 32-column chunks; a warp
+// stages its own columns of x (normed or gated on the way) as f16 hi/lo pairs in shared memory, and its weight words
+// (2-4 chunks ahead) are loaded before the programmatic-launch wait, like the other decode kernels'. Partial sums:
+// the warps in shared memory, in order.
 #include "runtime/gpu/device_kernels.cuh"
 #include "runtime/gpu/device_launch.cuh"
 
@@ -23,6 +28,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdlib>
+#include <string>
 
 namespace tierlm::gpu::device {
 
@@ -32,9 +38,14 @@ namespace {
 
 constexpr int kMmaWarps = 8;
 constexpr int64_t kMaxMmaCols = 40960;  // x staged as hi/lo halves: ~4.1 bytes a column of shared memory
+// TIERLM_GPU_PACKED_MMA: "0" none, "all" 4-bit weights too, else 8-bit weights only (see packed_mma_takes).
 bool g_packed_mma = [] {
   const char* v = std::getenv("TIERLM_GPU_PACKED_MMA");
-  return !(v && v[0] == '0' && v[1] == 0);
+  return !(v && std::string(v) == "0");
+}();
+bool g_packed_mma_4bit = [] {
+  const char* v = std::getenv("TIERLM_GPU_PACKED_MMA");
+  return v && std::string(v) == "all";
 }();
 
 __device__ __forceinline__ float2 load_scale_pair(const void* p, int type, int64_t i) {
@@ -239,11 +250,15 @@ void launch_mma(const MatrixRef& w, const float* x, const float* norm_weight, fl
 
 }  // namespace
 
-void set_packed_mma(bool on) { g_packed_mma = on; }
+void set_packed_mma(bool on, bool four_bit) {
+  g_packed_mma = on;
+  g_packed_mma_4bit = four_bit;
+}
 
 bool packed_mma_takes(const MatrixRef& w) {
   const bool power_of_two = w.group_size >= 32 && (w.group_size & (w.group_size - 1)) == 0;
-  return g_packed_mma && w.format >= 3 && (w.bits == 8 || w.bits == 4) && w.cols % 32 == 0 && power_of_two &&
+  return g_packed_mma && w.format >= 3 && (w.bits == 8 || (w.bits == 4 && g_packed_mma_4bit)) && w.cols % 32 == 0 &&
+         power_of_two &&
          w.cols % w.group_size == 0 && w.cols <= kMaxMmaCols;
 }
 

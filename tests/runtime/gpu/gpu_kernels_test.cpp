@@ -205,7 +205,7 @@ TEST(PackedFusedDecode, MatchesHostMath) {
           m.group_size = w.view.group_size;
           m.bits = w.view.bits;
           ASSERT_TRUE(gpu::device::decode_fusable(m));
-          gpu::device::set_packed_mma(mma);
+          gpu::device::set_packed_mma(mma, /*four_bit=*/true);
           ASSERT_EQ(gpu::device::packed_mma_takes(m), mma);
           const Device<float> xd(x), nd(norm);
           Device<float> yd(y0);
@@ -216,7 +216,7 @@ TEST(PackedFusedDecode, MatchesHostMath) {
             gpu::device::matvec_normed(m, xd.p, nd.p, eps, yd.p, false, nullptr);
           else
             gpu::device::matvec_gated(m, xd.p, yd.p, true, nullptr);
-          gpu::device::set_packed_mma(true);
+          gpu::device::set_packed_mma(true, false);
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
           std::vector<double> xt(static_cast<size_t>(s.cols));
           if (mode == 0) {

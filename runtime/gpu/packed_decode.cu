@@ -257,9 +257,9 @@ void set_packed_mma(bool on, bool four_bit) {
 
 bool packed_mma_takes(const MatrixRef& w) {
   const bool power_of_two = w.group_size >= 32 && (w.group_size & (w.group_size - 1)) == 0;
-  return g_packed_mma && w.format >= 3 && (w.bits == 8 || (w.bits == 4 && g_packed_mma_4bit)) && w.cols % 32 == 0 &&
-         power_of_two &&
-         w.cols % w.group_size == 0 && w.cols <= kMaxMmaCols;
+  const bool bits = w.bits == 8 || (w.bits == 4 && g_packed_mma_4bit);
+  return g_packed_mma && w.format >= 3 && bits && power_of_two && w.cols % 32 == 0 && w.cols % w.group_size == 0 &&
+         w.cols <= kMaxMmaCols;
 }
 
 void packed_mma_matvec(const MatrixRef& w, const float* x, int xmode, const float* norm_weight, float eps, float* y,

@@ -23,7 +23,8 @@
 # Usage: bench/realscale.sh [BUILD_DIR]   (as root: cgroup v1 memory + drop_caches; targets tierlm synthetic_mlx_moe
 #        gguf_export routing_stats_bench built)
 # Environment: WORK=/work/scratch-realscale LIMITS="8 4" TOKENS=128 PROMPTS=3 LLAMA_TOKENS=$TOKENS PORT=5491
-#              KEEP=1 (keep the model files; else they are deleted at the end: ~36 GB)
+#              KEEP=1 (keep the model files; else they are deleted at the end: ~36 GB) ROUTING_STATS=0 (skip the
+#              routing table, e.g. while one is being made beside)
 # Output: Markdown on stdout (bench/results/realscale.md is this), JSON lines in $WORK/results.jsonl.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -65,9 +66,9 @@ prompt_files=$(ls -Sr "$root"/profiles/prompts/*.txt | head -n "$nprompts" | pas
 
 : > "$results"
 # The routing of the model (not timed: it may run beside other steps, so it is kept once made).
-[ -s "$work/routing.md" ] || "$build/bench/routing_stats_bench" "$model" --max-prompts "${ROUTING_PROMPTS:-8}" \
+[ -s "$work/routing.md" ] || [ "${ROUTING_STATS:-1}" = 0 ] || "$build/bench/routing_stats_bench" "$model" --max-prompts "${ROUTING_PROMPTS:-8}" \
   --seconds "${ROUTING_SECONDS:-120}" > "$work/routing.md"
-echo "{\"routing\": $(python3 -c 'import json,sys; print(json.dumps(open(sys.argv[1]).read()))' "$work/routing.md")}" >> "$results"
+[ -s "$work/routing.md" ] && echo "{\"routing\": $(python3 -c 'import json,sys; print(json.dumps(open(sys.argv[1]).read()))' "$work/routing.md")}" >> "$results"
 
 for limit in $limits; do
   cg="/sys/fs/cgroup/memory/tierlm_realscale_${limit}g_$$"

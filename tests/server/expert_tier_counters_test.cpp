@@ -74,5 +74,47 @@ TEST(ExpertTierCounters, MoeTierCountersReachHealthAndMetrics) {
   EXPECT_GT(snap.at("tiers").at("disk").to_number<double>(), 0.0);
 }
 
+// The lookahead prefetch's counters (bench/realscale.sh reads its precision and recall from /health).
+TEST(ExpertTierCounters, PrefetchCountersReachHealth) {
+  tiering::Ledger ledger;
+  model::LoadOptions load;
+  load.ledger = &ledger;
+  load.experts.cache.slots = 6;  // room beside one layer's pinned top-k for the next layer's predicted experts
+  load.experts.cache.prefetch_limit = 8;
+  auto weights = model::load_model(std::string(TIERLM_SOURCE_DIR) + "/tests/fixtures/models/qwen3_moe", load);
+  ASSERT_TRUE(weights.experts);
+  auto counters = std::make_shared<ExpertTierCounters>(weights.experts);
+  engine::SchedulerOptions o;
+  o.context = 64;
+  o.max_batch = 1;
+  o.threads = 1;
+  o.pin_threads = false;
+  o.after_step = [counters] { counters->refresh(); };
+  engine::Scheduler scheduler(weights, ledger, o);
+  Telemetry telemetry(ServerInfo{}, ledger, scheduler);
+  telemetry.set_tiering(counters);
+  engine::SequenceParams p;
+  p.prompt = {1, 5, 9};
+  p.max_tokens = 12;  // decode steps are single rows: the lookahead runs on them
+  auto done = std::make_shared<Done>();
+  auto f = done->result.get_future();
+  scheduler.submit(p, done);
+  EXPECT_EQ(f.get().finish_reason, "length");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (counters->counters().prefetches == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const tiering::ExpertTierTelemetry direct = weights.experts->telemetry();
+  const auto t = counters->counters();
+  EXPECT_GT(t.prefetches, 0u);
+  EXPECT_EQ(t.prefetches, direct.prefetches);
+  EXPECT_EQ(t.prefetch_hits, direct.prefetch_hits);
+  EXPECT_EQ(t.prefetch_wasted, direct.prefetch_wasted);
+  EXPECT_LE(t.prefetch_hits + t.prefetch_wasted, t.prefetches);
+  auto h = telemetry.health();
+  EXPECT_EQ(h.at("tiering").at("prefetches").to_number<double>(), double(t.prefetches));
+  EXPECT_EQ(h.at("tiering").at("prefetch_hits").to_number<double>(), double(t.prefetch_hits));
+  EXPECT_EQ(h.at("tiering").at("prefetch_wasted").to_number<double>(), double(t.prefetch_wasted));
+}
+
 }  // namespace
 }  // namespace tierlm::server

@@ -23,6 +23,7 @@
 # Usage: bench/realscale.sh [BUILD_DIR]   (as root: cgroup v1 memory + drop_caches; targets tierlm synthetic_mlx_moe
 #        gguf_export routing_stats_bench built)
 # Environment: WORK=/work/scratch-realscale LIMITS="8 4" TOKENS=128 PROMPTS=3 LLAMA_TOKENS=$TOKENS PORT=5491
+#              REUSE_WISDOM=1 (a rerun keeps an existing wisdom-<limit>g.json) PREFETCH_MODES="on off"
 #              KEEP=1 (keep the model files; else they are deleted at the end: ~36 GB) ROUTING_STATS=0 (skip the
 #              routing table, e.g. while one is being made beside)
 # Output: Markdown on stdout (bench/results/realscale.md is this), JSON lines in $WORK/results.jsonl.
@@ -79,22 +80,24 @@ for limit in $limits; do
   reset_peak() { echo 0 > "$cg/memory.max_usage_in_bytes"; }
   peak() { cat "$cg/memory.max_usage_in_bytes"; }
   wisdom="$work/wisdom-${limit}g.json"
-  rm -f "$wisdom"
-
-  log "${limit} GiB: calibrate"
-  drop_caches; reset_peak
-  t0=$(date +%s.%N); l0=$(load1)
-  in_cg "$build/tierlm" calibrate --model "$model" --wisdom "$wisdom" > "$work/calibrate-${limit}g.txt" 2> "$work/calibrate-${limit}g.log"
-  echo "{\"limit_gib\": $limit, \"step\": \"calibrate\", \"seconds\": $(echo "$(date +%s.%N) - $t0" | bc), \"cgroup_peak\": $(peak), \"load\": [$l0, $(load1)]}" >> "$results"
+  if [ "${REUSE_WISDOM:-0}" != 1 ] || [ ! -f "$wisdom" ]; then
+    rm -f "$wisdom"
+    log "${limit} GiB: calibrate"
+    drop_caches; reset_peak
+    t0=$(date +%s.%N); l0=$(load1)
+    in_cg "$build/tierlm" calibrate --model "$model" --wisdom "$wisdom" > "$work/calibrate-${limit}g.txt" 2> "$work/calibrate-${limit}g.log"
+    echo "{\"limit_gib\": $limit, \"step\": \"calibrate\", \"seconds\": $(echo "$(date +%s.%N) - $t0" | bc), \"cgroup_peak\": $(peak), \"load\": [$l0, $(load1)]}" >> "$results"
+  fi
   threads=$(python3 -c 'import json,sys; w=json.load(open(sys.argv[1])); e=w["entries"][-1] if "entries" in w else w; print(e["plan"]["threads"])' "$wisdom")
 
-  for prefetch in on off; do
+  for prefetch in ${PREFETCH_MODES:-on off}; do
     log "${limit} GiB: serve, prefetch $prefetch"
     extra=(); [ "$prefetch" = off ] && extra=(--expert-prefetch 0)
     drop_caches; reset_peak
     l0=$(load1)
-    in_cg "$build/tierlm" serve --model "$model" --wisdom "$wisdom" --port "$port" "${extra[@]}" \
-      2> "$work/serve-${limit}g-$prefetch.log" &
+    # Not through the in_cg function: `fn &` forks a subshell, and $! must be the server itself (sh execs it).
+    sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg" "$build/tierlm" serve --model "$model" --wisdom "$wisdom" \
+      --port "$port" "${extra[@]}" 2> "$work/serve-${limit}g-$prefetch.log" &
     serve_pid=$!
     for _ in $(seq 600); do
       curl -sf "http://127.0.0.1:$port/health/live" > /dev/null && break
@@ -103,6 +106,7 @@ for limit in $limits; do
     done
     out=$(node "$here/peer/realscale_client.mjs" "http://127.0.0.1:$port" "$prompt_files" "$tokens")
     kill -TERM "$serve_pid"; wait "$serve_pid" || true
+    while [ -n "$(cat "$cg/cgroup.procs")" ]; do sleep 1; done  # the next run starts in an empty group
     echo "{\"limit_gib\": $limit, \"step\": \"serve\", \"prefetch\": \"$prefetch\", \"threads\": $threads, \"cgroup_peak\": $(peak), \"load\": [$l0, $(load1)], \"result\": $out}" >> "$results"
   done
 

@@ -4,8 +4,9 @@
 Per cgroup limit: tierlm decode tok/s with prefetch on and off, llama.cpp mmap decode tok/s, the ratio, the bound
 min(compute, disk) and the share of it reached, bytes read from disk per token, the expert cache's hit rate, prefetch
 precision (prefetch reads that served a request / prefetch reads) and recall (requests served by a prefetch / requests
-that needed a read: prefetch hits + misses), read stall per token, and the memory held (cgroup peak vs limit, ledger
-peak vs budget). The compute and disk rates come from the calibration of the same run (wisdom model profile timings
+that needed a read: prefetch hits + misses), read stall per token, and the memory held (cgroup peak vs limit: page cache
+included, so it reaches the limit whenever a process reads files through it; the process's RSS at the end; ledger peak
+vs budget). The compute and disk rates come from the calibration of the same run (wisdom model profile timings
 at the plan's thread count): compute = 1 / step_seconds, disk bandwidth = expert read bytes / miss_batch_seconds.
 
 Usage: realscale_summary.py RESULTS.jsonl WORK_DIR
@@ -55,7 +56,7 @@ def main():
     limits = sorted({r["limit_gib"] for r in rows if "limit_gib" in r}, reverse=True)
     out.append("| cgroup | engine | decode tok/s | vs llama.cpp | bound tok/s (compute / disk) | of bound | "
                "disk MiB/token | hit rate | prefetch precision / recall | stall ms/token | cgroup peak | "
-               "ledger peak / budget | load 1-min (start/end) |")
+               "RSS / ledger peak / budget | load 1-min (start/end) |")
     out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     notes = []
     for limit in limits:
@@ -82,7 +83,8 @@ def main():
                 f"{d['cache_hits'] / lookups if lookups else 0:.3f} | "
                 + (f"{precision:.2f} / {recall:.2f}" if r["prefetch"] == "on" else "-")
                 + f" | {1e3 * d['read_stall_seconds'] / n:.0f} | {r['cgroup_peak'] / GIB:.2f} / {limit} GiB | "
-                f"{mem['ledger_peak_bytes'] / GIB:.2f} / {mem['ledger_budget_bytes'] / GIB:.2f} GiB | "
+                f"{(mem.get('rss_bytes') or 0) / GIB:.2f} / {mem['ledger_peak_bytes'] / GIB:.2f} / "
+                f"{mem['ledger_budget_bytes'] / GIB:.2f} GiB | "
                 f"{load_flag(r['load'])} |")
             notes.append(f"{limit} GiB prefetch {r['prefetch']}: threads {r['threads']}, timing {timing}, disk "
                          f"bandwidth {bandwidth / 1e9:.2f} GB/s (expert read {read_bytes} B), "

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <future>
+#include <optional>
+#include <stdexcept>
 
 #include <boost/json.hpp>
 #include <fmt/format.h>
@@ -22,24 +24,38 @@ struct Done : engine::SequenceObserver {
   void on_finish(const engine::SequenceResult& r) override { result.set_value(r); }
 };
 
-TEST(ExpertTierCounters, MoeTierCountersReachHealthAndMetrics) {
+// The qwen3_moe fixture served by a scheduler whose engine thread refreshes ExpertTierCounters after every step.
+struct ServedFixture {
   tiering::Ledger ledger;
-  model::LoadOptions load;
-  load.ledger = &ledger;
-  load.experts.cache.slots = 2;  // fewer slots than experts: some uses must read from disk
-  load.experts.cache.prefetch_limit = 0;
-  auto weights = model::load_model(std::string(TIERLM_SOURCE_DIR) + "/tests/fixtures/models/qwen3_moe", load);
-  ASSERT_TRUE(weights.experts);
-  auto counters = std::make_shared<ExpertTierCounters>(weights.experts);
-  engine::SchedulerOptions o;
-  o.context = 64;
-  o.max_batch = 2;
-  o.threads = 1;
-  o.pin_threads = false;
-  o.after_step = [counters] { counters->refresh(); };
-  engine::Scheduler scheduler(weights, ledger, o);
-  Telemetry telemetry(ServerInfo{}, ledger, scheduler);
-  telemetry.set_tiering(counters);
+  std::optional<model::ModelWeights> weights;
+  std::shared_ptr<ExpertTierCounters> counters;
+  std::optional<engine::Scheduler> scheduler;
+  std::optional<Telemetry> telemetry;
+  ServedFixture(int64_t slots, int64_t prefetch_limit, int64_t max_batch) {
+    model::LoadOptions load;
+    load.ledger = &ledger;
+    load.experts.cache.slots = slots;
+    load.experts.cache.prefetch_limit = prefetch_limit;
+    weights.emplace(model::load_model(std::string(TIERLM_SOURCE_DIR) + "/tests/fixtures/models/qwen3_moe", load));
+    if (!weights->experts) throw std::logic_error("the qwen3_moe fixture loaded without an expert tier");
+    counters = std::make_shared<ExpertTierCounters>(weights->experts);
+    engine::SchedulerOptions o;
+    o.context = 64;
+    o.max_batch = max_batch;
+    o.threads = 1;
+    o.pin_threads = false;
+    o.after_step = [c = counters] { c->refresh(); };
+    scheduler.emplace(*weights, ledger, o);
+    telemetry.emplace(ServerInfo{}, ledger, *scheduler);
+    telemetry->set_tiering(counters);
+  }
+};
+
+TEST(ExpertTierCounters, MoeTierCountersReachHealthAndMetrics) {
+  ServedFixture served(/*slots=*/2, /*prefetch_limit=*/0, /*max_batch=*/2);  // 2 slots: some uses must read from disk
+  auto& counters = served.counters;
+  auto& scheduler = *served.scheduler;
+  auto& telemetry = *served.telemetry;
 
   auto before = telemetry.health();
   EXPECT_TRUE(before.at("tiering").at("available").as_bool());
@@ -76,23 +92,11 @@ TEST(ExpertTierCounters, MoeTierCountersReachHealthAndMetrics) {
 
 // The lookahead prefetch's counters (bench/realscale.sh reads its precision and recall from /health).
 TEST(ExpertTierCounters, PrefetchCountersReachHealth) {
-  tiering::Ledger ledger;
-  model::LoadOptions load;
-  load.ledger = &ledger;
-  load.experts.cache.slots = 6;  // room beside one layer's pinned top-k for the next layer's predicted experts
-  load.experts.cache.prefetch_limit = 8;
-  auto weights = model::load_model(std::string(TIERLM_SOURCE_DIR) + "/tests/fixtures/models/qwen3_moe", load);
-  ASSERT_TRUE(weights.experts);
-  auto counters = std::make_shared<ExpertTierCounters>(weights.experts);
-  engine::SchedulerOptions o;
-  o.context = 64;
-  o.max_batch = 1;
-  o.threads = 1;
-  o.pin_threads = false;
-  o.after_step = [counters] { counters->refresh(); };
-  engine::Scheduler scheduler(weights, ledger, o);
-  Telemetry telemetry(ServerInfo{}, ledger, scheduler);
-  telemetry.set_tiering(counters);
+  // 6 slots: room beside one layer's pinned top-k for the next layer's predicted experts.
+  ServedFixture served(/*slots=*/6, /*prefetch_limit=*/8, /*max_batch=*/1);
+  auto& counters = served.counters;
+  auto& scheduler = *served.scheduler;
+  auto& telemetry = *served.telemetry;
   engine::SequenceParams p;
   p.prompt = {1, 5, 9};
   p.max_tokens = 12;  // decode steps are single rows: the lookahead runs on them
@@ -103,7 +107,7 @@ TEST(ExpertTierCounters, PrefetchCountersReachHealth) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (counters->counters().prefetches == 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  const tiering::ExpertTierTelemetry direct = weights.experts->telemetry();
+  const tiering::ExpertTierTelemetry direct = served.weights->experts->telemetry();
   const auto t = counters->counters();
   EXPECT_GT(t.prefetches, 0u);
   EXPECT_EQ(t.prefetches, direct.prefetches);

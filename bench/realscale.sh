@@ -23,7 +23,8 @@
 # Usage: bench/realscale.sh [BUILD_DIR]   (as root: cgroup v1 memory + drop_caches; targets tierlm synthetic_mlx_moe
 #        gguf_export routing_stats_bench built)
 # Environment: WORK=/work/scratch-realscale LIMITS="8 4" TOKENS=128 PROMPTS=3 LLAMA_TOKENS=$TOKENS PORT=5491
-#              REUSE_WISDOM=1 (a rerun keeps an existing wisdom-<limit>g.json) PREFETCH_MODES="on off"
+#              REUSE_WISDOM=1 (a rerun keeps an existing wisdom-<limit>g.json) PREFETCH_MODES="on off" LLAMA=0 (no
+#              llama.cpp step, for reruns of tierlm rows)
 #              KEEP=1 (keep the model files; else they are deleted at the end: ~36 GB) ROUTING_STATS=0 (skip the
 #              routing table, e.g. while one is being made beside)
 # Output: Markdown on stdout (bench/results/realscale.md is this), JSON lines in $WORK/results.jsonl.
@@ -110,6 +111,7 @@ for limit in $limits; do
     echo "{\"limit_gib\": $limit, \"step\": \"serve\", \"prefetch\": \"$prefetch\", \"threads\": $threads, \"cgroup_peak\": $(peak), \"load\": [$l0, $(load1)], \"result\": $out}" >> "$results"
   done
 
+  if [ "${LLAMA:-1}" = 0 ]; then rmdir "$cg"; trap - EXIT; continue; fi
   gguf_ready
   log "${limit} GiB: llama.cpp mmap"
   prompt_tokens=$(python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; print([x for x in r if x.get("step")=="serve"][-1]["result"]["requests"][0]["prompt_tokens"])' "$results")

@@ -78,7 +78,7 @@ def main():
             mem = res["memory"]
             out.append(
                 f"| {limit} GiB | tierlm, prefetch {r['prefetch']} | {res['decode_tps']:.2f} | "
-                f"{res['decode_tps'] / llama_tps:.2f}x | {bound:.2f} ({compute:.2f} / {disk:.2f}) | "
+                + (f"{res['decode_tps'] / llama_tps:.2f}x" if llama_tps else "-") + f" | {bound:.2f} ({compute:.2f} / {disk:.2f}) | "
                 f"{100 * res['decode_tps'] / bound:.0f}% | {per_token / MIB:.1f} | "
                 f"{d['cache_hits'] / lookups if lookups else 0:.3f} | "
                 + (f"{precision:.2f} / {recall:.2f}" if r["prefetch"] == "on" else "-")

@@ -22,6 +22,7 @@ void ExpertTierCounters::refresh() {
   c.cache_misses = t.misses;
   c.prefetches = t.prefetches;
   c.prefetch_hits = t.prefetch_hits;
+  c.prefetch_wasted = t.prefetch_wasted;
   c.evictions = t.evictions;
   c.read_stall_seconds = t.read_stall_seconds;
   c.bytes_by_tier["disk"] = disk_bytes_;

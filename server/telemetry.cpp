@@ -167,6 +167,10 @@ json::object Telemetry::health() const {
   tier["cache_misses"] = t.cache_misses;
   tier["cache_hit_rate"] = t.hit_rate();
   tier["read_stall_seconds"] = t.read_stall_seconds;
+  // Lookahead prefetch (runtime/engine/moe.cpp): reads started, requests they served, reads evicted unused.
+  tier["prefetches"] = t.prefetches;
+  tier["prefetch_hits"] = t.prefetch_hits;
+  tier["prefetch_wasted"] = t.prefetch_wasted;
   h["tiering"] = std::move(tier);
 
   const auto g = gpu();

@@ -32,6 +32,7 @@ struct TieringCounters {
   uint64_t disk_reads = 0;
   uint64_t cache_hits = 0, cache_misses = 0;
   uint64_t prefetches = 0, prefetch_hits = 0, evictions = 0;
+  uint64_t prefetch_wasted = 0;     // prefetched experts evicted before any use
   double read_stall_seconds = 0;
   std::map<std::string, uint64_t> bytes_by_tier;  // bytes held per tier beyond the ledger's RAM, e.g. {"disk": n}
   double hit_rate() const { return cache_hits + cache_misses ? double(cache_hits) / double(cache_hits + cache_misses) : 0; }

@@ -49,6 +49,7 @@ struct ServeOptions {
   std::string wisdom;                           // wisdom file ("" : the XDG default)
   std::string on_missing_wisdom = "calibrate";  // or "refuse"
   bool no_wisdom = false;
+  int64_t expert_prefetch = -1;  // MoE lookahead prefetch reads in flight (0: off; -1: the plan's)
 };
 
 // As `tierlm run`: the plan for this machine and model fills every setting not given on the command line, and
@@ -132,6 +133,7 @@ void serve(ServeOptions o, const CLI::App& cmd) {
 
   model::LoadOptions load;
   apply_wisdom(o, cmd, load);
+  if (o.expert_prefetch >= 0) load.experts.cache.prefetch_limit = o.expert_prefetch;
   kv::set_default_codec(kv::parse_codec(o.kv_codec));  // every slot's KV cache takes the process default
   LoadedModel loaded = load_for_cli(o.model, o.mem_budget_gib, o.weight_format, load);
   tiering::Ledger& ledger = *loaded.ledger;
@@ -253,6 +255,10 @@ void add_serve_command(CLI::App& app) {
                   "Without a plan for this machine and model: calibrate (quick, then store it) or refuse")
       ->check(CLI::IsMember({"calibrate", "refuse"}));
   cmd->add_flag("--no-wisdom", o->no_wisdom, "Ignore wisdom: run on explicit flags and defaults only");
+  cmd->add_option("--expert-prefetch", o->expert_prefetch,
+                  "MoE: next-layer expert reads started ahead, predicted by that layer's router (0: off; default: the "
+                  "plan's)")
+      ->check(CLI::NonNegativeNumber);
   cmd->callback([o, cmd] {
     const std::string given = o->model;
     o->model = resolve_model(given);

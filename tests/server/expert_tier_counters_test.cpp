@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <future>
+#include <optional>
+#include <stdexcept>
 
 #include <boost/json.hpp>
 #include <fmt/format.h>
@@ -22,24 +24,38 @@ struct Done : engine::SequenceObserver {
   void on_finish(const engine::SequenceResult& r) override { result.set_value(r); }
 };
 
-TEST(ExpertTierCounters, MoeTierCountersReachHealthAndMetrics) {
+// The qwen3_moe fixture served by a scheduler whose engine thread refreshes ExpertTierCounters after every step.
+struct ServedFixture {
   tiering::Ledger ledger;
-  model::LoadOptions load;
-  load.ledger = &ledger;
-  load.experts.cache.slots = 2;  // fewer slots than experts: some uses must read from disk
-  load.experts.cache.prefetch_limit = 0;
-  auto weights = model::load_model(std::string(TIERLM_SOURCE_DIR) + "/tests/fixtures/models/qwen3_moe", load);
-  ASSERT_TRUE(weights.experts);
-  auto counters = std::make_shared<ExpertTierCounters>(weights.experts);
-  engine::SchedulerOptions o;
-  o.context = 64;
-  o.max_batch = 2;
-  o.threads = 1;
-  o.pin_threads = false;
-  o.after_step = [counters] { counters->refresh(); };
-  engine::Scheduler scheduler(weights, ledger, o);
-  Telemetry telemetry(ServerInfo{}, ledger, scheduler);
-  telemetry.set_tiering(counters);
+  std::optional<model::ModelWeights> weights;
+  std::shared_ptr<ExpertTierCounters> counters;
+  std::optional<engine::Scheduler> scheduler;
+  std::optional<Telemetry> telemetry;
+  ServedFixture(int64_t slots, int64_t prefetch_limit, int64_t max_batch) {
+    model::LoadOptions load;
+    load.ledger = &ledger;
+    load.experts.cache.slots = slots;
+    load.experts.cache.prefetch_limit = prefetch_limit;
+    weights.emplace(model::load_model(std::string(TIERLM_SOURCE_DIR) + "/tests/fixtures/models/qwen3_moe", load));
+    if (!weights->experts) throw std::logic_error("the qwen3_moe fixture loaded without an expert tier");
+    counters = std::make_shared<ExpertTierCounters>(weights->experts);
+    engine::SchedulerOptions o;
+    o.context = 64;
+    o.max_batch = max_batch;
+    o.threads = 1;
+    o.pin_threads = false;
+    o.after_step = [c = counters] { c->refresh(); };
+    scheduler.emplace(*weights, ledger, o);
+    telemetry.emplace(ServerInfo{}, ledger, *scheduler);
+    telemetry->set_tiering(counters);
+  }
+};
+
+TEST(ExpertTierCounters, MoeTierCountersReachHealthAndMetrics) {
+  ServedFixture served(/*slots=*/2, /*prefetch_limit=*/0, /*max_batch=*/2);  // 2 slots: some uses must read from disk
+  auto& counters = served.counters;
+  auto& scheduler = *served.scheduler;
+  auto& telemetry = *served.telemetry;
 
   auto before = telemetry.health();
   EXPECT_TRUE(before.at("tiering").at("available").as_bool());
@@ -72,6 +88,36 @@ TEST(ExpertTierCounters, MoeTierCountersReachHealthAndMetrics) {
   auto snap = telemetry.snapshot(cursor);
   EXPECT_TRUE(snap.at("tiering_available").as_bool());
   EXPECT_GT(snap.at("tiers").at("disk").to_number<double>(), 0.0);
+}
+
+// The lookahead prefetch's counters (bench/realscale.sh reads its precision and recall from /health).
+TEST(ExpertTierCounters, PrefetchCountersReachHealth) {
+  // 6 slots: room beside one layer's pinned top-k for the next layer's predicted experts.
+  ServedFixture served(/*slots=*/6, /*prefetch_limit=*/8, /*max_batch=*/1);
+  auto& counters = served.counters;
+  auto& scheduler = *served.scheduler;
+  auto& telemetry = *served.telemetry;
+  engine::SequenceParams p;
+  p.prompt = {1, 5, 9};
+  p.max_tokens = 12;  // decode steps are single rows: the lookahead runs on them
+  auto done = std::make_shared<Done>();
+  auto f = done->result.get_future();
+  scheduler.submit(p, done);
+  EXPECT_EQ(f.get().finish_reason, "length");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (counters->counters().prefetches == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const tiering::ExpertTierTelemetry direct = served.weights->experts->telemetry();
+  const auto t = counters->counters();
+  EXPECT_GT(t.prefetches, 0u);
+  EXPECT_EQ(t.prefetches, direct.prefetches);
+  EXPECT_EQ(t.prefetch_hits, direct.prefetch_hits);
+  EXPECT_EQ(t.prefetch_wasted, direct.prefetch_wasted);
+  EXPECT_LE(t.prefetch_hits + t.prefetch_wasted, t.prefetches);
+  auto h = telemetry.health();
+  EXPECT_EQ(h.at("tiering").at("prefetches").to_number<double>(), double(t.prefetches));
+  EXPECT_EQ(h.at("tiering").at("prefetch_hits").to_number<double>(), double(t.prefetch_hits));
+  EXPECT_EQ(h.at("tiering").at("prefetch_wasted").to_number<double>(), double(t.prefetch_wasted));
 }
 
 }  // namespace

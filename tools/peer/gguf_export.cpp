@@ -6,13 +6,21 @@
 // ggml block format descriptions. The vocabulary is a placeholder (the bench feeds token ids, never text).
 // Never: export an architecture or option it does not implement (it throws naming it).
 //
+// From an MLX affine 4-bit Qwen3-MoE folder (tools/peer/synthetic_mlx_moe, or a user's mlx-community folder),
+// `--from-mlx` writes Q4_1 with the SAME values: an MLX group of 64 (w = scale * q + bias, bf16 scale and bias) is
+// two Q4_1 blocks of 32 (w = d * q + m) with d = scale, m = bias and the same 4-bit codes; bf16 -> f16 is exact for
+// normal f16 values (|v| >= 2^-14), so only scales or biases below that lose bits (counted and printed). The router
+// and the norms go out as F32 (exact).
+//
 // Usage: gguf_export HF_DIR OUT.gguf f16|q8_0|q4_0
+//        gguf_export --from-mlx MLX_DIR OUT.gguf
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -28,7 +36,7 @@ namespace {
 
 using tierlm::kernels::f32_to_f16;
 
-enum GgmlType : uint32_t { kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ8_0 = 8 };
+enum GgmlType : uint32_t { kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8 };
 enum ValueType : uint32_t { kU32 = 4, kI32 = 5, kF32Value = 6, kBool = 7, kString = 8, kArray = 9 };
 constexpr uint64_t kAlignment = 32;
 constexpr int kBlock = 32;  // Q8_0 and Q4_0 block length
@@ -40,6 +48,7 @@ uint64_t type_bytes(GgmlType t, int64_t elements) {
     case kF16: return uint64_t(elements) * 2;
     case kQ8_0: return uint64_t(elements / kBlock) * 34;  // f16 scale + 32 int8
     case kQ4_0: return uint64_t(elements / kBlock) * 18;  // f16 scale + 16 bytes of nibbles
+    case kQ4_1: return uint64_t(elements / kBlock) * 20;  // f16 scale, f16 minimum + 16 bytes of nibbles
   }
   return 0;
 }
@@ -96,6 +105,8 @@ std::vector<float> permute_heads(const std::vector<float>& w, int64_t heads, int
   return out;
 }
 
+using Producer = std::function<std::vector<uint8_t>()>;
+
 class GgufWriter {
  public:
   void u32(const std::string& key, uint32_t v) { this->key(key, kU32), pod(meta_, v); ++kv_count_; }
@@ -113,15 +124,19 @@ class GgufWriter {
     for (const T& x : v) pod(meta_, x);
     ++kv_count_;
   }
-  // dims innermost first (ggml's ne0 = columns).
-  void tensor(const std::string& name, std::vector<int64_t> dims, GgmlType type, std::vector<uint8_t> data) {
+  // dims innermost first (ggml's ne0 = columns). The data is produced at write() time, one tensor at a time, so a
+  // model larger than memory streams through.
+  void tensor(const std::string& name, std::vector<int64_t> dims, GgmlType type, Producer produce) {
+    int64_t elements = 1;
+    for (int64_t d : dims) elements *= d;
+    const uint64_t bytes = type_bytes(type, elements);
     str(infos_, name);
     pod(infos_, uint32_t(dims.size()));
     for (int64_t d : dims) pod(infos_, uint64_t(d));
     pod(infos_, uint32_t(type));
     pod(infos_, data_size_);
-    data_size_ += (data.size() + kAlignment - 1) / kAlignment * kAlignment;
-    data_.push_back(std::move(data));
+    data_size_ += (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    data_.push_back({name, bytes, std::move(produce)});
   }
   void write(const std::filesystem::path& file) {
     std::ofstream out(file, std::ios::binary);
@@ -135,9 +150,12 @@ class GgufWriter {
     head.resize((head.size() + kAlignment - 1) / kAlignment * kAlignment, 0);
     out.write(reinterpret_cast<const char*>(head.data()), std::streamsize(head.size()));
     for (auto& d : data_) {
-      d.resize((d.size() + kAlignment - 1) / kAlignment * kAlignment, 0);
-      out.write(reinterpret_cast<const char*>(d.data()), std::streamsize(d.size()));
-      std::vector<uint8_t>().swap(d);
+      std::vector<uint8_t> bytes = d.produce();
+      if (bytes.size() != d.bytes)
+        throw std::logic_error(fmt::format("gguf_export: {} produced {} bytes, expected {}", d.name, bytes.size(), d.bytes));
+      bytes.resize((bytes.size() + kAlignment - 1) / kAlignment * kAlignment, 0);
+      out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+      d.produce = nullptr;
     }
     if (!out) throw std::runtime_error("cannot write " + file.string());
   }
@@ -153,8 +171,13 @@ class GgufWriter {
     out.insert(out.end(), s.begin(), s.end());
   }
   void key(const std::string& k, ValueType t) { str(meta_, k), pod(meta_, uint32_t(t)); }
+  struct Pending {
+    std::string name;
+    uint64_t bytes;
+    Producer produce;
+  };
   std::vector<uint8_t> meta_, infos_;
-  std::vector<std::vector<uint8_t>> data_;
+  std::vector<Pending> data_;
   uint64_t kv_count_ = 0, data_size_ = 0;
 };
 
@@ -214,17 +237,21 @@ void export_gguf(const std::filesystem::path& hf, const std::filesystem::path& o
   write_vocab(g, c.vocab_size);
 
   auto load = [&](const std::string& name) { return tensor_to_f32(index, index.at(name)); };
+  // The tensors are read and encoded when the writer streams them out (index and config outlive g.write).
   auto matrix = [&](const std::string& gguf_name, const std::string& hf_name, int64_t permute_heads_count) {
     const TensorInfo& t = index.at(hf_name);
     if (t.shape.size() != 2 || t.shape[1] % kBlock != 0)
       throw std::invalid_argument("gguf_export: " + hf_name + " is not a matrix with columns a multiple of 32");
-    std::vector<float> v = load(hf_name);
-    if (permute_heads_count > 0) v = permute_heads(v, permute_heads_count, c.head_dim, t.shape[1]);
-    g.tensor(gguf_name, {t.shape[1], t.shape[0]}, matrix_type, encode(matrix_type, v));
+    const int64_t cols = t.shape[1];
+    g.tensor(gguf_name, {cols, t.shape[0]}, matrix_type, [&, hf_name, cols, permute_heads_count] {
+      std::vector<float> v = load(hf_name);
+      if (permute_heads_count > 0) v = permute_heads(v, permute_heads_count, c.head_dim, cols);
+      return encode(matrix_type, v);
+    });
   };
   auto vector = [&](const std::string& gguf_name, const std::string& hf_name) {
-    std::vector<float> v = load(hf_name);
-    g.tensor(gguf_name, {int64_t(v.size())}, kF32, encode(kF32, v));
+    const TensorInfo& t = index.at(hf_name);
+    g.tensor(gguf_name, {t.shape.at(0)}, kF32, [&, hf_name] { return encode(kF32, load(hf_name)); });
   };
   matrix("token_embd.weight", "model.embed_tokens.weight", 0);
   vector("output_norm.weight", "model.norm.weight");
@@ -243,11 +270,130 @@ void export_gguf(const std::filesystem::path& hf, const std::filesystem::path& o
   g.write(out);
 }
 
+// ---- MLX affine 4-bit Qwen3-MoE -> qwen3moe GGUF (Q4_1, same values) ------------------------------------------
+
+uint64_t g_inexact_f16 = 0;  // scales/biases that f16 cannot hold exactly (subnormal or out of range)
+
+uint16_t bf16_to_f16_counted(uint16_t b) {
+  const float v = tierlm::kernels::bf16_to_f32(b);
+  const uint16_t h = f32_to_f16(v);
+  if (tierlm::kernels::f16_to_f32(h) != v) ++g_inexact_f16;
+  return h;
+}
+
+// An MLX quantized module (weight uint32 [..., rows, cols/8], scales/biases bf16 [..., rows, cols/64]) as Q4_1.
+std::vector<uint8_t> mlx_q4_to_q4_1(const tierlm::model::TensorIndex& index, const std::string& module) {
+  using tierlm::model::DType;
+  const auto& w = index.at(module + ".weight");
+  const auto& sc = index.at(module + ".scales");
+  const auto& bi = index.at(module + ".biases");
+  if (w.dtype != DType::U32 || sc.dtype != DType::BF16 || bi.dtype != DType::BF16)
+    throw std::invalid_argument("gguf_export: " + module + " is not MLX 4-bit with bf16 scales and biases");
+  const int64_t groups_total = sc.elements(), words_per_group = 8;  // 64 codes of 4 bits = 8 words
+  if (w.elements() != groups_total * words_per_group)
+    throw std::invalid_argument("gguf_export: " + module + " is not group size 64, 4 bits");
+  const auto* codes = reinterpret_cast<const uint32_t*>(index.data(w).data());
+  const auto* scales = reinterpret_cast<const uint16_t*>(index.data(sc).data());
+  const auto* biases = reinterpret_cast<const uint16_t*>(index.data(bi).data());
+  std::vector<uint8_t> out(size_t(groups_total) * 2 * 20);
+  for (int64_t g = 0; g < groups_total; ++g) {
+    const uint16_t d = bf16_to_f16_counted(scales[g]), m = bf16_to_f16_counted(biases[g]);
+    const uint32_t* c = codes + g * words_per_group;
+    for (int half = 0; half < 2; ++half) {
+      uint8_t* block = out.data() + (g * 2 + half) * 20;
+      std::memcpy(block, &d, 2);
+      std::memcpy(block + 2, &m, 2);
+      auto code = [&](int j) { const int e = half * 32 + j; return uint8_t((c[e / 8] >> (4 * (e % 8))) & 15); };
+      for (int j = 0; j < 16; ++j) block[4 + j] = uint8_t(code(j) | (code(j + 16) << 4));
+    }
+  }
+  return out;
+}
+
+// The dequantized values of an MLX module as F32 (the router: llama.cpp reads ffn_gate_inp in F32).
+std::vector<uint8_t> mlx_q4_to_f32(const tierlm::model::TensorIndex& index, const std::string& module) {
+  const auto& w = index.at(module + ".weight");
+  const auto& sc = index.at(module + ".scales");
+  const auto* codes = reinterpret_cast<const uint32_t*>(index.data(w).data());
+  const auto* scales = reinterpret_cast<const uint16_t*>(index.data(sc).data());
+  const auto* biases = reinterpret_cast<const uint16_t*>(index.data(index.at(module + ".biases")).data());
+  std::vector<float> v(size_t(sc.elements() * 64));
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = tierlm::kernels::bf16_to_f32(scales[i / 64]) * float((codes[i / 8] >> (4 * (i % 8))) & 15) +
+           tierlm::kernels::bf16_to_f32(biases[i / 64]);
+  return encode(kF32, v);
+}
+
+void export_qwen3_moe_mlx(const std::filesystem::path& dir, const std::filesystem::path& out) {
+  using namespace tierlm::model;
+  const ModelConfig c = load_config(dir);
+  if (c.model_type != "qwen3_moe" || !c.quantization || c.quantization->bits != 4 || c.quantization->group_size != 64)
+    throw std::invalid_argument("gguf_export --from-mlx: only MLX 4-bit group-64 qwen3_moe folders are implemented");
+  if (c.tie_word_embeddings) throw std::invalid_argument("gguf_export --from-mlx: tied embeddings not implemented");
+  const TensorIndex index = TensorIndex::open(dir);
+  GgufWriter g;
+  const std::string a = "qwen3moe";
+  g.string("general.architecture", a);
+  g.string("general.name", "tierlm synthetic " + dir.filename().string());
+  g.u32("general.file_type", 3);  // MOSTLY_Q4_1
+  g.u32("general.alignment", uint32_t(kAlignment));
+  g.u32(a + ".context_length", uint32_t(c.max_position_embeddings));
+  g.u32(a + ".embedding_length", uint32_t(c.hidden_size));
+  g.u32(a + ".block_count", uint32_t(c.num_layers));
+  g.u32(a + ".feed_forward_length", uint32_t(c.intermediate_size));
+  g.u32(a + ".expert_feed_forward_length", uint32_t(c.moe_intermediate_size));
+  g.u32(a + ".expert_count", uint32_t(c.num_experts));
+  g.u32(a + ".expert_used_count", uint32_t(c.num_experts_per_tok));
+  g.u32(a + ".attention.head_count", uint32_t(c.num_heads));
+  g.u32(a + ".attention.head_count_kv", uint32_t(c.num_kv_heads));
+  g.u32(a + ".attention.key_length", uint32_t(c.head_dim));
+  g.u32(a + ".attention.value_length", uint32_t(c.head_dim));
+  g.f32(a + ".rope.freq_base", float(c.rope.theta));
+  g.f32(a + ".attention.layer_norm_rms_epsilon", float(c.rms_norm_eps));
+  write_vocab(g, c.vocab_size);
+  // dims innermost first; a module [rows, cols] (or [experts, rows, cols]) is {cols, rows(, experts)}.
+  auto q4 = [&](const std::string& name, const std::string& module, std::vector<int64_t> dims) {
+    g.tensor(name, std::move(dims), kQ4_1, [&, module] { return mlx_q4_to_q4_1(index, module); });
+  };
+  auto norm = [&](const std::string& name, const std::string& tensor) {
+    g.tensor(name, {index.at(tensor).shape.at(0)}, kF32, [&, tensor] { return encode(kF32, tensor_to_f32(index, index.at(tensor))); });
+  };
+  const int64_t H = c.hidden_size, V = c.vocab_size, E = c.num_experts, I = c.moe_intermediate_size;
+  const int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
+  q4("token_embd.weight", "model.embed_tokens", {H, V});
+  norm("output_norm.weight", "model.norm.weight");
+  q4("output.weight", "lm_head", {H, V});
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l), b = fmt::format("blk.{}.", l);
+    norm(b + "attn_norm.weight", p + "input_layernorm.weight");
+    q4(b + "attn_q.weight", p + "self_attn.q_proj", {H, q});
+    q4(b + "attn_k.weight", p + "self_attn.k_proj", {H, kv});
+    q4(b + "attn_v.weight", p + "self_attn.v_proj", {H, kv});
+    q4(b + "attn_output.weight", p + "self_attn.o_proj", {q, H});
+    norm(b + "attn_q_norm.weight", p + "self_attn.q_norm.weight");
+    norm(b + "attn_k_norm.weight", p + "self_attn.k_norm.weight");
+    norm(b + "ffn_norm.weight", p + "post_attention_layernorm.weight");
+    g.tensor(b + "ffn_gate_inp.weight", {H, E}, kF32, [&, p] { return mlx_q4_to_f32(index, p + "mlp.gate"); });
+    q4(b + "ffn_gate_exps.weight", p + "mlp.switch_mlp.gate_proj", {H, I, E});
+    q4(b + "ffn_up_exps.weight", p + "mlp.switch_mlp.up_proj", {H, I, E});
+    q4(b + "ffn_down_exps.weight", p + "mlp.switch_mlp.down_proj", {I, H, E});
+  }
+  g.write(out);
+  std::fprintf(stderr, "gguf_export: %llu scales/biases not exactly representable in f16 (the rest are identical)\n",
+               static_cast<unsigned long long>(g_inexact_f16));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
-    if (argc != 4) throw std::invalid_argument("usage: gguf_export HF_DIR OUT.gguf f16|q8_0|q4_0");
+    if (argc == 4 && std::string(argv[1]) == "--from-mlx") {
+      export_qwen3_moe_mlx(argv[2], argv[3]);
+      std::fprintf(stderr, "gguf_export: wrote %s\n", argv[3]);
+      return 0;
+    }
+    if (argc != 4)
+      throw std::invalid_argument("usage: gguf_export HF_DIR OUT.gguf f16|q8_0|q4_0 | gguf_export --from-mlx MLX_DIR OUT.gguf");
     export_gguf(argv[1], argv[2], argv[3]);
     std::fprintf(stderr, "gguf_export: wrote %s\n", argv[2]);
     return 0;

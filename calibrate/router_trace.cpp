@@ -199,6 +199,19 @@ ModelProfile measure_model_profile(const fs::path& dir, const ModelProfileOption
   p.name = dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
   measure_classes(m, p);
   p.fingerprint = model_fingerprint(dir, options.weight_format);
+  {
+    // The engine's scratch as Forward allocates it for this model (every layer kind's buffers: Gemma 4's wider full
+    // layers and dense MLP beside the experts, DeltaNet projections, ...): linear in the rows of a step.
+    kernels::ThreadPool one(1);
+    auto scratch_at = [&](int64_t rows) {
+      const uint64_t before = ledger.used(tiering::accounts::scratch);
+      engine::Forward f(m, one, ledger, rows, 2);
+      return ledger.used(tiering::accounts::scratch) - before;
+    };
+    const uint64_t at1 = scratch_at(1), at2 = scratch_at(2);
+    p.scratch_row_bytes = at2 > at1 ? at2 - at1 : at1;
+    p.scratch_fixed_bytes = at1 > p.scratch_row_bytes ? at1 - p.scratch_row_bytes : 0;
+  }
   if (!moe) return p;
 
   tiering::ExpertTier& tier = *m.experts;

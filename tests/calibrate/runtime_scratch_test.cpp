@@ -1,7 +1,8 @@
-// tests/calibrate/runtime_scratch_test.cpp — the plan's scratch account is what the engine allocates: for each MoE
-// family (Qwen3-MoE, Qwen3.5 with DeltaNet layers, Gemma 4 with wider full layers and the dense MLP beside the
-// experts), the measured profile's prediction.memory["scratch"] equals the ledger's scratch after Forward is built
-// for the plan's step rows (prefill chunk + batch), plus the gathered logits of a decode batch. (Gemma-4-26B-A4B
+// tests/calibrate/runtime_scratch_test.cpp — the plan's scratch account is what the engine allocates, and its weight
+// classes hold every loaded matrix: for each MoE family (Qwen3-MoE, Qwen3.5 with DeltaNet layers, Gemma 4 with wider
+// full layers and the dense MLP beside the experts), the measured profile's prediction.memory["scratch"] equals the
+// ledger's scratch after Forward is built for the plan's step rows (prefill chunk + batch), plus the gathered logits
+// of a decode batch. (Gemma-4-26B-A4B
 // served at defaults failed at start when the shape formula undercounted it by ~40 MiB: bench/results/headline.md.)
 #include <gtest/gtest.h>
 
@@ -48,6 +49,9 @@ TEST_P(RuntimeScratch, PlanCountsWhatForwardAllocates) {
   model::LoadOptions load;
   load.ledger = &ledger;
   const model::ModelWeights m = model::load_model(dir, load);
+  // The weight classes hold every loaded matrix (a DeltaNet layer's fused in-projection, Gemma 4's per-layer inputs
+  // included), so the plan's weights account is no smaller than what loading charges.
+  EXPECT_GE(p.dense_bytes(), m.bytes()) << GetParam();
   kernels::ThreadPool pool(1);
   const uint64_t before = ledger.used(tiering::accounts::scratch);
   engine::Forward forward(m, pool, ledger, plan.prefill_chunk + plan.batch, 256);

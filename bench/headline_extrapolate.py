@@ -7,18 +7,16 @@ run-vs-bound CLIENT_JSON BOUND_JSON
     bound tok/s = GB/s / bytes per token; the cold bound assumes every routed expert of every layer a miss.
 
 qwen V1_WISDOM V3_WISDOM V4_WISDOM BOUND_JSON CLIENT_JSON CONFIG_JSON [FULL_LAYERS=48] [FULL_ATTENTION=12]
-    Per-layer decode cost of Qwen3.5-122B-A10B from `calibrate`'s model timings (ModelTiming: one decode step with
-    every routed expert in memory, one expert on one row, one router, a miss) on variants of 1, 3 and 4 layers over
-    the same shards (layer types L, LLL, LLLF):
-        S1 = E + D, S3 = E + 3 D, S4 = E + 3 D + F
-    with D a Gated DeltaNet layer, F a gated full-attention layer (each with its norms, shared expert, router and 8
-    routed experts computed from memory) and E the embedding + final norm + 248k-row head. The routed-MoE part of a
-    layer is 8 x expert_seconds + router_seconds. A streamed expert costs miss_batch_seconds (calibrate: top_k misses
-    of one layer requested together: read, conversion, acquire) or, at the disk bound, read bytes / bound GB/s.
-    The full model at a budget B: dense bytes G + 36 d_lin + 12 d_full (solved from the three profiles' dense bytes the
-    same way), KV + recurrent state of batch 1 at 4096 positions, scratch and staging as the 4-layer plan counts them;
-    the rest holds experts; with uniform routing (random weights: no skew) the hit rate is that share of all
-    48 x 256 experts, so misses/token = 48 x 8 x (1 - hit).
+    Per-layer decode cost of Qwen3.5-122B-A10B. `calibrate`'s ModelTiming (one decode step with every routed expert
+    in memory, fixed routing; a miss) is measured on variants of 1, 3 and 4 layers over the same shards (L, LLL,
+    LLLF); decode is a stream of matvecs, so the 4-layer step's bytes (exact MLX sizes from the real shapes) over its
+    time give the rate each layer kind's bytes are charged at: a Gated DeltaNet layer, a full-attention layer (each
+    with its router, shared expert and 8 routed experts) and the 248k-row head. (The 1- and 3-layer steps are printed
+    too; on the loaded machine their differences were noise.) A streamed expert costs miss_batch_seconds (calibrate:
+    top_k misses of one layer requested together: read, conversion, acquire) or, at the disk bound, read bytes /
+    bound GB/s. The full model at a budget B: its dense bytes (same formula), KV + recurrent state of batch 1 at 4096
+    positions, scratch and staging as the 4-layer plan counts them; the rest holds experts; with uniform routing
+    (random weights: no skew) the hit rate is that share of all 48 x 256 experts, so misses/token = 48 x 8 x (1 - hit).
         tok/s = 1 / (36 D + 12 F + E + misses x miss cost)      disk bound = GB/s / (misses x read bytes)
     The same model checked on the 4-layer folder served at defaults (CLIENT_JSON): its measured hit rate gives the
     predicted tok/s to set beside the measured one.
@@ -86,74 +84,91 @@ def run_vs_bound(client_path, bound_path):
           f"cold bound (every routed expert a miss): {b['cold_bound_tok_s']:.3f} tok/s")
 
 
+def mlx_bytes(rows, cols, bits=4, group=64):
+    """One MLX affine matrix as stored and streamed: packed words + bf16 scale and bias per group."""
+    return rows * (cols * bits // 8 + cols // group * 4)
+
+
 def qwen(v1, v3, v4, bound_path, client_path, config_path, full_layers=48, full_attention=12):
     e1, e3, e4 = entry(v1), entry(v3), entry(v4)
     t1, t3, t4 = timing(e1), timing(e3), timing(e4)
     b = json.load(open(bound_path))
-    S1, S3, S4 = t1["step_seconds"], t3["step_seconds"], t4["step_seconds"]
-    D = (S3 - S1) / 2
-    F = S4 - S3
-    E = S1 - D
-    moe = 8 * t4["expert_seconds"] + t4["router_seconds"]
+    t = json.load(open(config_path))["text_config"]
+    H, V, E, k = t["hidden_size"], t["vocab_size"], t["num_experts"], t["num_experts_per_tok"]
+    I, Is, nh, nkv, hd = (t["moe_intermediate_size"], t["shared_expert_intermediate_size"], t["num_attention_heads"],
+                          t["num_key_value_heads"], t["head_dim"])
+    nk, dk, nv, dv = (t["linear_num_key_heads"], t["linear_key_head_dim"], t["linear_num_value_heads"],
+                      t["linear_value_head_dim"])
+    conv = 2 * nk * dk + nv * dv
+    # Bytes each decode token streams per layer (4-bit, router and shared-expert gate 8-bit), from the real shapes.
+    deltanet = mlx_bytes(conv + nv * dv + 2 * nv, H) + mlx_bytes(H, nv * dv)
+    attention = mlx_bytes(2 * nh * hd + 2 * nkv * hd, H) + mlx_bytes(H, nh * hd)
+    expert = 2 * mlx_bytes(I, H) + mlx_bytes(H, I)
+    moe_fixed = mlx_bytes(E, H, 8) + 2 * mlx_bytes(Is, H) + mlx_bytes(H, Is) + mlx_bytes(1, H, 8)
+    head = mlx_bytes(V, H)
+    moe = moe_fixed + k * expert
+    S = {n: x["step_seconds"] for n, x in (("S1", t1), ("S3", t3), ("S4", t4))}
+    layers4 = e4["model"]["moe"]["moe_layers"]
+    streamed4 = 3 * (deltanet + moe) + (attention + moe) + head
+    gbs = streamed4 / S["S4"]  # the 4-layer step's effective rate (S1, S3: see the note on noise)
+    D, F, M, Eh = (deltanet + moe) / gbs, (attention + moe) / gbs, moe / gbs, head / gbs
     miss = t4["miss_batch_seconds"]
     m = e4["model"]["moe"]
     read_bytes, block = m["expert_read_bytes"], m["expert_bytes"]
     disk_miss = read_bytes / (b["gb_per_s"] * 1e9)
-    print(f"- calibrate timings at {e4['plan']['threads']} threads: step S1 {S1 * 1e3:.1f} ms (L), S3 {S3 * 1e3:.1f} ms "
-          f"(LLL), S4 {S4 * 1e3:.1f} ms (LLLF); expert {t4['expert_seconds'] * 1e6:.0f} us/row, router "
-          f"{t4['router_seconds'] * 1e6:.0f} us, miss alone {t4['miss_seconds'] * 1e3:.2f} ms, miss in a batch of 8 "
-          f"{miss * 1e3:.2f} ms")
-    print(f"- per layer, decode, experts in memory: Gated DeltaNet layer {D * 1e3:.2f} ms, gated full-attention "
-          f"layer {F * 1e3:.2f} ms (each incl. norms, shared expert and its routed-MoE part {moe * 1e3:.2f} ms = 8 "
-          f"experts + router); embedding + head {E * 1e3:.2f} ms")
-    print(f"- MoE streamed: a missed expert costs {miss * 1e3:.2f} ms in the tier (read {read_bytes / 1e6:.2f} MB + "
-          f"conversion, calibrate's batch of 8) vs {disk_miss * 1e3:.2f} ms at the disk bound "
-          f"({b['gb_per_s']:.3f} GB/s, same files)")
-    g1, g3, g4 = dense_bytes(e1), dense_bytes(e3), dense_bytes(e4)
-    d_lin = (g3 - g1) / 2
-    d_full = g4 - g3
-    G = g1 - d_lin
+    ms = lambda x: f"{x * 1e3:.1f} ms"
+    print(f"- calibrate's decode step with every routed expert in memory (fixed routing), threads {e4['plan']['threads']}: "
+          f"1 layer (L) {ms(S['S1'])}, 3 layers (LLL) {ms(S['S3'])}, 4 layers (LLLF) {ms(S['S4'])}; at 1 thread "
+          f"{ms(e1['model']['timings'][0]['step_seconds'])} / {ms(e3['model']['timings'][0]['step_seconds'])} / "
+          f"{ms(e4['model']['timings'][0]['step_seconds'])} (each from a 0.15 s window on a machine at load 11-17: "
+          f"not monotone in the layer count, so per-layer costs are not taken from their differences)")
+    print(f"- bytes a decode token streams: Gated DeltaNet mixer {deltanet / 1e6:.1f} MB, gated full-attention mixer "
+          f"{attention / 1e6:.1f} MB, MoE {moe / 1e6:.1f} MB (router + shared expert {moe_fixed / 1e6:.1f} MB + 8 "
+          f"experts x {expert / 1e6:.2f} MB), head {head / 1e6:.0f} MB; the 4-layer step streams {streamed4 / 1e6:.0f} MB "
+          f"in {ms(S['S4'])} = {gbs / 1e9:.2f} GB/s")
+    print(f"- **per layer, decode, at that rate: Gated DeltaNet layer {ms(D)}, full-attention layer {ms(F)} (each incl. "
+          f"its MoE {ms(M)} with experts in memory), head {ms(Eh)}; MoE streamed: a missed expert costs {ms(miss)} in "
+          f"the tier (calibrate: 8 misses of a layer together: read {read_bytes / 1e6:.2f} MB + MLX conversion + "
+          f"acquire) vs {ms(disk_miss)} at the disk bound ({b['gb_per_s']:.3f} GB/s, same files)**")
     linear = full_layers - full_attention
-    dense = G + linear * d_lin + full_attention * d_full
+    dense = 2 * head + linear * (deltanet + moe_fixed) + full_attention * (attention + moe_fixed)
+    rec = [r for r in e4["model"].get("layer_recurrent_bytes", []) if r]
+    kv = linear * (rec[0] if rec else 0) + full_attention * 2 * nkv * hd * 2 * 4096  # batch 1, f16, 4096 positions
     mem = e4["plan"]["prediction"]["memory"]
-    kv4 = mem.get("kv", 0)
-    # KV at batch 1: the 4-layer plan holds 3 recurrent states + 1 full layer at its batch and context
-    batch = max(1, e4["plan"]["batch"])
-    rec = e4["model"].get("layer_recurrent_bytes", [])
-    rec_one = max(rec) if rec else 0
-    full_kv_one = (kv4 / batch - 3 * rec_one) if kv4 else 0
-    kv = linear * rec_one + full_attention * full_kv_one
-    other = sum(v for k, v in mem.items() if k in ("scratch", "expert_staging"))
-    compute = linear * D + full_attention * F + E
-    total_experts = full_layers * m["experts"]
-    print(f"- full model ({full_layers} layers: {linear} DeltaNet + {full_attention} full): dense {dense / 2**30:.2f} GiB "
-          f"(global {G / 2**30:.2f}, {d_lin / 2**20:.0f} MiB per DeltaNet layer, {d_full / 2**20:.0f} MiB per full "
-          f"layer), experts {total_experts * block / 2**30:.1f} GiB ({block / 2**20:.2f} MiB each), KV+state at batch 1 "
-          f"x {e4['plan']['context']} {kv / 2**20:.0f} MiB, scratch+staging {other / 2**20:.0f} MiB; compute per token "
-          f"(all experts in memory) {compute * 1e3:.0f} ms = {1 / compute:.2f} tok/s")
+    other = mem.get("scratch", 0) + mem.get("expert_staging", 0)
+    compute = linear * D + full_attention * F + Eh
+    total_experts = full_layers * E
+    print(f"- full model ({full_layers} layers: {linear} DeltaNet + {full_attention} full): dense weights "
+          f"{dense / 2**30:.2f} GiB, experts {total_experts * block / 2**30:.1f} GiB ({block / 2**20:.2f} MiB each), "
+          f"KV + recurrent state at batch 1 x 4096 (f16) {kv / 2**20:.0f} MiB, scratch + staging {other / 2**20:.0f} MiB; "
+          f"compute per token with every expert in memory {ms(compute)} = {1 / compute:.2f} tok/s")
     print("")
-    print("| budget | experts in memory | hit (uniform) | misses/token | tok/s (tier miss cost) | tok/s (disk-bound miss cost) | disk bound |")
+    print("| budget | experts in memory | hit rate (uniform routing) | misses/token | tok/s (tier's miss cost) | "
+          "tok/s (misses at the disk bound) | disk bound alone |")
     print("|---|---|---|---|---|---|---|")
     for gib in (16, 8):
         free = gib * 2**30 - dense - kv - other
         held = max(0, int(free // block))
         hit = min(1.0, held / total_experts)
-        misses = full_layers * 8 * (1 - hit)
+        misses = full_layers * k * (1 - hit)
         tier = 1 / (compute + misses * miss)
         at_bound = 1 / (compute + misses * disk_miss)
         disk = b["gb_per_s"] * 1e9 / (misses * read_bytes) if misses > 0 else float("inf")
         print(f"| {gib} GiB | {held} of {total_experts} | {hit:.3f} | {misses:.0f} | {tier:.3f} | {at_bound:.3f} | "
               f"{disk:.3f} |")
     print("")
-    c = json.load(open(client_path))
+    try:
+        c = json.load(open(client_path))
+    except (OSError, ValueError):
+        print(f"- (no served check: {client_path} missing)")
+        return
     rt = c["request_tiering"]
     hits, misses_n = rt["cache_hits"], rt["cache_misses"]
     hit = hits / max(1, hits + misses_n)
-    layers4 = e4["model"]["moe"]["moe_layers"]
-    predicted = 1 / (S4 + layers4 * 8 * (1 - hit) * miss)
-    print(f"- check on the {layers4}-layer folder served at defaults (budget "
-          f"{c['memory']['ledger_budget_bytes'] / 2**30:.2f} GiB): measured {c['decode_tok_s']} tok/s at hit rate "
-          f"{hit:.3f}; the per-layer model predicts {predicted:.3f} tok/s")
+    predicted = 1 / (S["S4"] + layers4 * k * (1 - hit) * miss)
+    print(f"- check: the {layers4}-layer folder served at defaults (budget "
+          f"{c['memory']['ledger_budget_bytes'] / 2**30:.2f} GiB) decoded {c['decode_tok_s']} tok/s at hit rate "
+          f"{hit:.3f}; the same arithmetic predicts {predicted:.3f} tok/s")
 
 
 def kv(client_path, wisdom_path):

@@ -205,6 +205,8 @@ bj::value to_json(const ModelProfile& p) {
                         {"packed_experts", p.packed_experts},
                         {"shared_intermediate", p.shared_intermediate}};
   o["load_scratch_bytes"] = p.load_scratch_bytes;
+  if (p.scratch_row_bytes > 0)
+    o["runtime_scratch"] = bj::object{{"row_bytes", p.scratch_row_bytes}, {"fixed_bytes", p.scratch_fixed_bytes}};
   if (!p.layer_windows.empty()) o["layer_windows"] = bj::value_from(p.layer_windows);
   if (!p.layer_recurrent_bytes.empty()) o["layer_recurrent_bytes"] = bj::value_from(p.layer_recurrent_bytes);
   if (!p.layer_kv_heads.empty()) o["layer_kv_heads"] = bj::value_from(p.layer_kv_heads);
@@ -269,6 +271,11 @@ ModelProfile model_profile_from_json(const bj::value& v) {
   p.packed_experts = boolean(m, "packed_experts", what);
   if (m.contains("shared_intermediate")) p.shared_intermediate = integer(m, "shared_intermediate", what);
   if (o.contains("load_scratch_bytes")) p.load_scratch_bytes = unsigned_integer(o, "load_scratch_bytes", what);
+  if (o.contains("runtime_scratch")) {
+    const auto& r = object(field(o, "runtime_scratch", what), what + ".runtime_scratch");
+    p.scratch_row_bytes = unsigned_integer(r, "row_bytes", what);
+    p.scratch_fixed_bytes = unsigned_integer(r, "fixed_bytes", what);
+  }
   // Optional per-layer lists of integers >= 0, one entry per layer.
   auto per_layer = [&](const char* key, std::vector<int64_t>& out) {
     if (!o.contains(key)) return;

@@ -68,6 +68,10 @@ struct ModelProfile {
   // Peak scratch while loading: the largest dense matrix staged in f32 for conversion (or an MLX matrix's packed
   // copy), or one expert's read staging while the resident set is read.
   uint64_t load_scratch_bytes = 0;
+  // The engine's runtime scratch (Forward with its MoE block and mixers), measured on the loaded model: bytes per
+  // row of a step and the fixed rest (measure_model_profile builds Forward at 1 and 2 rows). 0: not measured (a
+  // profile from config.json or an older wisdom file), the planner then estimates it from the shape.
+  uint64_t scratch_row_bytes = 0, scratch_fixed_bytes = 0;
   uint64_t expert_bytes = 0;          // one expert block in memory (a resident expert or a cache slot)
   uint64_t expert_payload_bytes = 0;  // what one expert's matvecs stream (without alignment padding)
   uint64_t expert_read_bytes = 0;     // bytes one miss reads from disk

@@ -65,6 +65,9 @@ uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 // sequence's last row is gathered).
 uint64_t runtime_scratch_bytes(const ModelProfile& m, int64_t prefill_chunk, int64_t batch) {
   const int64_t chunk = prefill_chunk + batch;
+  if (m.scratch_row_bytes > 0)  // measured on the model (measure_model_profile)
+    return uint64_t(chunk) * m.scratch_row_bytes + m.scratch_fixed_bytes +
+           (batch > 1 ? uint64_t(batch * m.vocab) * 4 : 0);
   const int64_t q = m.heads * m.head_dim, kv = m.kv_heads * m.head_dim;
   int64_t floats = chunk * (2 * m.hidden + q + 2 * kv + q) + (batch > 1 ? batch * m.vocab : 0);
   if (m.moe()) {

@@ -55,8 +55,17 @@ void measure_classes(const model::ModelWeights& m, ModelProfile& p) {
   p.classes.push_back({"embedding", embed, m.lm_head.view.rows ? row : embed});
   if (m.lm_head.view.rows) p.classes.push_back({"output", bytes(m.lm_head), bytes(m.lm_head)});
   uint64_t attention = 0, mlp = 0, router = 0, shared = 0, norms = m.final_norm.size() * 4;
+  uint64_t per_layer_inputs = bytes(m.embed_per_layer) + bytes(m.per_layer_model_projection) +
+                              m.per_layer_projection_norm.size() * 4;
   for (auto& L : m.layers) {
-    attention += bytes(L.qkv) + bytes(L.o) + (L.qkv_bias.size() + L.o_bias.size()) * 4;
+    // The mixer: attention's qkv and o, or a Gated DeltaNet's fused in-projection, out_proj and its small vectors.
+    attention += bytes(L.qkv) + bytes(L.linear_in) + bytes(L.o) + (L.qkv_bias.size() + L.o_bias.size()) * 4 +
+                 (L.conv.size() + L.decay_rate.size() + L.dt_bias.size() + L.gated_norm.size()) * 4;
+    per_layer_inputs += bytes(L.per_layer_input_gate) + bytes(L.per_layer_projection) +
+                        L.post_per_layer_input_norm.size() * 4;
+    norms += (L.pre_feedforward_norm.size() + L.post_feedforward_norm.size() + L.post_feedforward_norm_1.size() +
+              L.pre_feedforward_norm_2.size() + L.post_feedforward_norm_2.size() + L.router_scale.size() +
+              L.per_expert_scale.size()) * 4;
     mlp += bytes(L.gate_up) + bytes(L.down) + (L.gate_up_bias.size() + L.down_bias.size()) * 4;
     router += bytes(L.router);
     shared += bytes(L.shared_gate_up) + bytes(L.shared_down) + L.shared_expert_gate.size() * 4;
@@ -67,6 +76,7 @@ void measure_classes(const model::ModelWeights& m, ModelProfile& p) {
   if (mlp) p.classes.push_back({"dense_mlp", mlp, mlp});
   if (router) p.classes.push_back({"router", router, router});
   if (shared) p.classes.push_back({"shared_expert", shared, shared});
+  if (per_layer_inputs) p.classes.push_back({"per_layer_inputs", per_layer_inputs, per_layer_inputs});
 }
 
 using Clock = std::chrono::steady_clock;
@@ -199,6 +209,19 @@ ModelProfile measure_model_profile(const fs::path& dir, const ModelProfileOption
   p.name = dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
   measure_classes(m, p);
   p.fingerprint = model_fingerprint(dir, options.weight_format);
+  {
+    // The engine's scratch as Forward allocates it for this model (every layer kind's buffers: Gemma 4's wider full
+    // layers and dense MLP beside the experts, DeltaNet projections, ...): linear in the rows of a step.
+    kernels::ThreadPool one(1);
+    auto scratch_at = [&](int64_t rows) {
+      const uint64_t before = ledger.used(tiering::accounts::scratch);
+      engine::Forward f(m, one, ledger, rows, 2);
+      return ledger.used(tiering::accounts::scratch) - before;
+    };
+    const uint64_t at1 = scratch_at(1), at2 = scratch_at(2);
+    p.scratch_row_bytes = at2 > at1 ? at2 - at1 : at1;
+    p.scratch_fixed_bytes = at1 > p.scratch_row_bytes ? at1 - p.scratch_row_bytes : 0;
+  }
   if (!moe) return p;
 
   tiering::ExpertTier& tier = *m.experts;

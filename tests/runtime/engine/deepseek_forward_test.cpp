@@ -19,6 +19,8 @@
 #include "tests/runtime/engine/reference_fixture.h"
 #include "tests/runtime/model/safetensors_writer.h"
 
+#include "calibrate/model_profile.h"
+#include "calibrate/planner.h"
 #include "runtime/engine/forward.h"
 #include "runtime/engine/scheduler.h"
 #include "runtime/gpu/gpu_layers.h"
@@ -303,6 +305,23 @@ TEST(Deepseek, LatentCacheIsInTheLedger) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("MLA"), std::string::npos) << e.what();
   }
+}
+
+// The planner sizes MLA KV as the cache does (ModelProfile.layer_latent_floats -> StateSpec), through the wisdom
+// JSON too, and its codec search finds only f32 usable on MLA layers.
+TEST(Deepseek, PlannerSizesTheLatentCacheAsTheCacheDoes) {
+  const model::ModelConfig c = model::load_config(fixture("deepseek_v3"));
+  const calibrate::ModelProfile p =
+      calibrate::model_profile_from_config(c, kernels::WeightFormat::f32, kernels::WeightFormat::f32);
+  ASSERT_EQ(p.layer_latent_floats, (std::vector<int64_t>{40, 40, 40, 40}));
+  const calibrate::ModelProfile back = calibrate::model_profile_from_json(calibrate::to_json(p));
+  for (int64_t context : {256, 32768}) {
+    EXPECT_EQ(calibrate::kv_sequence_bytes(p, "f32", context, 64), engine::KVCache::bytes_for(c, context));
+    EXPECT_EQ(calibrate::kv_sequence_bytes(back, "f32", context, 64), engine::KVCache::bytes_for(c, context));
+  }
+  EXPECT_DOUBLE_EQ(calibrate::kv_bytes_per_token(p, "f32"), 4.0 * 40 * 4);
+  for (const char* codec : {"f16", "q8", "turbo3"})
+    EXPECT_THROW(calibrate::kv_sequence_bytes(p, codec, 256, 64), std::invalid_argument) << codec;
 }
 
 // MLA KV bytes per token (every layer, f32) against the same model with uncompressed KV (every head's key and

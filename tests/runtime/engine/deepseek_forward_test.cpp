@@ -201,26 +201,12 @@ TEST(Deepseek, GpuLayersRefuseMlaByName) {
 // ones attend over.
 TEST(Deepseek, ChunkedPrefillEqualsWhole) {
   tiering::Ledger ledger;
-  model::ModelWeights w = model::load_model(fixture("deepseek_v3"), streaming(ledger, fixture("deepseek_v3")));
+  const model::ModelWeights w = model::load_model(fixture("deepseek_v3"), streaming(ledger, fixture("deepseek_v3")));
   const std::vector<int32_t> prompt = fixtures::reference_prompt(fixture("deepseek_v3"));
-  const int64_t V = w.config.vocab_size, n = int64_t(prompt.size());
-  kernels::ThreadPool pool(2);
-  engine::Forward forward(w, pool, ledger, 32, 64);
-  std::vector<float> whole(size_t(n * V));
-  {
-    engine::KVCache cache(w.config, 64, ledger);
-    forward.run(prompt, 0, cache, whole.data(), true);
-  }
+  const std::vector<float> whole = fixtures::chunked_logits(w, ledger, prompt, int64_t(prompt.size()));
   for (int64_t chunk : {1, 5, 24}) {
-    engine::KVCache cache(w.config, 64, ledger);
-    std::vector<float> logits(size_t(n * V));
-    for (int64_t at = 0; at < n; at += chunk) {
-      const int64_t len = std::min(chunk, n - at);
-      forward.run(std::span(prompt).subspan(size_t(at), size_t(len)), at, cache, logits.data() + at * V, true);
-    }
-    double err = 0;
-    for (size_t i = 0; i < logits.size(); ++i) err = std::max(err, double(std::fabs(logits[i] - whole[i])));
-    EXPECT_LT(err, 1e-4) << "chunk " << chunk;
+    const std::vector<float> chunked = fixtures::chunked_logits(w, ledger, prompt, chunk);
+    EXPECT_LT(fixtures::max_difference(chunked, whole), 1e-4) << "chunk " << chunk;
   }
 }
 

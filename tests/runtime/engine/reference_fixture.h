@@ -56,6 +56,28 @@ inline std::vector<int32_t> reference_prompt(const std::filesystem::path& dir) {
 
 inline int32_t argmax(const float* x, int64_t n) { return int32_t(std::max_element(x, x + n) - x); }
 
+// Every position's logits of `prompt` run in chunks of `chunk` tokens on a fresh cache (2 threads, context 64).
+inline std::vector<float> chunked_logits(const model::ModelWeights& w, tiering::Ledger& ledger,
+                                         std::span<const int32_t> prompt, int64_t chunk) {
+  const int64_t V = w.config.vocab_size, n = int64_t(prompt.size());
+  kernels::ThreadPool pool(2);
+  engine::Forward forward(w, pool, ledger, std::min<int64_t>(chunk, 32), 64);
+  engine::KVCache cache(w.config, 64, ledger);
+  std::vector<float> logits(size_t(n * V));
+  for (int64_t at = 0; at < n; at += chunk) {
+    const int64_t len = std::min(chunk, n - at);
+    forward.run(prompt.subspan(size_t(at), size_t(len)), at, cache, logits.data() + at * V, true);
+  }
+  return logits;
+}
+
+// max |a - b| over two runs' logits.
+inline double max_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double err = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) err = std::max(err, double(std::fabs(a[i] - b[i])));
+  return err;
+}
+
 struct ReferenceMatch {
   double prompt_error = 0, step_error = 0;
   int greedy_matches = 0, greedy_total = 0;

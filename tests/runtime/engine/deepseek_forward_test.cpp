@@ -10,19 +10,17 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
-#include <future>
-#include <random>
 
 #include <boost/json.hpp>
 #include <gtest/gtest.h>
 
 #include "tests/runtime/engine/reference_fixture.h"
+#include "tests/runtime/engine/scheduler_fixture.h"
 #include "tests/runtime/model/safetensors_writer.h"
 
 #include "calibrate/model_profile.h"
 #include "calibrate/planner.h"
 #include "runtime/engine/forward.h"
-#include "runtime/engine/scheduler.h"
 #include "runtime/gpu/gpu_layers.h"
 #include "runtime/model/model.h"
 #include "runtime/model/moe_model.h"
@@ -210,66 +208,23 @@ TEST(Deepseek, ChunkedPrefillEqualsWhole) {
   }
 }
 
-// Collects a sequence's tokens and log-probabilities.
-struct Collect : engine::SequenceObserver {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  std::promise<void> done;
-  std::shared_ptr<engine::SequenceHandle> handle;
-  bool on_token(const engine::TokenOutput& t) override {
-    tokens.push_back(t.token);
-    logprobs.push_back(t.logprob);
-    return true;
-  }
-  void on_finish(const engine::SequenceResult&) override { done.set_value(); }
-};
-
-std::shared_ptr<Collect> start(engine::Scheduler& s, std::vector<int32_t> prompt, int64_t n) {
-  engine::SequenceParams p;
-  p.prompt = std::move(prompt);
-  p.max_tokens = n;
-  auto c = std::make_shared<Collect>();
-  c->handle = s.submit(std::move(p), c);
-  return c;
-}
-
-engine::SchedulerOptions slots(int64_t n) {
-  engine::SchedulerOptions o;
-  o.context = 128;
-  o.max_batch = n;
-  o.prefill_size = 7;  // prompts run in several chunks
-  o.threads = 1;
-  o.pin_threads = false;
-  return o;
-}
-
 // Two sequences batched by the scheduler (prefill chunks and decode steps shared) generate what each does alone.
 TEST(Deepseek, SchedulerBatchOfTwoEqualsEachAlone) {
+  using namespace fixtures::scheduler;
   tiering::Ledger ledger;
   model::LoadOptions o;
   o.ledger = &ledger;
   o.packed_experts = "";
-  model::ModelWeights w = model::load_model(fixture("deepseek_v3"), o);
-  std::mt19937 rng(7);
-  auto tokens = [&](size_t n) {
-    std::vector<int32_t> t(n);
-    for (auto& x : t) x = int32_t(3 + rng() % 250);
-    return t;
-  };
-  const auto a = tokens(19), b = tokens(8);
+  const model::ModelWeights w = model::load_model(fixture("deepseek_v3"), o);
+  const auto a = random_tokens(19, 7), b = random_tokens(8, 8);
   engine::Scheduler batched(w, ledger, slots(2));
   auto ra = start(batched, a, 12), rb = start(batched, b, 12);
   ra->done.get_future().wait();
   rb->done.get_future().wait();
   EXPECT_GT(batched.stats().batched_rows_total, batched.stats().steps_total) << "the sequences shared steps";
   engine::Scheduler alone(w, ledger, slots(1));
-  for (auto [prompt, together] : {std::pair{a, ra}, {b, rb}}) {
-    auto single = start(alone, prompt, 12);
-    single->done.get_future().wait();
-    EXPECT_EQ(single->tokens, together->tokens);
-    for (size_t i = 0; i < single->logprobs.size() && i < together->logprobs.size(); ++i)
-      EXPECT_NEAR(single->logprobs[i], together->logprobs[i], 1e-4) << "token " << i;
-  }
+  expect_same(*generate(alone, a, 12), *ra, "a");
+  expect_same(*generate(alone, b, 12), *rb, "b");
 }
 
 // The latent cache: kv_lora_rank + rope floats per position and layer, charged to "kv" for the capacity.

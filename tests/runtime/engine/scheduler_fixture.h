@@ -41,7 +41,8 @@ struct Collect : engine::SequenceObserver {
   }
 };
 
-inline std::shared_ptr<Collect> start(engine::Scheduler& s, std::vector<int32_t> prompt, int64_t n, size_t signal_after = 0) {
+inline std::shared_ptr<Collect> start(engine::Scheduler& s, std::vector<int32_t> prompt, int64_t n,
+                                      size_t signal_after = 0) {
   engine::SequenceParams p;
   p.prompt = std::move(prompt);
   p.max_tokens = n;

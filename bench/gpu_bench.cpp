@@ -1,9 +1,11 @@
 // gpu_bench — the CUDA backend on the device machine: decode and prefill tok/s of the synthetic 1B-class llama
-// (bf16 and q8_0) and of a synthetic Qwen3-MoE (q4 experts through the VRAM expert tier), all layers on the GPU and
+// (bf16, q8_0 and q4) and of a synthetic Qwen3-MoE (q4 experts through the VRAM expert tier), all layers on the GPU and
 // split with the CPU, next to the memory roofline measured in the same run (a device-to-device copy, bytes read +
 // written). Decode fraction of roofline = bytes of weights read per token / time per token / d2d bandwidth.
 // A plain main (no Google Benchmark fixtures): one table, for the closing notes. Prints the reason and exits 0
-// without a GPU. Usage: gpu_bench [--quick] [--moe-dir DIR]
+// without a GPU. Usage: gpu_bench [--quick] [--no-chains] [--no-moe] [--formats bf16,q8_0,q4 (also f16)]
+//        [--matvec-ab (only the tensor-core / CUDA-core packed matvec variants)] [--table-prompt N]
+//        [--moe-dir DIR]
 //        gpu_bench --first-use FORMAT [--prompt N] [--long N]: a process's first prompt on the 1B shape (run it as a
 //        fresh process per format): the GpuLayers setup phases, the first and the steady prefill of N tokens (wall
 //        and per-operation device time), and a steady prefill of --long tokens.
@@ -157,13 +159,19 @@ int first_use(kernels::WeightFormat format, int64_t prompt, int64_t long_prompt)
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, dense_only = false, chains = true;
+  bool quick = false, dense_only = false, chains = true, moe = true, matvec_ab = false;
+  std::string formats = "bf16,q8_0,q4";
+  int64_t table_prompt = 512;
   std::string moe_dir = "/tmp/tierlm_gpu_bench_moe", first_use_format;
   int64_t first_use_prompt = 180, first_use_long = 1800;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--dense-only")) dense_only = true;  // bf16 llama only (for profilers)
     if (!std::strcmp(argv[i], "--no-chains")) chains = false;
+    if (!std::strcmp(argv[i], "--no-moe")) moe = false;
+    if (!std::strcmp(argv[i], "--matvec-ab")) matvec_ab = true;  // only the tensor-core / CUDA-core matvec variants
+    if (!std::strcmp(argv[i], "--formats") && i + 1 < argc) formats = argv[++i];
+    if (!std::strcmp(argv[i], "--table-prompt") && i + 1 < argc) table_prompt = std::atoll(argv[++i]);
     if (!std::strcmp(argv[i], "--moe-dir") && i + 1 < argc) moe_dir = argv[++i];
     if (!std::strcmp(argv[i], "--first-use") && i + 1 < argc) first_use_format = argv[++i];
     if (!std::strcmp(argv[i], "--prompt") && i + 1 < argc) first_use_prompt = std::atoll(argv[++i]);
@@ -190,14 +198,21 @@ int main(int argc, char** argv) {
        {std::tuple<int64_t, int64_t, int, int, int>{3072, 2048, 16, 0, 2}, {3072, 2048, 16, 1, 2}, {2048, 2048, 16, 0, 2},
         {16384, 2048, 8, 0, 2}, {16384, 2048, 8, 1, 2}, {2048, 8192, 8, 0, 2}, {2048, 8192, 8, 2, 2},
         {128256, 2048, 2, 0, 2}, {3072, 2048, 16, 0, 3}, {3072, 2048, 16, 1, 3}, {2048, 2048, 16, 0, 3}, {16384, 2048, 8, 0, 3},
-        {16384, 2048, 8, 1, 3}, {2048, 8192, 8, 0, 3}, {2048, 8192, 8, 2, 3}, {16384, 2048, 8, 1, 4}, {2048, 8192, 8, 2, 4}}) {
+        {16384, 2048, 8, 1, 3}, {2048, 8192, 8, 0, 3}, {2048, 8192, 8, 2, 3}, {128256, 2048, 2, 0, 3},
+        {3072, 2048, 16, 1, 4}, {2048, 2048, 16, 0, 4}, {16384, 2048, 8, 1, 4}, {2048, 8192, 8, 2, 4},
+        {128256, 2048, 2, 0, 4}}) {
     if (!chains) break;
-    if (const auto c = gpu::probe_kernel_chain(rows, cols, count, mode, format))
-      std::printf("    %-4s %6lld x %-5lld %-6s %8.2f / %8.2f us  (streaming %7.2f us: %5.1f%% / %5.1f%% of roofline)\n",
-                  format == 2 ? "bf16" : format == 3 ? "q8_0" : "q4", (long long)rows, (long long)cols,
-                  mode == 1 ? "normed" : mode == 2 ? "gated" : "", c->plain_us, c->programmatic_us,
-                  1e6 * c->bytes / roofline, 100.0 * 1e6 * c->bytes / roofline / c->plain_us,
-                  100.0 * 1e6 * c->bytes / roofline / c->programmatic_us);
+    // Packed formats twice: the tensor-core kernel ("mma") and the CUDA-core one ("cuda").
+    for (bool mma : {true, false}) {
+      if (format == 2 && !mma) continue;
+      if (const auto c = gpu::probe_kernel_chain(rows, cols, count, mode, format, mma))
+        std::printf("    %-4s %-4s %6lld x %-5lld %-6s %8.2f / %8.2f us  (streaming %7.2f us: %5.1f%% / %5.1f%% of "
+                    "roofline)\n",
+                    format == 2 ? "bf16" : format == 3 ? "q8_0" : "q4", format == 2 ? "" : mma ? "mma" : "cuda",
+                    (long long)rows, (long long)cols, mode == 1 ? "normed" : mode == 2 ? "gated" : "", c->plain_us,
+                    c->programmatic_us, 1e6 * c->bytes / roofline, 100.0 * 1e6 * c->bytes / roofline / c->plain_us,
+                    100.0 * 1e6 * c->bytes / roofline / c->programmatic_us);
+    }
   }
   // Decode attention alone (llama-1B shape), and with phases skipped, to see where its time goes.
   if (chains) {
@@ -219,20 +234,25 @@ int main(int argc, char** argv) {
               "roofline");
   const int threads = 16;
   const int decode = quick ? 16 : 128;
-  const int64_t prompt = quick ? 64 : 512;
+  const int64_t prompt = quick ? 64 : table_prompt;
 
-  for (kernels::WeightFormat format : {kernels::WeightFormat::bf16, kernels::WeightFormat::q8_0}) {
+  for (kernels::WeightFormat format :
+       {kernels::WeightFormat::f16, kernels::WeightFormat::bf16, kernels::WeightFormat::q8_0,
+        kernels::WeightFormat::q4}) {
     if (dense_only && format != kernels::WeightFormat::bf16) continue;
+    if (("," + formats + ",").find(std::string(",") + kernels::format_name(format) + ",") == std::string::npos)
+      continue;
     tiering::Ledger ledger;
     const model::ModelWeights w = model::synthetic_model(model::llama_1b_config(), format, ledger);
     const std::string name = std::string("llama-1B ") + kernels::format_name(format);
-    // A/B variants of the same build: plain launches (no programmatic dependent launch), and the decode matvec
-    // with 4 or 8 rows per block instead of the automatic choice.
+    // A/B variants of the same build: plain launches (no programmatic dependent launch), and (packed formats) the
+    // CUDA-core decode matvec instead of the tensor-core one.
     struct Variant {
       const char* label;
       bool programmatic;
       int rows;
       bool host_logits;
+      bool packed_mma = true;
     };
     {  // warm-up (clocks, module load, cuBLAS heuristics), not reported
       gpu::GpuOptions o;
@@ -244,13 +264,20 @@ int main(int argc, char** argv) {
     // "logits to host": the logits come back and the host takes the argmax (sampled requests, logprobs).
     for (const Variant& v :
          {Variant{"all GPU (16/16 + head)", true, 0, false}, Variant{"all GPU, logits to host", true, 0, true},
-          Variant{"all GPU, plain launches", false, 0, false}, Variant{"all GPU (16/16 + head)", true, 0, false},
-          Variant{"all GPU, logits to host", true, 0, true}, Variant{"all GPU, plain launches", false, 0, false}}) {
+          Variant{"all GPU, plain launches", false, 0, false},
+          Variant{"all GPU, CUDA-core matvec", true, 0, false, false},
+          Variant{"all GPU (16/16 + head)", true, 0, false},
+          Variant{"all GPU, logits to host", true, 0, true},
+          Variant{"all GPU, plain launches", false, 0, false},
+          Variant{"all GPU, CUDA-core matvec", true, 0, false, false}}) {
       if (format != kernels::WeightFormat::bf16 && v.rows != 0) continue;
+      if (format != kernels::WeightFormat::q8_0 && !v.packed_mma) continue;  // 4-bit: CUDA cores by default
+      if (matvec_ab && (v.host_logits || !v.programmatic)) continue;
       gpu::GpuOptions o;
       o.layers = w.config.num_layers;
       o.programmatic_launch = v.programmatic;
       o.dense_rows_per_block = v.rows;
+      o.packed_mma = v.packed_mma;
       o.time_steps = true;
       auto g = std::make_shared<gpu::GpuLayers>(w, o, prompt, prompt + decode + 8);
       const Speed sp = measure(w, g, prompt, decode, threads, [&] { g->reset_profile(); }, v.host_logits);
@@ -262,14 +289,14 @@ int main(int argc, char** argv) {
                   1e6 * step, g->device_step_us(), 1e6 * step - g->device_step_us(), 1e6 * streaming,
                   1e6 * (step - streaming), 1e6 * (step - streaming) / double(w.config.num_layers));
     }
-    {
+    if (!matvec_ab) {
       gpu::GpuOptions o;
       o.layers = w.config.num_layers / 2;
       auto g = std::make_shared<gpu::GpuLayers>(w, o, prompt, prompt + decode + 8);
       row(name.c_str(), "split (8 GPU / 8 CPU+head)", measure(w, g, prompt / 4, decode / 4, threads),
           double(g->weight_bytes()), 0);
     }
-    if (format == kernels::WeightFormat::bf16) {
+    {
       // Where a decode step's device time goes (events around each operation; slows the step a little).
       gpu::GpuOptions o;
       o.layers = w.config.num_layers;
@@ -281,7 +308,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  if (dense_only) return 0;
+  if (dense_only || !moe) return 0;
   // Synthetic MoE (the tiering issue's shape, fewer layers so it writes fast): q4 experts in a packed file.
   model::SyntheticMoeSpec spec;
   spec.layers = quick ? 4 : 8;

@@ -3,6 +3,9 @@
 //
 // Matvec cycles through enough copies of the weight (>= 512 MiB in all) that every call streams from DRAM, as a
 // real decode step does; a single layer-sized matrix would otherwise sit in the 32 MiB L3.
+// MLX rows (mlx_q4 / mlx_q8, group 64, bf16 scales) run with f32 activations (act 0, the default: MLX's semantics)
+// and with the int8-activation kernels forced (act 1), and BM_MlxDecodeStep streams a whole Llama-3.2-1B-shaped
+// model (16 layers + lm_head) per iteration: decode tok/s of each path.
 // Run: build-kern/bench/kernels_bench --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
 
@@ -13,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/kernels/affine_f32.h"
 #include "runtime/kernels/bandwidth.h"
 #include "runtime/kernels/kernel_isa.h"
 #include "runtime/kernels/weights.h"
@@ -75,6 +79,29 @@ tk::Weight clone(const tk::Weight& w) {
   return c;
 }
 
+// Random MLX affine weight: uniform codes, bf16 scales in [0.0005, 0.002) and biases in [-0.02, 0.02), group 64.
+tk::Weight random_mlx(int bits, int64_t rows, int64_t cols) {
+  constexpr int kGroup = 64;
+  std::vector<uint32_t> packed(static_cast<size_t>(rows * cols * bits / 32));
+  std::vector<uint16_t> scales(static_cast<size_t>(rows * cols / kGroup)), biases(scales.size());
+  uint64_t s = 0x2545F4914F6CDD1Dull ^ static_cast<uint64_t>(rows * 31 + cols);
+  auto next = [&s] {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s;
+  };
+  for (auto& word : packed) word = static_cast<uint32_t>(next());
+  for (size_t i = 0; i < scales.size(); ++i) {
+    scales[i] = tk::f32_to_bf16(0.0005f + 0.0015f * static_cast<float>(next() & 0xFFFF) / 65536.0f);
+    biases[i] = tk::f32_to_bf16(0.04f * static_cast<float>(next() & 0xFFFF) / 65536.0f - 0.02f);
+  }
+  return tk::make_mlx_weight(packed.data(), scales.data(), biases.data(), tk::SourceType::bf16, rows, cols, kGroup,
+                             bits, bench_ledger(), "weights");
+}
+
+bool is_mlx(tk::WeightFormat f) { return f == tk::WeightFormat::mlx_q4 || f == tk::WeightFormat::mlx_q8; }
+
 // The last weight set built (format x shape), reused across thread counts; rebuilt when the key changes so at
 // most one set lives at a time.
 struct WeightSet {
@@ -89,9 +116,12 @@ const std::vector<tk::Weight>& weights_for(tk::WeightFormat f, int64_t rows, int
   if (set.key == key) return set.copies;
   set.copies.clear();
   set.key = key;
-  const auto src = random_bf16(rows * cols);
-  set.copies.push_back(
-      tk::make_weight(src.data(), tk::SourceType::bf16, rows, cols, f, bench_ledger(), "weights"));
+  if (is_mlx(f)) {
+    set.copies.push_back(random_mlx(f == tk::WeightFormat::mlx_q4 ? 4 : 8, rows, cols));
+  } else {
+    const auto src = random_bf16(rows * cols);
+    set.copies.push_back(tk::make_weight(src.data(), tk::SourceType::bf16, rows, cols, f, bench_ledger(), "weights"));
+  }
   if (stream) {
     const uint64_t one = tk::weight_bytes(set.copies[0].view);
     const uint64_t copies = std::max<uint64_t>(1, (kStreamBytes + one - 1) / one);
@@ -139,11 +169,20 @@ void BM_TriadBandwidth(benchmark::State& state) {
   state.counters["bytes_per_second"] = gbs * 1e9;
 }
 
-// Args: format, rows, cols, threads.
+// MLX activations for the rest of one benchmark (act 0: f32, 1: int8), restored to the default at scope exit.
+struct ActivationMode {
+  explicit ActivationMode(int64_t act) {
+    tk::set_mlx_activations_for_testing(act ? tk::MlxActivations::int8 : tk::MlxActivations::f32);
+  }
+  ~ActivationMode() { tk::set_mlx_activations_for_testing(tk::MlxActivations::f32); }
+};
+
+// Args: format, rows, cols, threads, act.
 void BM_Matvec(benchmark::State& state) {
   const auto f = static_cast<tk::WeightFormat>(state.range(0));
   const int64_t rows = state.range(1), cols = state.range(2);
   const int threads = static_cast<int>(state.range(3));
+  const ActivationMode mode(state.range(4));
   const double roofline = read_roofline_gbs(threads);
   const auto& copies = weights_for(f, rows, cols, true);
   tk::ThreadPool pool(threads);
@@ -164,12 +203,13 @@ void BM_Matvec(benchmark::State& state) {
   state.counters["roofline_frac"] = bytes * static_cast<double>(state.iterations()) / seconds / (roofline * 1e9);
 }
 
-// Args: format, rows, cols, threads, n.
+// Args: format, rows, cols, threads, n, act.
 void BM_Matmul(benchmark::State& state) {
   const auto f = static_cast<tk::WeightFormat>(state.range(0));
   const int64_t rows = state.range(1), cols = state.range(2);
   const int threads = static_cast<int>(state.range(3));
   const int64_t n = state.range(4);
+  const ActivationMode mode(state.range(5));
   const auto& copies = weights_for(f, rows, cols, false);
   tk::ThreadPool pool(threads);
   const auto x = random_activation(n * cols);
@@ -185,23 +225,71 @@ void BM_Matmul(benchmark::State& state) {
 }
 
 void matvec_args(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"fmt", "rows", "cols", "threads"});
-  for (auto f : {tk::WeightFormat::q8_0, tk::WeightFormat::q4, tk::WeightFormat::bf16, tk::WeightFormat::f16,
-                 tk::WeightFormat::f32}) {
+  b->ArgNames({"fmt", "rows", "cols", "threads", "act"});
+  for (auto f : {tk::WeightFormat::q8_0, tk::WeightFormat::q4, tk::WeightFormat::mlx_q8, tk::WeightFormat::mlx_q4,
+                 tk::WeightFormat::bf16, tk::WeightFormat::f16, tk::WeightFormat::f32}) {
     for (auto shape : {std::pair<int64_t, int64_t>{2048, 8192}, {8192, 2048}, {128256, 2048}}) {
       if (shape.first == 128256 && f == tk::WeightFormat::f32) continue;  // 1 GiB; bf16/f16 show the dense case
-      for (int threads : {1, 2}) b->Args({static_cast<int64_t>(f), shape.first, shape.second, threads});
+      for (int threads : {1, 2}) {
+        for (int64_t act : {0, 1}) {
+          if (act && !is_mlx(f)) continue;
+          b->Args({static_cast<int64_t>(f), shape.first, shape.second, threads, act});
+        }
+      }
     }
   }
 }
 
 void matmul_args(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"fmt", "rows", "cols", "threads", "n"});
-  for (auto f : {tk::WeightFormat::q8_0, tk::WeightFormat::q4, tk::WeightFormat::bf16, tk::WeightFormat::f32}) {
+  b->ArgNames({"fmt", "rows", "cols", "threads", "n", "act"});
+  for (auto f : {tk::WeightFormat::q8_0, tk::WeightFormat::q4, tk::WeightFormat::mlx_q8, tk::WeightFormat::mlx_q4,
+                 tk::WeightFormat::bf16, tk::WeightFormat::f32}) {
     for (auto shape : {std::pair<int64_t, int64_t>{2048, 8192}, {8192, 2048}}) {
-      for (int64_t n : {64, 256}) b->Args({static_cast<int64_t>(f), shape.first, shape.second, 2, n});
+      for (int64_t n : {4, 64, 256}) {
+        for (int64_t act : {0, 1}) {
+          if (act && !is_mlx(f)) continue;
+          b->Args({static_cast<int64_t>(f), shape.first, shape.second, 2, n, act});
+        }
+      }
     }
   }
+}
+
+// One decode step's matrix work of a Llama-3.2-1B-shaped MLX model (hidden 2048, 16 layers of q/o 2048x2048, k/v
+// 512x2048, gate+up 16384x2048, down 2048x8192, lm_head 128256x2048): every weight streamed once per iteration.
+// Args: bits, threads, act.
+void BM_MlxDecodeStep(benchmark::State& state) {
+  const int bits = static_cast<int>(state.range(0));
+  const int threads = static_cast<int>(state.range(1));
+  const ActivationMode mode(state.range(2));
+  static std::map<int, std::vector<tk::Weight>> models;  // per bit width, built once per process
+  std::vector<tk::Weight>& model = models[bits];
+  if (model.empty()) {
+    const std::pair<int64_t, int64_t> layer[] = {{2048, 2048}, {512, 2048}, {512, 2048}, {2048, 2048},
+                                                 {16384, 2048}, {2048, 8192}};
+    for (int l = 0; l < 16; ++l)
+      for (auto [rows, cols] : layer) model.push_back(random_mlx(bits, rows, cols));
+    model.push_back(random_mlx(bits, 128256, 2048));
+  }
+  tk::ThreadPool pool(threads);
+  const auto x = random_activation(8192);
+  std::vector<float> y(128256);
+  uint64_t bytes = 0;
+  for (const auto& w : model) bytes += tk::weight_bytes(w.view);
+  for (auto _ : state) {
+    for (const auto& w : model) tk::matvec(w.view, x.data(), y.data(), pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["tok_per_second"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["bytes_per_second"] =
+      benchmark::Counter(static_cast<double>(bytes), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void decode_step_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"bits", "threads", "act"});
+  for (int64_t bits : {4, 8})
+    for (int64_t threads : {1, 2})
+      for (int64_t act : {0, 1}) b->Args({bits, threads, act});
 }
 
 }  // namespace
@@ -211,5 +299,6 @@ BENCHMARK(BM_CopyBandwidth)->ArgName("threads")->Arg(1)->Arg(2)->Iterations(2)->
 BENCHMARK(BM_TriadBandwidth)->ArgName("threads")->Arg(1)->Arg(2)->Iterations(2)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Matvec)->Apply(matvec_args)->Unit(benchmark::kMicrosecond)->MinTime(0.5)->UseRealTime();
 BENCHMARK(BM_Matmul)->Apply(matmul_args)->Unit(benchmark::kMillisecond)->MinTime(0.5)->UseRealTime();
+BENCHMARK(BM_MlxDecodeStep)->Apply(decode_step_args)->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
 
 BENCHMARK_MAIN();

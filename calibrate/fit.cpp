@@ -43,7 +43,9 @@ FitAnswer fit_model(const FitModelShape& shape, const DeviceProfile& device, con
   }
   a.supported = true;
   a.weight_format = stored_weight_format(config, shape);
-  a.expert_format = shape.packed_expert_format.value_or(a.weight_format);
+  // MXFP4 experts (gpt-oss) stay MXFP4 in the tier unless a packed file says otherwise.
+  a.expert_format =
+      shape.packed_expert_format.value_or(config.mxfp4_experts ? kernels::WeightFormat::mxfp4 : a.weight_format);
   a.profile = model_profile_from_config(config, a.weight_format, a.expert_format);
   PlanRequest base;
   base.budget_bytes = request.budget_bytes;

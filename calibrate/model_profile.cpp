@@ -40,6 +40,7 @@ uint64_t matrix_bytes(kernels::WeightFormat format, int64_t rows, int64_t cols) 
     case WeightFormat::q4: return padded * (c / 2 + groups * 4);       // nibbles + f16 (step, min) per 32
     case WeightFormat::mlx_q8: return padded * (c + (c / 64) * 4);     // group 64, f16 scales + biases
     case WeightFormat::mlx_q4: return padded * (c / 2 + (c / 64) * 4);
+    case WeightFormat::mxfp4: return r * (c / 2 + c / 32);              // blocks + one E8M0 byte per 32
   }
   return r * c * 4;
 }
@@ -130,7 +131,9 @@ ModelProfile model_profile_from_config(const model::ModelConfig& c, kernels::Wei
     const bool mlx = ef == kernels::WeightFormat::mlx_q4 || ef == kernels::WeightFormat::mlx_q8;
     const int group = mlx ? (c.quantization && c.quantization->group_size > 0 ? c.quantization->group_size : 64) : 0;
     const int bits = mlx ? (ef == kernels::WeightFormat::mlx_q8 ? 8 : 4) : 0;
-    const auto layout = tiering::ExpertLayout::make(ef, H, c.moe_intermediate_size, group, bits);
+    // gpt-oss experts carry their output biases (f32) in the slot; MXFP4 ones keep blocks + scales as stored.
+    const auto layout = tiering::ExpertLayout::make(ef, H, c.moe_intermediate_size, group, bits,
+                                                    kernels::SourceType::f16, c.arch.gpt_oss);
     p.expert_bytes = layout.bytes;
     p.expert_payload_bytes = layout.payload_bytes();
     p.expert_read_bytes = layout.bytes;  // a packed file: one aligned block per expert

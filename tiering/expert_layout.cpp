@@ -29,6 +29,12 @@ WeightView view_for(const ExpertLayout& l, int64_t rows, int64_t cols) {
 
 // Sizes of (data, scales, biases) of one matrix in the kernel layout (see kernel_isa.h, weights.cpp).
 void part_sizes(const WeightView& v, uint64_t out[3]) {
+  if (v.format == WeightFormat::mxfp4) {  // blocks and E8M0 scales as stored (runtime/kernels/mxfp4.h)
+    out[0] = uint64_t(v.rows) * uint64_t(v.cols) / 2;
+    out[1] = uint64_t(v.rows) * uint64_t(v.cols / 32);
+    out[2] = 0;
+    return;
+  }
   if (is_dense(v.format)) {
     out[0] = uint64_t(v.rows) * uint64_t(v.cols) * (v.format == WeightFormat::f32 ? 4 : 2);
     out[1] = out[2] = 0;
@@ -46,7 +52,7 @@ void part_sizes(const WeightView& v, uint64_t out[3]) {
 }  // namespace
 
 ExpertLayout ExpertLayout::make(WeightFormat format, int64_t hidden, int64_t intermediate, int group_size, int bits,
-                                SourceType scale_type) {
+                                SourceType scale_type, bool row_biases) {
   if (hidden <= 0 || intermediate <= 0) throw std::invalid_argument("expert layout: shapes must be positive");
   ExpertLayout l;
   l.format = format;
@@ -58,6 +64,10 @@ ExpertLayout ExpertLayout::make(WeightFormat format, int64_t hidden, int64_t int
       l.group_size = 32;
       l.bits = format == WeightFormat::q8_0 ? 8 : 4;
       l.scale_type = SourceType::f16;
+      break;
+    case WeightFormat::mxfp4:
+      l.group_size = 32;
+      l.bits = 4;
       break;
     case WeightFormat::mlx_q4:
     case WeightFormat::mlx_q8:
@@ -73,11 +83,16 @@ ExpertLayout ExpertLayout::make(WeightFormat format, int64_t hidden, int64_t int
     throw std::invalid_argument("expert layout: hidden " + std::to_string(hidden) + " and intermediate " +
                                 std::to_string(intermediate) + " must be multiples of the group size " +
                                 std::to_string(l.group_size) + " for " + kernels::format_name(format));
-  uint64_t sizes[6];
+  uint64_t sizes[8] = {};
   part_sizes(view_for(l, 2 * intermediate, hidden), sizes);
   part_sizes(view_for(l, hidden, intermediate), sizes + 3);
+  l.row_biases = row_biases;
+  if (row_biases) {
+    sizes[6] = uint64_t(2 * intermediate) * sizeof(float);
+    sizes[7] = uint64_t(hidden) * sizeof(float);
+  }
   uint64_t offset = 0;
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < 8; ++i) {
     l.parts[i] = {offset, sizes[i]};
     offset = align_up(offset + sizes[i], 64);
   }
@@ -102,6 +117,8 @@ ExpertViews ExpertLayout::views(const void* block) const {
   v.down.data = at(3);
   v.down.scales = at(4);
   v.down.biases = at(5);
+  v.gate_up_bias = static_cast<const float*>(at(6));
+  v.down_bias = static_cast<const float*>(at(7));
   return v;
 }
 
@@ -116,6 +133,12 @@ void ExpertLayout::store(const kernels::Weight& gate_up, const kernels::Weight& 
       std::memcpy(static_cast<std::byte*>(block) + p.offset, src[k]->data(), p.bytes);
     }
   }
+}
+
+void ExpertLayout::store_row_biases(const float* gate_up_bias, const float* down_bias, void* block) const {
+  if (!row_biases) throw std::logic_error("expert layout: this layout has no output biases");
+  std::memcpy(static_cast<std::byte*>(block) + parts[6].offset, gate_up_bias, parts[6].bytes);
+  std::memcpy(static_cast<std::byte*>(block) + parts[7].offset, down_bias, parts[7].bytes);
 }
 
 }  // namespace tierlm::tiering

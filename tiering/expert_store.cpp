@@ -48,7 +48,7 @@ SourceType parse_source(const std::string& s) {
 }
 WeightFormat parse_slot_format(const std::string& s) {
   for (WeightFormat f : {WeightFormat::f32, WeightFormat::f16, WeightFormat::bf16, WeightFormat::q8_0, WeightFormat::q4,
-                         WeightFormat::mlx_q4, WeightFormat::mlx_q8})
+                         WeightFormat::mlx_q4, WeightFormat::mlx_q8, WeightFormat::mxfp4})
     if (s == kernels::format_name(f)) return f;
   throw ReaderError("packed expert file: unknown format '" + s + "'");
 }
@@ -62,10 +62,12 @@ ExpertStore::ExpertStore(std::vector<std::string> files, int64_t layers, int64_t
   if (layers_ <= 0 || experts_ <= 0) throw std::invalid_argument("expert store: no experts");
   if (int64_t(extents_.size()) != layers_ * experts_)
     throw std::invalid_argument("expert store: extents do not cover every expert");
-  const size_t want = encoding_ == ExpertEncoding::packed          ? 1
-                      : encoding_ == ExpertEncoding::dense         ? 3
-                      : encoding_ == ExpertEncoding::fp8_blocks    ? 6
-                                                                   : 9;
+  const size_t want = encoding_ == ExpertEncoding::packed       ? 1
+                      : encoding_ == ExpertEncoding::dense      ? 3
+                      : encoding_ == ExpertEncoding::transposed ? 4
+                      : encoding_ == ExpertEncoding::mxfp4      ? 6
+                      : encoding_ == ExpertEncoding::fp8_blocks ? 6
+                                                                : 9;
   for (auto& e : extents_) {
     if (e.size() != want) throw std::invalid_argument("expert store: wrong number of extents for the encoding");
     for (const Extent& x : e)
@@ -84,6 +86,11 @@ std::span<const Extent> ExpertStore::extents(int64_t layer, int64_t expert) cons
 uint64_t ExpertStore::conversion_bytes() const {
   if (encoding_ == ExpertEncoding::packed) return 0;
   // Contiguous copies of the sources plus the converted weights before they are copied into the slot.
+  // transposed: also the transposed copies (as large as the sources) and the two f32 bias rows.
+  if (encoding_ == ExpertEncoding::transposed) return 2 * staging_bytes_ + slot_.bytes + 8 * 64;
+  // mxfp4: the copies, the weights (widened to f32 rows and converted for another slot format), the bias rows.
+  if (encoding_ == ExpertEncoding::mxfp4)
+    return 2 * staging_bytes_ + slot_.bytes + uint64_t(3 * slot_.hidden * slot_.intermediate) * 4 + 12 * 64;
   return staging_bytes_ + slot_.bytes + 6 * 64;
 }
 
@@ -158,6 +165,14 @@ void ExpertStore::finish(int64_t layer, int64_t expert, const void* staging, voi
     slot_.store(gu, d, slot);
     return;
   }
+  if (encoding_ == ExpertEncoding::mxfp4) {
+    finish_mxfp4(layer, expert, ext, [&](size_t i) { return gather({i}); }, slot, ledger);
+    return;
+  }
+  if (encoding_ == ExpertEncoding::transposed) {
+    finish_transposed(layer, expert, ext, gather({0}), gather({1}), gather({2}), gather({3}), slot, ledger);
+    return;
+  }
   LedgerBuffer gu_w = gather({0, 3}), gu_s = gather({1, 4}), gu_b = gather({2, 5});
   LedgerBuffer d_w = gather({6}), d_s = gather({7}), d_b = gather({8});
   const int bits = slot_.bits, group = slot_.group_size;
@@ -168,6 +183,71 @@ void ExpertStore::finish(int64_t layer, int64_t expert, const void* staging, voi
   kernels::Weight d = kernels::make_mlx_weight(d_w.data(), d_s.data(), d_b.data(), source_type_, H, I, group, bits,
                                                ledger, accounts::scratch);
   slot_.store(gu, d, slot);
+}
+
+void ExpertStore::finish_transposed(int64_t layer, int64_t expert, std::span<const Extent> ext,
+                                    const LedgerBuffer& gate_up, const LedgerBuffer& down,
+                                    const LedgerBuffer& gate_up_bias, const LedgerBuffer& down_bias, void* slot,
+                                    Ledger& ledger) const {
+  const int64_t H = slot_.hidden, I = slot_.intermediate;
+  const uint64_t es = element_size(source_type_);
+  if (ext[0].length != uint64_t(2 * I * H) * es || ext[1].length != uint64_t(I * H) * es ||
+      ext[2].length != uint64_t(2 * I) * es || ext[3].length != uint64_t(H) * es)
+    throw ReaderError(fmt::format("expert {}.{}: tensor sizes do not match the expert shape", layer, expert));
+  // [rows, cols] of `x @ W` storage -> [cols, rows] row-major, element by element in the source type.
+  auto transpose = [&](const LedgerBuffer& src, int64_t rows, int64_t cols) {
+    LedgerBuffer out(ledger, accounts::scratch, src.size());
+    const auto* from = src.as<std::byte>();
+    auto* to = out.as<std::byte>();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) std::memcpy(to + (c * rows + r) * es, from + (r * cols + c) * es, es);
+    return out;
+  };
+  const LedgerBuffer gu_rows = transpose(gate_up, H, 2 * I), down_rows = transpose(down, I, H);
+  kernels::Weight gu = kernels::make_weight(gu_rows.data(), source_type_, 2 * I, H, slot_.format, ledger,
+                                            accounts::scratch);
+  kernels::Weight d = kernels::make_weight(down_rows.data(), source_type_, H, I, slot_.format, ledger,
+                                           accounts::scratch);
+  slot_.store(gu, d, slot);
+  store_biases(gate_up_bias, down_bias, slot, ledger);
+}
+
+void ExpertStore::finish_mxfp4(int64_t layer, int64_t expert, std::span<const Extent> ext,
+                               const std::function<LedgerBuffer(size_t)>& gather, void* slot, Ledger& ledger) const {
+  const int64_t H = slot_.hidden, I = slot_.intermediate;
+  const uint64_t es = element_size(source_type_);
+  if (ext[0].length != uint64_t(2 * I * H / 2) || ext[1].length != uint64_t(2 * I * H / 32) ||
+      ext[2].length != uint64_t(H * I / 2) || ext[3].length != uint64_t(H * I / 32) ||
+      ext[4].length != uint64_t(2 * I) * es || ext[5].length != uint64_t(H) * es)
+    throw ReaderError(fmt::format("expert {}.{}: MXFP4 tensor sizes do not match the expert shape", layer, expert));
+  const LedgerBuffer gu_blocks = gather(0), gu_scales = gather(1), d_blocks = gather(2), d_scales = gather(3);
+  kernels::Weight gu = kernels::make_mxfp4_weight(gu_blocks.data(), gu_scales.data(), 2 * I, H, ledger,
+                                                  accounts::scratch);
+  kernels::Weight d = kernels::make_mxfp4_weight(d_blocks.data(), d_scales.data(), H, I, ledger, accounts::scratch);
+  if (slot_.format != kernels::WeightFormat::mxfp4) {
+    // Another slot format (asked for by --expert-format or pack): widen to f32 rows, then convert.
+    auto widen = [&](const kernels::Weight& w) {
+      LedgerBuffer rows(ledger, accounts::scratch, size_t(w.view.rows * w.view.cols) * sizeof(float));
+      for (int64_t r = 0; r < w.view.rows; ++r) kernels::dequantize_row(w.view, r, rows.as<float>() + r * w.view.cols);
+      return kernels::make_weight(rows.data(), SourceType::f32, w.view.rows, w.view.cols, slot_.format, ledger,
+                                  accounts::scratch);
+    };
+    gu = widen(gu);
+    d = widen(d);
+  }
+  slot_.store(gu, d, slot);
+  store_biases(gather(4), gather(5), slot, ledger);
+}
+
+// The experts' output biases as f32 (a one-row f32 weight is its values) into the slot's row-bias parts.
+void ExpertStore::store_biases(const LedgerBuffer& gate_up_bias, const LedgerBuffer& down_bias, void* slot,
+                               Ledger& ledger) const {
+  const int64_t H = slot_.hidden, I = slot_.intermediate;
+  const kernels::Weight gb = kernels::make_weight(gate_up_bias.data(), source_type_, 1, 2 * I,
+                                                  kernels::WeightFormat::f32, ledger, accounts::scratch);
+  const kernels::Weight db = kernels::make_weight(down_bias.data(), source_type_, 1, H, kernels::WeightFormat::f32,
+                                                  ledger, accounts::scratch);
+  slot_.store_row_biases(gb.data.as<float>(), db.data.as<float>(), slot);
 }
 
 // ---- packed file --------------------------------------------------------------------------------------------------
@@ -186,6 +266,7 @@ void write_packed_experts(const std::filesystem::path& path, const PackedHeader&
   o["bits"] = l.bits;
   o["scale_type"] = source_name(l.scale_type);
   o["expert_bytes"] = l.bytes;
+  if (l.row_biases) o["row_biases"] = true;
   const std::string text = json::serialize(o);
   if (text.size() + 12 > kPackedHeaderBytes) throw ReaderError("packed expert header too large");
   std::vector<char> header(kPackedHeaderBytes, 0);
@@ -236,7 +317,8 @@ PackedHeader read_packed_header(const std::filesystem::path& path) {
     h.layout = ExpertLayout::make(parse_slot_format(std::string(o.at("format").as_string())),
                                   o.at("hidden").to_number<int64_t>(), o.at("intermediate").to_number<int64_t>(),
                                   o.at("group_size").to_number<int>(), o.at("bits").to_number<int>(),
-                                  parse_source(std::string(o.at("scale_type").as_string())));
+                                  parse_source(std::string(o.at("scale_type").as_string())),
+                                  o.contains("row_biases") && o.at("row_biases").as_bool());
     if (h.layout.bytes != o.at("expert_bytes").to_number<uint64_t>())
       throw ReaderError("expert block size disagrees with this build's layout");
     const uint64_t want = kPackedHeaderBytes + uint64_t(h.layers * h.experts) * h.layout.bytes;

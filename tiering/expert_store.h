@@ -5,6 +5,13 @@
 //   dense   per-expert f32/f16/bf16 tensors in the model's safetensors (gate, up, down: three extents);
 //   mlx     MLX affine tensors (weight/scales/biases of gate, up, down: nine extents), per expert or sliced out of
 //           MLX's stacked switch_mlp tensors [experts, rows, ...] (each expert's slice is contiguous).
+//   transposed  gpt-oss's f32/f16/bf16 experts: gate_up [H, 2I] and down [I, H] as `x @ W` stores them, then the
+//           gate_up and down output biases (four extents); finish() transposes into the slot's row-major matrices
+//           (gate/up rows stay interleaved) and keeps the biases in f32 (ExpertLayout::row_biases).
+//   mxfp4   gpt-oss's MXFP4 experts: gate_up blocks, scales, down blocks, scales, then the two output biases (six
+//           extents; per expert slices of *_blocks [E, rows, cols/32, 16] and *_scales [E, rows, cols/32]); the
+//           blocks and scales land in an mxfp4 slot unchanged (4.25 bits per weight), or are widened for another
+//           slot format.
 // For dense and mlx the reads cover 4 KiB aligned ranges into a staging block, then finish() converts them into the
 // slot format (through kernels::make_weight / make_mlx_weight).
 // Owns: extents, file list, slot layout. Never: read files itself (ExpertReader does), or allocate slots.
@@ -25,7 +32,7 @@ namespace tierlm::tiering {
 
 // dense: per projection one extent of source_type elements; mlx: weight, scales, biases per projection; fp8_blocks:
 // float8_e4m3fn weight and its f32 weight_scale_inv (one per 128x128 block) per projection, dequantized at a miss.
-enum class ExpertEncoding : uint8_t { packed, dense, mlx, fp8_blocks };
+enum class ExpertEncoding : uint8_t { packed, dense, mlx, transposed, mxfp4, fp8_blocks };
 
 struct Extent {
   int32_t file = 0;
@@ -67,6 +74,14 @@ class ExpertStore {
   ExpertEncoding encoding_ = ExpertEncoding::packed;
   kernels::SourceType source_type_ = kernels::SourceType::f32;
   ExpertLayout slot_;
+  void finish_transposed(int64_t layer, int64_t expert, std::span<const Extent> ext, const LedgerBuffer& gate_up,
+                         const LedgerBuffer& down, const LedgerBuffer& gate_up_bias, const LedgerBuffer& down_bias,
+                         void* slot, Ledger& ledger) const;
+  void finish_mxfp4(int64_t layer, int64_t expert, std::span<const Extent> ext,
+                    const std::function<LedgerBuffer(size_t)>& gather, void* slot, Ledger& ledger) const;
+  void store_biases(const LedgerBuffer& gate_up_bias, const LedgerBuffer& down_bias, void* slot,
+                    Ledger& ledger) const;
+
   std::vector<std::vector<Extent>> extents_;
   uint64_t staging_bytes_ = 0;
 };

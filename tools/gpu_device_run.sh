@@ -16,6 +16,9 @@ if [ "${1:-}" = pack ]; then
   ldd .devlibs/* | awk '/=>/{print $3}' | sort -u | grep -vE 'libc\.so|libm\.so|libdl|libpthread|librt|libgcc_s|libstdc|/usr/local/cuda|ld-linux' |
     while read -r lib; do cp -L "$lib" .devlibs/; done
   strip .devlibs/*.so* 2>/dev/null
+  # The tests find their fixtures under the source folder they were built in (TIERLM_SOURCE_DIR, e.g. a worktree):
+  # the device links it to its checkout (see below).
+  pwd > .devlibs/SOURCE_DIR
   if [ "${STUB_BLAS:-0}" = 1 ]; then  # see tools/device_cblas_stub.c: a ~2 MB carry instead of ~10 MB
     rm -f .devlibs/libopenblas.so.0 .devlibs/libgfortran.so.5 .devlibs/libquadmath.so.0
     gcc -O3 -shared -fPIC -Wl,-soname,libopenblas.so.0 -o .devlibs/libopenblas.so.0 tools/device_cblas_stub.c
@@ -26,6 +29,8 @@ if [ "${1:-}" = pack ]; then
 fi
 OUT=${OUT:-/tmp/gpu_out}
 mkdir -p "$OUT" /tmp/devlibs && tar -C /tmp/devlibs -xJf .devpack/devlibs.tar.xz
+src=$(cat /tmp/devlibs/SOURCE_DIR 2>/dev/null || true)
+if [ -n "$src" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"; fi
 cublas=$(find /usr/local/cuda* /opt -name 'libcublas.so.13*' 2>/dev/null | head -1)
 export LD_LIBRARY_PATH=/tmp/devlibs:/usr/local/cuda/lib64:${cublas:+$(dirname "$cublas"):}${LD_LIBRARY_PATH:-}
 # The carried libraries (our Debian libcurl among them) must not reach the device's own tools: its curl needs its

@@ -5,8 +5,7 @@ For each tiny architecture: a random model (fixed seed, weights re-drawn at unit
 saved with save_pretrained (safetensors, f32), plus reference.json holding a prompt (token ids), the logits of every
 prompt position, 32 greedy tokens (full re-forward, no cache) and the logits of every greedy step.
 Also: MLX affine 4/8-bit versions of one model (weight/scales/biases, group 64) with references computed from the
-dequantized weights, and a small Qwen3 model trained for a minute on Python's own docstrings with a byte-level BPE
-tokenizer trained by `tokenizers` (the embedded default model).
+dequantized weights, and the embedded default model (tools/train_default_model.py).
 
 usage: python3 tools/make_fixtures.py OUT_DIR [--skip-train] [--only NAME,...]
 --only writes just the named tiny models (their seeds still come from their place in specs(), so a fixture made alone
@@ -517,113 +516,13 @@ def make_mlx(base_name, model, bits, group=64):
     print(f"{name}: greedy {ref['greedy'][:8]}..., min margin {ref['min_margin']:.4f}", flush=True)
 
 
-def docstring_corpus():
-    import importlib
-    import pkgutil
-    texts = []
-    skip = ("test", "idlelib", "tkinter", "turtle", "antigravity", "this", "lib2to3", "ensurepip", "pydoc_data")
-    for m in sorted(pkgutil.iter_modules(), key=lambda m: m.name):
-        if m.name.startswith("_") or m.name.startswith(skip) or not str(getattr(m.module_finder, "path", "")).startswith(sys.base_prefix):
-            continue
-        try:
-            mod = importlib.import_module(m.name)
-        except Exception:
-            continue
-        for obj in [mod] + [getattr(mod, a, None) for a in sorted(dir(mod)) if not a.startswith("_")]:
-            doc = getattr(obj, "__doc__", None)
-            if isinstance(doc, str) and len(doc) > 40:
-                texts.append(doc.strip())
-    seen, out = set(), []
-    for t in texts:
-        if t not in seen:
-            seen.add(t)
-            out.append(t)
-    return out
-
-
-TINY_CHAT_TEMPLATE = r"""{%- for message in messages -%}
-{{- '<|im_start|>' + message['role'] + '\n' -}}
-{%- if message['content'] is string -%}{{- message['content'] -}}{%- endif -%}
-{%- if message['tool_calls'] is defined -%}
-{%- for call in message['tool_calls'] -%}
-{{- '<tool_call>' + call['function']['name'] + ' ' + (call['function']['arguments'] | tojson) + '</tool_call>' -}}
-{%- endfor -%}
-{%- endif -%}
-{{- '<|im_end|>\n' -}}
-{%- endfor -%}
-{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}
-"""
-
-
 def train_default_model():
-    from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers, processors
-    from transformers import Qwen3Config
-    docs = docstring_corpus()
-    print(f"corpus: {len(docs)} docstrings, {sum(map(len, docs))} chars", flush=True)
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    trainer = trainers.BpeTrainer(vocab_size=2048, special_tokens=special,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(docs, trainer)
-    d = os.path.join(OUT, "models", "tierlm-tiny")
-    os.makedirs(d, exist_ok=True)
-    tok.save(os.path.join(d, "tokenizer.json"))
-    eos = tok.token_to_id("<|endoftext|>")
-    write_json(os.path.join(d, "tokenizer_config.json"),
-               {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>", "bos_token": None,
-                "pad_token": "<|endoftext|>", "add_bos_token": False, "model_max_length": 1024})
-    # ChatML over the tokenizer's special tokens, so `serve` answers /v1/chat/completions on the default model out of
-    # the box (transformers 5 reads chat_template.jinja beside the tokenizer; so does tierlm).
-    with open(os.path.join(d, "chat_template.jinja"), "w") as f:
-        f.write(TINY_CHAT_TEMPLATE)
-    ids = []
-    for t in docs:
-        ids.extend(tok.encode(t).ids + [eos])
-    data = torch.tensor(ids, dtype=torch.long)
-    print(f"tokens: {len(ids)}", flush=True)
-    cfg = Qwen3Config(vocab_size=tok.get_vocab_size(), hidden_size=256, intermediate_size=768, num_hidden_layers=6,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=1024,
-                      rms_norm_eps=1e-6, tie_word_embeddings=True, bos_token_id=eos, eos_token_id=eos,
-                      pad_token_id=eos, **rope_kwargs(10000.0))
-    torch.manual_seed(1234)
-    model = transformers.AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32).cuda()
-    opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.05, betas=(0.9, 0.95))
-    seq, batch, budget_s = 256, 64, float(os.environ.get("TRAIN_SECONDS", "100"))
-    g = torch.Generator().manual_seed(7)
-    t0, step = time.time(), 0
-    while time.time() - t0 < budget_s:
-        starts = torch.randint(0, len(data) - seq - 1, (batch,), generator=g)
-        x = torch.stack([data[s:s + seq] for s in starts]).cuda()
-        lr = 2e-3 * min(1.0, (step + 1) / 100)
-        for pg in opt.param_groups:
-            pg["lr"] = lr
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(x, labels=x).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        if step % 200 == 0:
-            print(f"step {step} loss {loss.item():.3f} ({time.time() - t0:.0f}s)", flush=True)
-        step += 1
-    print(f"trained {step} steps, final loss {loss.item():.3f}", flush=True)
-    model = model.cpu().to(torch.bfloat16)
-    model.save_pretrained(d, safe_serialization=True)
-    model = model.float()
-    prompts = ["Return the number of", "Create a new", "The default value is"]
-    refs = []
-    for p in prompts:
-        r = reference(model, tok.encode(p).ids)
-        r["text"] = p
-        r["completion"] = tok.decode(r["greedy"])
-        del r["step_logits"]
-        refs.append(r)
-        print(repr(p), "->", repr(r["completion"]), flush=True)
-    write_json(os.path.join(d, "reference.json"), {"model_type": "qwen3", "prompts": refs,
-                                                   "transformers": transformers.__version__})
+    """The embedded default model: tools/train_default_model.py (a small Qwen3-MoE trained on docstrings and tool
+    dialogs) writes OUT/models/tierlm-tiny."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import train_default_model as tdm
+    sys.argv = [sys.argv[0], OUT]
+    tdm.main()
 
 
 def make_mlx_gemma4(base_name, model, bits=4, group=32):

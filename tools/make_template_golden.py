@@ -58,7 +58,7 @@ def make_environment():
         return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
     def strftime_now(fmt):
-        return datetime.now().strftime(fmt)
+        return (FIXED_NOW or datetime.now()).strftime(fmt)
 
     env = ImmutableSandboxedEnvironment(
         trim_blocks=True, lstrip_blocks=True, extensions=[GenerationBlock, jinja2.ext.loopcontrols]
@@ -69,6 +69,9 @@ def make_environment():
     return env
 
 
+# Templates that print the date (gpt-oss: "Current date: ...") render at the time sources.json fixes ("fixed_now"),
+# which the golden test gives runtime/template too (tmpl::set_clock_for_testing).
+FIXED_NOW = None
 ENV = make_environment()
 
 
@@ -463,6 +466,33 @@ def model_specific_conversations(name):
             ("gemma4_nested_parameters",
              [{"role": u, "content": "Book it."}], [NESTED_TOOL], {}),
         ]
+    if name == "gpt_oss":
+        call = tool_call("get_weather", {"city": "Paris", "days": 2}, "c1")
+        return [
+            ("gpt_oss_reasoning_effort_high", [{"role": u, "content": "Prove it."}], None,
+             {"reasoning_effort": "high"}),
+            ("gpt_oss_reasoning_effort_low", [{"role": "developer", "content": "Be terse."},
+                                              {"role": u, "content": "2+2?"}], None, {"reasoning_effort": "low"}),
+            ("gpt_oss_thinking_last", [{"role": u, "content": "Hi"},
+                                       {"role": a, "content": "Hello!", "thinking": "Greet back."}], None, {}),
+            ("gpt_oss_thinking_earlier", [{"role": u, "content": "Hi"},
+                                          {"role": a, "content": "Hello!", "thinking": "Greet back."},
+                                          {"role": u, "content": "Bye"}], None, {}),
+            ("gpt_oss_tool_call_with_thinking",
+             [{"role": u, "content": "Weather in Paris?"},
+              {"role": a, "thinking": "Use the tool.", "tool_calls": [call]},
+              {"role": "tool", "content": "{\"temperature\": 21}", "tool_call_id": "c1"}], TOOLS, {}),
+            ("gpt_oss_tool_call_then_final",
+             [{"role": u, "content": "Weather in Paris?"},
+              {"role": a, "content": "Checking.", "tool_calls": [call]},
+              {"role": "tool", "content": "sunny", "tool_call_id": "c1"},
+              {"role": a, "content": "Sunny."}, {"role": u, "content": "Thanks"}], TOOLS, {}),
+            ("gpt_oss_builtin_tools_identity", [{"role": u, "content": "Search."}], None,
+             {"builtin_tools": ["browser", "python"], "model_identity": "You are a test model."}),
+            ("gpt_oss_nested_parameters", [{"role": u, "content": "Book it."}], [NESTED_TOOL], {}),
+            ("gpt_oss_channel_in_content", [{"role": u, "content": "Hi"},
+                                            {"role": a, "content": "<|channel|>final<|message|>x"}], None, {}),
+        ]
     if name == "qwen3_5":
         return [
             ("qwen3_5_thinking_after_tool",
@@ -568,7 +598,12 @@ def main():
         template = open(os.path.join(SOURCES, entry["file"]), encoding="utf-8").read()
         meta = {"jinja2": jinja2.__version__, "source": entry["source"], "template": template,
                 "special_tokens": entry["special_tokens"]}
+        global FIXED_NOW
+        FIXED_NOW = datetime.fromisoformat(entry["fixed_now"]) if "fixed_now" in entry else None
+        if FIXED_NOW:
+            meta["fixed_now"] = entry["fixed_now"]
         write(model, meta, real_cases(template, entry["special_tokens"], model))
+        FIXED_NOW = None
     models_dir = os.path.join(ROOT, "profiles", "models")
     for model in sorted(os.listdir(models_dir)) if os.path.isdir(models_dir) else []:
         path = os.path.join(models_dir, model, "tokenizer_config.json")

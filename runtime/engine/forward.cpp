@@ -97,12 +97,13 @@ void Forward::attention(int64_t layer, int64_t n) {
   const int64_t q_rows = c.num_heads * hd, qkv_stride = w_.layers[size_t(layer)].qkv.view.rows;
   const float* qkv = qkv_.as<float>();
   float* out = attn_.as<float>();
+  const float* sinks = w_.layers[size_t(layer)].sinks.empty() ? nullptr : w_.layers[size_t(layer)].sinks.data();
   pool_.parallel_for(n * kv_heads, [&](int64_t begin, int64_t end, int) {
     for (int64_t item = begin; item < end; ++item) {
       const int64_t i = item / kv_heads, g = item % kv_heads;
       const int64_t len = row_pos_[size_t(i)] + 1;  // causal: this row sees its own position and all before it
       row_cache_[size_t(i)]->attend(layer, g, qkv + i * qkv_stride + g * group * hd, group, len,
-                                    out + i * q_rows + g * group * hd);
+                                    out + i * q_rows + g * group * hd, sinks ? sinks + g * group : nullptr);
     }
   });
 }

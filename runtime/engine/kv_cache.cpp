@@ -186,13 +186,14 @@ void KVCache::store(int64_t layer, int64_t pos, const float* k, const float* v) 
   for (int64_t h = 0; h < heads; ++h) store_head(layer, pos, h, k + h * d, v + h * d);
 }
 
-void KVCache::attend(int64_t layer, int64_t kv_head, const float* q, int64_t heads, int64_t len, float* out) const {
+void KVCache::attend(int64_t layer, int64_t kv_head, const float* q, int64_t heads, int64_t len, float* out,
+                     const float* sinks) const {
   const kv::CodecLayout& l = layouts_[size_t(layer)];
   const int64_t window = windows_[size_t(layer)];
   const int64_t start = window > 0 ? std::max<int64_t>(0, len - window) : 0;
   const size_t storage = size_t(storage_[size_t(layer)]);
   kv::attend(l, pages_[storage].data(), ring_[storage], size_t(kv_head) * l.head_bytes(), start, len, q, int(heads),
-             out);
+             out, sinks);
 }
 
 void KVCache::load_key(int64_t layer, int64_t pos, int64_t kv_head, float* k) const {

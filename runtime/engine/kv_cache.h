@@ -58,7 +58,9 @@ class KVCache {
   // Attention of `heads` query heads (q: heads * head_dim floats, unscaled) that share kv_head, for the query at
   // position len - 1: over positions [0, len) of the layer, or its last `window` of them on a windowed layer;
   // out: heads * head_dim floats. Safe to call concurrently (read-only).
-  void attend(int64_t layer, int64_t kv_head, const float* q, int64_t heads, int64_t len, float* out) const;
+  // sinks: per query head, a logit in the softmax denominator (gpt-oss), or null.
+  void attend(int64_t layer, int64_t kv_head, const float* q, int64_t heads, int64_t len, float* out,
+              const float* sinks = nullptr) const;
   // What the codec stored for one position and head (tests and quality studies).
   void load_key(int64_t layer, int64_t pos, int64_t kv_head, float* k) const;
   void load_value(int64_t layer, int64_t pos, int64_t kv_head, float* v) const;

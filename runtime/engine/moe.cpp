@@ -18,13 +18,21 @@ tiering::ExpertCache& cache_of(const model::ModelWeights& w) {
   return w.experts->cache();
 }
 
+// The router's bias (gpt-oss) on n rows of logits.
+void add_router_bias(const model::LayerWeights& L, float* logits, int64_t n) {
+  const int64_t E = int64_t(L.router_bias.size());
+  for (int64_t i = 0; i < n && E > 0; ++i)
+    for (int64_t e = 0; e < E; ++e) logits[i * E + e] += L.router_bias[size_t(e)];
+}
+
 }  // namespace
 
 MoeBlock::MoeBlock(const model::ModelWeights& w, kernels::ThreadPool& pool, tiering::Ledger& ledger, int64_t max_rows)
     : w_(w), pool_(pool), cache_(cache_of(w)), max_rows_(max_rows), experts_(w.config.num_experts),
       k_(w.config.num_experts_per_tok), hidden_size_(w.config.hidden_size),
       ffn_width_(std::max(w.config.moe_intermediate_size, w.config.shared_expert_intermediate_size)),
-      renormalize_(w.config.arch.moe_renormalize || w.config.norm_topk_prob), gate_(gate_for(w.config.hidden_act)) {
+      renormalize_(w.config.arch.moe_renormalize || w.config.norm_topk_prob),
+      gate_(w.config.arch.gpt_oss ? clamped_swiglu_interleaved : gate_for(w.config.hidden_act)) {
   logits_ = scratch_floats(ledger, max_rows * experts_);
   ids_ = tiering::LedgerBuffer(ledger, tiering::accounts::scratch, size_t(max_rows * k_) * sizeof(int32_t));
   weights_ = scratch_floats(ledger, max_rows * k_);
@@ -131,6 +139,7 @@ void MoeBlock::route(int64_t layer, const float* x, int64_t n) {
   } else {
     float* logits = logits_.as<float>();
     multiply(L.router.view, x, n, logits, pool_);
+    add_router_bias(L, logits, n);
     const float* bias = L.score_correction_bias.empty() ? nullptr : L.score_correction_bias.data();
     for (int64_t i = 0; i < n; ++i) top_k(logits + i * experts_, bias, ids + i * k_, weights + i * k_);
     if (!L.per_expert_scale.empty())
@@ -165,8 +174,15 @@ void MoeBlock::run_expert(const tiering::ExpertViews& e, std::span<const int32_t
   float* act = act_.as<float>();
   float* out = out_.as<float>();
   multiply(e.gate_up, input, m, ffn, pool_);
-  for (int64_t r = 0; r < m; ++r) gate_(ffn + r * 2 * I, I, act + r * I);
+  for (int64_t r = 0; r < m; ++r) {
+    if (e.gate_up_bias)
+      for (int64_t j = 0; j < 2 * I; ++j) ffn[r * 2 * I + j] += e.gate_up_bias[j];
+    gate_(ffn + r * 2 * I, I, act + r * I);
+  }
   multiply(e.down, act, m, out, pool_);
+  if (e.down_bias)
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t j = 0; j < H; ++j) out[r * H + j] += e.down_bias[j];
   for (int64_t r = 0; r < m; ++r) {
     float* h = hidden + int64_t(rows[size_t(r)]) * H;
     const float* y = out + r * H;
@@ -224,6 +240,7 @@ void MoeBlock::accumulate(int64_t layer, const float* x, int64_t n, float* hidde
       float* logits = lookahead_.as<float>();
       const model::LayerWeights& next = w_.layers[size_t(next_layer)];
       kernels::matvec(next.router.view, route_x, logits, pool_);
+      add_router_bias(next, logits, 1);
       top_k(logits, next.score_correction_bias.empty() ? nullptr : next.score_correction_bias.data(),
             lookahead_ids_.data(), lookahead_weights_.data());
       cache_.prefetch(expert_layer_[size_t(next_layer)], lookahead_ids_);

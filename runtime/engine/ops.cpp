@@ -1,5 +1,6 @@
 #include "runtime/engine/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -21,8 +22,34 @@ void rms_norm_unscaled(const float* x, int64_t n, double eps, float* out) {
 
 // Proportional RoPE (Gemma 4) keeps rotate_half over the whole head and zeroes the frequencies of the pairs past
 // partial_rotary_factor; the other types rotate only the first head_dim * partial_rotary_factor dims.
+namespace {
+
+// YaRN (transformers' _compute_yarn_parameters): pair j blends the interpolated (freq / factor) and the original
+// frequency by a linear ramp over the correction range of beta_fast..beta_slow rotations in the original context.
+float yarn_frequency(const model::RopeConfig& c, int64_t j, int64_t dim) {
+  auto correction_dim = [&](double rotations) {
+    return double(dim) * std::log(double(c.original_max_position_embeddings) / (rotations * 2.0 * std::numbers::pi)) /
+           (2.0 * std::log(c.theta));
+  };
+  double low = correction_dim(c.beta_fast), high = correction_dim(c.beta_slow);
+  if (c.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, double(dim - 1));
+  if (low == high) high += 0.001;
+  const float ramp = std::clamp((float(j) - float(low)) / float(high - low), 0.0f, 1.0f);
+  const float extrapolation = 1.0f - ramp;
+  const float base = std::pow(float(c.theta), float(2 * j) / float(dim));  // float32, as transformers
+  const float interpolated = 1.0f / (float(c.factor) * base), original = 1.0f / base;
+  return interpolated * (1.0f - extrapolation) + original * extrapolation;
+}
+
+}  // namespace
+
 Rope::Rope(const model::RopeConfig& c, int64_t head_dim)
-    : head_dim_(head_dim),
+    : head_dim_(head_dim), scale_(c.type == "yarn" ? float(c.attention_factor) : 1.0f),
       rotary_dim_(c.type == "proportional" ? head_dim : int64_t(double(head_dim) * c.partial_rotary_factor)),
       inv_freq_(size_t(rotary_dim_ / 2)) {
   const int64_t half = rotary_dim_ / 2;
@@ -44,6 +71,7 @@ Rope::Rope(const model::RopeConfig& c, int64_t head_dim)
         freq = float((1.0 - smooth) * freq / c.factor + smooth * freq);
       }
     }
+    if (c.type == "yarn") freq = yarn_frequency(c, j, rotary_dim_);
     if (c.type == "proportional") {
       // Gemma 4's full layers: the first int(partial * head_dim / 2) pairs rotate, the others keep angle 0.
       const int64_t rotated = int64_t(c.partial_rotary_factor * double(head_dim) / 2.0);
@@ -57,7 +85,7 @@ void Rope::apply(float* x, int64_t heads, int64_t pos) const {
   const int64_t half = rotary_dim_ / 2;
   for (int64_t j = 0; j < half; ++j) {
     const float angle = float(pos) * inv_freq_[j];
-    const float c = std::cos(angle), s = std::sin(angle);
+    const float c = std::cos(angle) * scale_, s = std::sin(angle) * scale_;
     for (int64_t h = 0; h < heads; ++h) {
       float* v = x + h * head_dim_;
       const float a = v[j], b = v[j + half];
@@ -73,6 +101,15 @@ void silu_gate(const float* gate_up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void clamped_swiglu_interleaved(const float* gate_up, int64_t n, float* out) {
+  constexpr float kLimit = 7.0f, kAlpha = 1.702f;  // hard-coded in GptOssExperts
+  for (int64_t i = 0; i < n; ++i) {
+    const float gate = std::min(gate_up[2 * i], kLimit);
+    const float up = std::clamp(gate_up[2 * i + 1], -kLimit, kLimit);
+    out[i] = (up + 1.0f) * (gate * (1.0f / (1.0f + std::exp(-gate * kAlpha))));
   }
 }
 

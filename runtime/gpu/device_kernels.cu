@@ -54,14 +54,6 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint64_t bytes) {
 #endif
 }
 
-// One thread's bulk prefetch of [p, p + bytes) into L2 (bytes a multiple of 16, p 16-byte aligned).
-__device__ __forceinline__ void prefetch_l2_thread(const void* p, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if ((reinterpret_cast<uintptr_t>(p) & 15) == 0 && bytes >= 16)
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes & ~15u) : "memory");
-#endif
-}
-
 __device__ __forceinline__ float load_scale(const void* p, int type, int64_t i) {
   if (type == 0) return static_cast<const float*>(p)[i];
   if (type == 1) return __half2float(static_cast<const __half*>(p)[i]);
@@ -1213,14 +1205,18 @@ bool decode_fusable(const MatrixRef& w) {
 
 void matvec_normed(const MatrixRef& w, const float* x, const float* norm_weight, float eps, float* y,
                    bool accumulate, cudaStream_t stream) {
-  if (w.format >= 3)
+  if (packed_mma_takes(w))
+    packed_mma_matvec(w, x, 1, norm_weight, eps, y, accumulate, stream);
+  else if (w.format >= 3)
     launch_packed_fused<1>(w, x, norm_weight, eps, y, accumulate, stream);
   else
     launch_dense_rows_any<1>(w, x, norm_weight, eps, y, accumulate, stream);
 }
 
 void matvec_gated(const MatrixRef& w, const float* gate_up, float* y, bool accumulate, cudaStream_t stream) {
-  if (w.format >= 3)
+  if (packed_mma_takes(w))
+    packed_mma_matvec(w, gate_up, 2, nullptr, 0.0f, y, accumulate, stream);
+  else if (w.format >= 3)
     launch_packed_fused<2>(w, gate_up, nullptr, 0.0f, y, accumulate, stream);
   else
     launch_dense_rows_any<2>(w, gate_up, nullptr, 0.0f, y, accumulate, stream);
@@ -1230,6 +1226,10 @@ void matvec(const MatrixRef& w, const float* x, int64_t ldx, int64_t n, float* y
             cudaStream_t stream) {
   if (n == 1 && g_dense_rows >= 0 && dense_fusable(w)) {
     launch_dense_rows_any<0>(w, x, nullptr, 0.0f, y, accumulate, stream);
+    return;
+  }
+  if (n == 1 && packed_mma_takes(w)) {
+    packed_mma_matvec(w, x, 0, nullptr, 0.0f, y, accumulate, stream);
     return;
   }
   switch (n) {

@@ -49,6 +49,15 @@ bool decode_fusable(const MatrixRef& w);
 void matvec_normed(const MatrixRef& w, const float* x, const float* norm_weight, float eps, float* y,
                    bool accumulate, cudaStream_t stream);
 void matvec_gated(const MatrixRef& w, const float* gate_up, float* y, bool accumulate, cudaStream_t stream);
+// The decode matvec of packed weights (one x row) on the tensor cores (packed_decode.cu): xmode 0 plain, 1 normed,
+// 2 gated, as matvec / matvec_normed / matvec_gated, which use it wherever packed_mma_takes(w) (8-bit, or 4-bit when
+// four_bit, a power-of-two group of at least 32 columns, at most 40960 columns). set_packed_mma(false) (or
+// TIERLM_GPU_PACKED_MMA=0) keeps them on the CUDA-core kernel (A/B runs). Default: 8-bit only (q4 measured ~1%
+// slower end to end on the tensor cores, H200), or TIERLM_GPU_PACKED_MMA=all.
+void set_packed_mma(bool on, bool four_bit = false);
+bool packed_mma_takes(const MatrixRef& w);
+void packed_mma_matvec(const MatrixRef& w, const float* x, int xmode, const float* norm_weight, float eps, float* y,
+                       bool accumulate, cudaStream_t stream);
 // out[r*cols + c] = W[r0 + r, c] as f16, for rows [r0, r0 + count) (the GEMM path of packed/f32/bf16 weights;
 // prefill_kernels.cu).
 void dequantize_f16(const MatrixRef& w, int64_t r0, int64_t count, void* out, cudaStream_t stream);

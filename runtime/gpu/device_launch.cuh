@@ -65,6 +65,14 @@ __device__ __forceinline__ void kernel_entry() {
   wait_for_previous_kernel();
 }
 
+// One thread's bulk prefetch of [p, p + bytes) into L2 (bytes a multiple of 16, p 16-byte aligned).
+__device__ __forceinline__ void prefetch_l2_thread(const void* p, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if ((reinterpret_cast<uintptr_t>(p) & 15) == 0 && bytes >= 16)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes & ~15u) : "memory");
+#endif
+}
+
 // Eight K/V elements of row `at` of `rows` (hd elements a row in the codec: f16, or q8 codes with `scales`, hd /
 // q8_block floats a row) starting at dim j (a multiple of 8), as floats. The pool and a block's staged copy of its
 // chunk have this layout.

@@ -302,6 +302,9 @@ struct GpuLayers::Impl {
         max_chunk(chunk), max_context(context), head(o.head && gpu_layers == c.num_layers),
         vram(o.vram_budget ? o.vram_budget : default_budget()) {
     if (!env_on("TIERLM_GPU_PDL")) options.programmatic_launch = false;
+    if (!env_on("TIERLM_GPU_PACKED_MMA")) options.packed_mma = false;
+    if (const char* v = std::getenv("TIERLM_GPU_PACKED_MMA"); v && std::string(v) == "all")
+      options.packed_mma_4bit = true;
     if (c.head_dim % 16 != 0 || c.head_dim > 256)
       throw std::invalid_argument("gpu: head_dim " + std::to_string(c.head_dim) +
                                   " is not supported (a multiple of 16, at most 256)");
@@ -843,6 +846,7 @@ struct GpuLayers::Impl {
                                   std::to_string(options.max_sequences) + ")");
     device::set_programmatic_launch(options.programmatic_launch);
     device::set_dense_rows_per_block(fused_matvec ? options.dense_rows_per_block : -1);
+    device::set_packed_mma(options.packed_mma, options.packed_mma_4bit);
     for (size_t b = 0; b < batch.size() && gpu_layers > 0; ++b) {
       int64_t first = max_context, last = -1;
       for (int64_t i = 0; i < n; ++i)
@@ -1359,6 +1363,18 @@ void GpuLayers::check_supported(const model::ModelConfig& c, int64_t layers) {
         options.push_back("num_kv_shared_layers");
         break;
       }
+    throw std::invalid_argument(fmt::format("gpu: {} layers use {}, which the GPU backend does not run yet; run them "
+                                            "on the CPU (--gpu-layers 0)", c.model_type, fmt::join(options, ", ")));
+  }
+  if (layers > 0 && c.arch.gpt_oss) {
+    // gpt-oss's block: name every option it uses that the GPU layers do not compute.
+    std::vector<std::string> options = {"attention sinks (self_attn.sinks)",
+                                        "router bias (mlp.router.bias)",
+                                        "expert biases with the clamped SwiGLU over interleaved gate/up (swiglu_limit)",
+                                        "attention_bias (q/k/v/o biases)"};
+    if (c.rope.type == "yarn") options.push_back("YaRN rope (rope_type yarn)");
+    if (c.mxfp4_experts) options.push_back("MXFP4 experts (quantization_config quant_method mxfp4)");
+    if (c.any_windowed()) options.push_back("sliding_window layers");
     throw std::invalid_argument(fmt::format("gpu: {} layers use {}, which the GPU backend does not run yet; run them "
                                             "on the CPU (--gpu-layers 0)", c.model_type, fmt::join(options, ", ")));
   }

@@ -42,6 +42,11 @@ struct GpuOptions {
   // for A/B measurements.
   bool programmatic_launch = true;
   int dense_rows_per_block = 0;       // decode matvec tuning for A/B runs: 0 automatic, 4 or 8
+  // Decode matvec of 8-bit packed weights (q8_0, MLX q8) on the tensor cores (device::packed_mma_matvec); off (or
+  // TIERLM_GPU_PACKED_MMA=0) only for A/B measurements against the CUDA-core kernel. 4-bit weights stay on the CUDA
+  // cores unless packed_mma_4bit (or TIERLM_GPU_PACKED_MMA=all): end to end that measured ~1% slower (H200, q4).
+  bool packed_mma = true;
+  bool packed_mma_4bit = false;
   // Head rows computed and staged at once (the logits staging holds this many rows, in VRAM and pinned RAM).
   // 0: as many as fit in 16 MiB (32 rows of a 128K vocabulary), at least 4, at most the chunk.
   int64_t head_rows_per_pass = 0;

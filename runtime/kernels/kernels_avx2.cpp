@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "runtime/kernels/kernel_isa.h"
+#include "runtime/kernels/simd_scales.h"
 
 namespace tierlm::kernels {
 
@@ -34,20 +35,6 @@ inline int32_t hsum_epi32(__m256i v) {
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
   return _mm_cvtsi128_si32(s);
-}
-
-template <SourceType ST>
-inline __m256 load_scales8(const void* base, int64_t index) {
-  if constexpr (ST == SourceType::f32) {
-    return _mm256_loadu_ps(static_cast<const float*>(base) + index);
-  } else {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + index));
-    if constexpr (ST == SourceType::f16) {
-      return _mm256_cvtph_ps(h);
-    } else {
-      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    }
-  }
 }
 
 void quantize_row_avx2(const float* x, int64_t cols, int8_t* q, float* dx, int32_t* isum, float* xsum) {

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "runtime/kernels/kernel_isa.h"
+#include "runtime/kernels/simd_scales.h"
 
 namespace tierlm::kernels {
 
@@ -29,18 +30,6 @@ inline __m512i broadcast4(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
   return _mm512_set1_epi32(v);
-}
-
-template <SourceType ST>
-inline __m512 load_scales16(const void* base, int64_t index) {
-  if constexpr (ST == SourceType::f32) {
-    return _mm512_loadu_ps(static_cast<const float*>(base) + index);
-  } else if constexpr (ST == SourceType::f16) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + index)));
-  } else {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + index));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
 }
 
 void quantize_row_avx512(const float* x, int64_t cols, int8_t* q, float* dx, int32_t* isum, float* xsum) {

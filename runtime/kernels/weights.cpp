@@ -10,9 +10,14 @@
 //   q4               affine 4-bit per 32 columns: w = d*u + m, u in [0, 15], d and m f16. Affine (min + step)
 //                    rather than symmetric because it spends all 16 levels on [min, max] of each group, which
 //                    halves the worst-case error of lopsided groups. Packed layout with bits = 4. 0.625 bytes/weight.
+//   mxfp4            gpt-oss's MXFP4 as stored (runtime/kernels/mxfp4.h): data = [rows, cols/32, 16] code bytes,
+//                    scales = [rows, cols/32] E8M0 bytes; f32 activations, no activation quantization.
+//                    0.53 bytes/weight.
 //   mlx_q4, mlx_q8   MLX affine: w = scales*q + biases with MLX's group size (32/64/128) and MLX's scale type
 //                    (f16/bf16/f32 kept as is, so the math is identical to MLX). Codes are unpacked from MLX's
 //                    little-end-first uint32 words and repacked into the panel layout with bits = 4 or 8.
+//                    matvec/matmul multiply them with the activations in f32, as MLX does (affine_f32.h); q8_0 and
+//                    q4 quantize the activations to int8 per 32 columns (kernel_isa.h).
 // Rounding: round-to-nearest everywhere. The stored f16 scale of q8_0 is rounded up and q4's (min, step) are
 // rounded outward, so every source value lies inside the representable range and the per-element error is at most
 // half the stored step (no clipping).
@@ -26,7 +31,9 @@
 #include <string>
 #include <vector>
 
+#include "runtime/kernels/affine_f32.h"
 #include "runtime/kernels/kernel_isa.h"
+#include "runtime/kernels/mxfp4.h"
 #include "runtime/kernels/packed_codes.h"
 
 namespace tierlm::kernels {
@@ -40,6 +47,7 @@ const char* format_name(WeightFormat f) {
     case WeightFormat::q4: return "q4";
     case WeightFormat::mlx_q4: return "mlx_q4";
     case WeightFormat::mlx_q8: return "mlx_q8";
+    case WeightFormat::mxfp4: return "mxfp4";
   }
   return "unknown";
 }
@@ -198,6 +206,8 @@ void pack_row_codes(uint8_t* data, int64_t panel_bytes, int bits, int64_t row, i
 }  // namespace
 
 uint64_t weight_bytes(const WeightView& w) {
+  if (w.format == WeightFormat::mxfp4)
+    return uint64_t(w.rows) * uint64_t(w.cols / kMxfp4Block) * (kMxfp4BlockBytes + 1);
   if (is_dense(w.format)) return static_cast<uint64_t>(w.rows) * w.cols * dense_element_size(w.format);
   const PackedSizes s = packed_sizes(w);
   return s.data + s.scales + s.biases;
@@ -239,7 +249,7 @@ Weight make_weight(const void* src, SourceType src_type, int64_t rows, int64_t c
   }
   if (target != WeightFormat::q8_0 && target != WeightFormat::q4)
     throw std::invalid_argument(std::string("make_weight: cannot quantize into ") + format_name(target) +
-                                " (use make_mlx_weight for MLX tensors)");
+                                " (use make_mlx_weight / make_mxfp4_weight for MLX / MXFP4 tensors)");
   if (cols % 32 != 0)
     throw std::invalid_argument(std::string("make_weight: ") + format_name(target) +
                                 " needs cols to be a multiple of the group size 32 (got cols = " +
@@ -347,10 +357,40 @@ Weight make_mlx_weight(const void* packed, const void* scales, const void* biase
   return out;
 }
 
+Weight make_mxfp4_weight(const void* blocks, const void* scales, int64_t rows, int64_t cols, tiering::Ledger& ledger,
+                         const std::string& account) {
+  validate_shape(rows, cols, "make_mxfp4_weight");
+  if (cols % kMxfp4Block != 0)
+    throw std::invalid_argument("make_mxfp4_weight: cols (" + std::to_string(cols) + ") must be a multiple of 32");
+  if (blocks == nullptr || scales == nullptr)
+    throw std::invalid_argument("make_mxfp4_weight: blocks and scales must both be given");
+  Weight out;
+  WeightView& v = out.view;
+  v.format = WeightFormat::mxfp4;
+  v.rows = rows;
+  v.cols = cols;
+  v.bits = 4;
+  v.group_size = kMxfp4Block;
+  const size_t groups = size_t(rows) * size_t(cols / kMxfp4Block);
+  out.data = tiering::LedgerBuffer(ledger, account, groups * kMxfp4BlockBytes);
+  out.scales = tiering::LedgerBuffer(ledger, account, groups);
+  std::memcpy(out.data.data(), blocks, groups * kMxfp4BlockBytes);
+  std::memcpy(out.scales.data(), scales, groups);
+  v.data = out.data.data();
+  v.scales = out.scales.data();
+  return out;
+}
+
 void dequantize_row(const WeightView& w, int64_t row, float* out) {
   if (row < 0 || row >= w.rows)
     throw std::out_of_range("dequantize_row: row " + std::to_string(row) + " outside [0, " + std::to_string(w.rows) +
                             ")");
+  if (w.format == WeightFormat::mxfp4) {
+    const int64_t groups = w.cols / kMxfp4Block;
+    mxfp4_dequantize_row(static_cast<const uint8_t*>(w.data) + row * groups * kMxfp4BlockBytes,
+                         static_cast<const uint8_t*>(w.scales) + row * groups, w.cols, out);
+    return;
+  }
   if (is_dense(w.format)) {
     if (w.format == WeightFormat::f32) {
       std::memcpy(out, static_cast<const float*>(w.data) + row * w.cols, static_cast<size_t>(w.cols) * 4);
@@ -443,6 +483,15 @@ struct DenseGemmJob : DenseSmallBatchJob {
   int64_t group_rows;  // rows per group (the last may be short)
 };
 
+struct AffineF32Job {
+  AffineF32Kernel kernel;
+  PackedView w;
+  const float* x;
+  const float* gsum;
+  int64_t n;
+  float* y;
+};
+
 struct DenseTileJob {
   const KernelTable* kernels;
   const WeightView* w;
@@ -450,9 +499,61 @@ struct DenseTileJob {
   float* out;
 };
 
+struct Mxfp4Job {
+  const WeightView* w;
+  const float* x;
+  int64_t n;
+  float* y;
+  bool avx512;
+};
+
+// MXFP4: units of 16 weight rows, each decoded once for all n activation rows.
+thread_local std::vector<float> t_mxfp4_split;
+
+void mxfp4_multiply(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool& pool) {
+  const bool avx512 = active_isa() == Isa::avx512;
+  if (avx512) {  // the AVX-512 kernel reads each block's inputs as [16 even | 16 odd]
+    std::vector<float>& split = t_mxfp4_split;
+    if (split.size() < size_t(n * w.cols)) split.resize(size_t(n * w.cols));
+    mxfp4_split_activations(x, n, w.cols, split.data());
+    x = split.data();
+  }
+  Mxfp4Job job{&w, x, n, y, avx512};
+  pool.parallel_for((w.rows + kPanelRows - 1) / kPanelRows, [](void* ctx, int64_t b, int64_t e, int) {
+    auto* j = static_cast<Mxfp4Job*>(ctx);
+    const auto* blocks = static_cast<const uint8_t*>(j->w->data);
+    const auto* scales = static_cast<const uint8_t*>(j->w->scales);
+    const int64_t r0 = b * kPanelRows, r1 = std::min(e * kPanelRows, j->w->rows);
+    (j->avx512 ? mxfp4_rows_avx512 : mxfp4_rows_scalar)(blocks, scales, j->w->cols, r0, r1, j->x, j->n, j->y,
+                                                        j->w->rows);
+  }, &job);
+}
+
+thread_local std::vector<float> t_group_sums;
+
+// MLX weights with f32 activations (affine_f32.h), unless a bench forced MLX onto the int8-activation kernels.
+bool takes_f32_activations(const WeightView& w) {
+  return (w.format == WeightFormat::mlx_q4 || w.format == WeightFormat::mlx_q8) &&
+         mlx_activations() == MlxActivations::f32;
+}
+
+void affine_f32_multiply(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool& pool) {
+  const int64_t groups = w.cols / w.group_size;
+  std::vector<float>& gsum = t_group_sums;
+  if (gsum.size() < static_cast<size_t>(n * groups)) gsum.resize(static_cast<size_t>(n * groups));
+  for (int64_t i = 0; i < n; ++i) group_sums(x + i * w.cols, w.cols, w.group_size, gsum.data() + i * groups);
+  AffineF32Job job{affine_f32_kernel(), packed_view(w), x, gsum.data(), n, y};
+  pool.parallel_for(job.w.panels, [](void* ctx, int64_t b, int64_t e, int) {
+    auto* j = static_cast<AffineF32Job*>(ctx);
+    j->kernel(j->w, j->x, j->gsum, j->n, j->y, j->w.rows, b, e);
+  }, &job);
+}
+
 }  // namespace
 
 void matvec(const WeightView& w, const float* x, float* y, ThreadPool& pool) {
+  if (w.format == WeightFormat::mxfp4) return mxfp4_multiply(w, x, 1, y, pool);
+  if (takes_f32_activations(w)) return affine_f32_multiply(w, x, 1, y, pool);
   const KernelTable& k = active_kernels();
   if (is_dense(w.format)) {
     DenseMatvecJob job{&k, &w, x, y};
@@ -481,8 +582,10 @@ constexpr int64_t kDenseGemmRows = 64;
 
 void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool& pool) {
   if (n <= 0) return;
+  if (w.format == WeightFormat::mxfp4) return mxfp4_multiply(w, x, n, y, pool);
   const KernelTable& k = active_kernels();
   if (n == 1) return matvec(w, x, y, pool);
+  if (takes_f32_activations(w)) return affine_f32_multiply(w, x, n, y, pool);
   if (is_dense(w.format)) {
     if (w.format == WeightFormat::f32) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(n), static_cast<blasint>(w.rows),

@@ -1,5 +1,5 @@
 // runtime/kernels/weights.h — weight formats and the matrix kernels the forward pass calls.
-// Owns: the in-memory layout of every weight format (f32, f16, bf16, q8_0, q4 group-wise, MLX affine 4/8-bit),
+// Owns: the in-memory layout of every weight format (f32, f16, bf16, q8_0, q4 group-wise, MLX affine 4/8-bit, MXFP4),
 // conversion/quantization at load time, and matvec (decode) / matmul (prefill) over those layouts.
 // Never: allocate outside the ledger for weights, log, or allocate in matvec/matmul hot paths.
 #pragma once
@@ -13,7 +13,7 @@
 
 namespace tierlm::kernels {
 
-enum class WeightFormat : uint8_t { f32, f16, bf16, q8_0, q4, mlx_q4, mlx_q8 };
+enum class WeightFormat : uint8_t { f32, f16, bf16, q8_0, q4, mlx_q4, mlx_q8, mxfp4 };
 
 const char* format_name(WeightFormat f);
 // Accepts "f32", "f16", "bf16", "q8_0" (or "q8"), "q4"; throws std::invalid_argument with the accepted list otherwise.
@@ -53,10 +53,16 @@ Weight make_mlx_weight(const void* packed, const void* scales, const void* biase
                        int64_t rows, int64_t cols, int group_size, int bits, tiering::Ledger& ledger,
                        const std::string& account);
 
+// Wraps MXFP4 tensors as gpt-oss stores them (blocks: uint8 [rows, cols/32, 16], scales: uint8 E8M0 [rows, cols/32];
+// runtime/kernels/mxfp4.h) by copying them, unchanged, into ledger-owned storage: 4.25 bits per weight.
+Weight make_mxfp4_weight(const void* blocks, const void* scales, int64_t rows, int64_t cols, tiering::Ledger& ledger,
+                         const std::string& account);
+
 // Bytes the weight occupies (data + scales + biases): what one full read of it costs.
 uint64_t weight_bytes(const WeightView& w);
 
-// y[rows] = W · x (x: cols floats). Uses the pool; no allocation.
+// y[rows] = W · x (x: cols floats). Uses the pool; no allocation. q8_0/q4 round x to int8 per 32 columns; MLX
+// weights are multiplied with x in f32 (MLX's own semantics, so an MLX folder computes its dequantized weights' math).
 void matvec(const WeightView& w, const float* x, float* y, ThreadPool& pool);
 // Y[n x rows] = X[n x cols] · Wᵀ, for prefill. May use a pool-owned scratch sized at first use.
 void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool& pool);

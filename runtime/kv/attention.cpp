@@ -131,7 +131,7 @@ const AttentionKernels& active_attention_kernels() {
 void force_scalar_attention(bool scalar) { g_force_scalar.store(scalar); }
 
 void attend(const CodecLayout& L, const uint8_t* const* pages, int64_t ring, size_t head_offset, int64_t start,
-            int64_t len, const float* q, int heads, float* out) {
+            int64_t len, const float* q, int heads, float* out, const float* sinks) {
   const AttentionKernels& K = active_attention_kernels();
   const int d = L.head_dim;
   const float scale = 1.0f / std::sqrt(float(d));
@@ -190,7 +190,14 @@ void attend(const CodecLayout& L, const uint8_t* const* pages, int64_t ring, siz
     for (int h = 0; h < H; ++h) {
       float* oh = out + size_t(h0 + h) * d;
       const float* acch = acc + size_t(h) * d;
-      const float inv = l[h] > 0 ? 1.0f / l[h] : 0.0f;
+      float inv = l[h] > 0 ? 1.0f / l[h] : 0.0f;
+      if (sinks) {
+        // The sink's logit joins the denominator only: p_t = exp(s_t) / (sum exp(s) + exp(sink)), scaled from
+        // whichever of the two maxima is larger so neither exponential can overflow.
+        const float sink = sinks[h0 + h];
+        inv = sink <= m[h] ? 1.0f / (l[h] + std::exp(sink - m[h]))
+                           : std::exp(m[h] - sink) / (l[h] * std::exp(m[h] - sink) + 1.0f);
+      }
       if (!turbo) {
         for (int j = 0; j < d; ++j) oh[j] = acch[j] * inv;
       } else {

@@ -43,8 +43,9 @@ bool avx512_attention_available();
 // is pages[p % ring]: a full-attention layer passes all its pages (ring >= pages used), a windowed layer its ring,
 // whose pages are reused once their positions left the window. This head's regions start at pages[i] + head_offset
 // (keys) and + layout.key_bytes (values). Slots of the first page before `start` get weight 0, whatever they hold.
-// q and out: heads x head_dim, out may not alias q.
+// q and out: heads x head_dim, out may not alias q. sinks (gpt-oss attention sinks): one logit per head joining each
+// head's softmax denominator with no value; null: none.
 void attend(const CodecLayout& layout, const uint8_t* const* pages, int64_t ring, size_t head_offset, int64_t start,
-            int64_t len, const float* q, int heads, float* out);
+            int64_t len, const float* q, int heads, float* out, const float* sinks = nullptr);
 
 }  // namespace tierlm::kv

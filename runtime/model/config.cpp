@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <boost/json.hpp>
@@ -56,6 +57,10 @@ const std::vector<ArchitectureSpec>& table() {
       // DeepSeek routing and ungated shared experts; parse_deepseek reads their keys.
       {.model_type = "deepseek_v3", .moe = true, .mla = true},
       {.model_type = "deepseek_v2", .moe = true, .mla = true},
+      // gpt-oss (transformers 5.17 modeling_gpt_oss.py): sliding/full layers from layer_types, attention sinks,
+      // biases on q/k/v/o (attention_bias, default true), the router mlp.router with a bias, experts with biases.
+      {.model_type = "gpt_oss", .moe = true, .moe_renormalize = true, .reads_attention_bias = true,
+       .sliding = S::layer_types, .windows_checked = true, .gpt_oss = true, .router = "router"},
   };
   return specs;
 }
@@ -117,10 +122,27 @@ class Reader {
   std::string origin_;
 };
 
+// YaRN's keys (transformers' _compute_yarn_parameters): beta_fast/slow, truncate, and the attention factor that
+// scales cos and sin: attention_factor when given, else 0.1 * mscale * ln(factor) + 1 (the mscale/mscale_all_dim
+// ratio when both are set). transformers scales by max_position_embeddings / original_max_position_embeddings in
+// place of factor when the two differ; parse_gpt_oss refuses that case by name.
+void yarn_from(const Reader& r, RopeConfig& rope) {
+  rope.beta_fast = r.number_or("beta_fast", 32.0);
+  rope.beta_slow = r.number_or("beta_slow", 1.0);
+  rope.truncate = r.boolean_or("truncate", true);
+  auto mscale_of = [&](double m) { return rope.factor <= 1 ? 1.0 : 0.1 * m * std::log(rope.factor) + 1.0; };
+  const double mscale = r.number_or("mscale", 0), mscale_all_dim = r.number_or("mscale_all_dim", 0);
+  rope.attention_factor = mscale != 0 && mscale_all_dim != 0 ? mscale_of(mscale) / mscale_of(mscale_all_dim)
+                                                             : mscale_of(1.0);
+  rope.attention_factor = r.number_or("attention_factor", rope.attention_factor);
+  if (rope.beta_fast <= rope.beta_slow) r.fail("beta_fast", "must be larger than beta_slow");
+  if (!r.get("original_max_position_embeddings")) r.fail("original_max_position_embeddings", "is missing (yarn)");
+}
+
 // One RoPE parameter object. partial_rotary_factor: the rotary share of head_dim (qwen3_5's default 0.25 comes in
 // as `partial`); `proportional` (Gemma 4's full layers, when allowed) rotates that share of the pairs instead.
 RopeConfig rope_from(const json::object& params, double theta, double partial, const std::string& origin,
-                     bool proportional_allowed) {
+                     bool proportional_allowed, bool yarn_allowed = false) {
   RopeConfig rope;
   Reader r(params, origin);
   rope.theta = r.number_or("rope_theta", theta);
@@ -131,9 +153,11 @@ RopeConfig rope_from(const json::object& params, double theta, double partial, c
   rope.original_max_position_embeddings = r.integer_or("original_max_position_embeddings", 8192);
   rope.partial_rotary_factor = r.number_or("partial_rotary_factor", partial);
   const bool proportional = proportional_allowed && rope.type == "proportional";
-  if (rope.type != "default" && rope.type != "linear" && rope.type != "llama3" && !proportional)
-    r.fail("rope_type", fmt::format("'{}' is not supported (supported: default, linear, llama3{})", rope.type,
-                                    proportional_allowed ? ", proportional" : ""));
+  const bool yarn = yarn_allowed && rope.type == "yarn";
+  if (rope.type != "default" && rope.type != "linear" && rope.type != "llama3" && !proportional && !yarn)
+    r.fail("rope_type", fmt::format("'{}' is not supported (supported: default, linear, llama3{}{})", rope.type,
+                                    proportional_allowed ? ", proportional" : "", yarn_allowed ? ", yarn" : ""));
+  if (yarn) yarn_from(r, rope);
   if (rope.theta <= 0) r.fail("rope_theta", "must be positive");
   // mrope_section splits the rotary dims between temporal/height/width positions; for text all three positions are
   // the token's index, so every section rotates by the same angle: plain RoPE over the rotary dims (qwen3_5).
@@ -145,7 +169,7 @@ RopeConfig rope_from(const json::object& params, double theta, double partial, c
 }
 
 RopeConfig parse_rope(const Reader& top, const json::object& root, const std::string& origin,
-                      double default_partial_rotary) {
+                      double default_partial_rotary, bool yarn_allowed = false) {
   RopeConfig rope;
   rope.theta = top.number_or("rope_theta", 10000.0);
   rope.partial_rotary_factor = top.number_or("partial_rotary_factor", default_partial_rotary);
@@ -159,7 +183,8 @@ RopeConfig parse_rope(const Reader& top, const json::object& root, const std::st
     }
   }
   if (!params) return rope;
-  return rope_from(*params, rope.theta, rope.partial_rotary_factor, origin + " (rope parameters)", false);
+  return rope_from(*params, rope.theta, rope.partial_rotary_factor, origin + " (rope parameters)", false,
+                   yarn_allowed);
 }
 
 std::vector<int32_t> token_ids(const Reader& r, const json::object& o, const std::string& key) {
@@ -536,6 +561,67 @@ void parse_deepseek(const Reader& r, ModelConfig& c) {
   }
 }
 
+// gpt-oss (transformers' GptOssConfig / GptOssExperts) beyond the common and MoE keys: the clamp GptOssExperts
+// hard-codes, experts_per_token (OpenAI's name) agreeing with num_experts_per_tok, YaRN's factor agreeing with the
+// context ratio transformers may use instead, and the default theta / yarn parameters when the config has none.
+void parse_gpt_oss(const Reader& r, const json::object& o, ModelConfig& c) {
+  c.swiglu_limit = 7.0;
+  if (const double limit = r.number_or("swiglu_limit", 7.0); limit != 7.0)
+    r.fail("swiglu_limit", fmt::format("({}) is not supported: transformers' GptOssExperts clamps at 7.0 whatever "
+                                       "the config says", limit));
+  if (const int64_t k = r.integer_or("experts_per_token", c.num_experts_per_tok); k != c.num_experts_per_tok)
+    r.fail("experts_per_token", fmt::format("({}) differs from num_experts_per_tok ({})", k, c.num_experts_per_tok));
+  if (!o.contains("rope_parameters") && !o.contains("rope_scaling")) {
+    // GptOssConfig's defaults.
+    c.rope.type = "yarn";
+    c.rope.theta = r.number_or("rope_theta", 150000.0);
+    c.rope.factor = 32.0;
+    c.rope.original_max_position_embeddings = 4096;
+    c.rope.beta_fast = 32.0;
+    c.rope.beta_slow = 1.0;
+    c.rope.truncate = false;
+    c.rope.attention_factor = 0.1 * std::log(32.0) + 1.0;
+  }
+  if (c.rope.type == "yarn" &&
+      double(c.max_position_embeddings) / double(c.rope.original_max_position_embeddings) != c.rope.factor)
+    r.fail("rope_parameters", fmt::format("yarn factor {} differs from max_position_embeddings / "
+                                          "original_max_position_embeddings ({} / {}), which transformers may use "
+                                          "instead; not supported", c.rope.factor, c.max_position_embeddings,
+                                          c.rope.original_max_position_embeddings));
+  if (c.moe_intermediate_size != c.intermediate_size)
+    r.fail("moe_intermediate_size", "is not read by gpt_oss (its experts are intermediate_size wide)");
+  if (!o.contains("layer_types")) {
+    // GptOssConfig's default: even layers sliding, odd layers full.
+    const int64_t window = r.integer_or("sliding_window", 128);
+    if (window <= 0) r.fail("sliding_window", "must be positive");
+    for (size_t i = 0; i < c.layers.size(); i += 2) {
+      c.layers[i].mixer = Mixer::sliding_attention;
+      c.layers[i].window = window;
+    }
+  }
+  if (auto it = o.find("quantization_config"); it != o.end() && it->value().is_object()) {
+    // OpenAI's checkpoints: MXFP4 experts, every other module unquantized. transformers quantizes every Linear-like
+    // module outside modules_to_not_convert, which on gpt-oss leaves only the experts; a list that leaves more (or
+    // other keys) would mean something tierlm does not read.
+    const json::object& q = it->value().as_object();
+    c.mxfp4_experts = true;
+    static const std::set<std::string> expected = {"model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                   "model.embed_tokens", "lm_head"};
+    std::set<std::string> listed;
+    if (auto m = q.find("modules_to_not_convert"); m != q.end() && m->value().is_array())
+      for (auto& v : m->value().as_array())
+        if (v.is_string()) listed.insert(std::string(v.as_string()));
+    for (const std::string& module : expected)
+      if (!listed.count(module))
+        r.fail("quantization_config", fmt::format("modules_to_not_convert lacks '{}': only MXFP4 experts are "
+                                                  "supported", module));
+    for (auto& kv : q)
+      if (kv.key() != "quant_method" && kv.key() != "modules_to_not_convert" &&
+          !(kv.key() == "dequantize" && kv.value().is_bool()))
+        r.fail("quantization_config", fmt::format("key '{}' is not supported", std::string(kv.key())));
+  }
+}
+
 }  // namespace
 
 const ArchitectureSpec* find_architecture(const std::string& model_type) {
@@ -664,7 +750,7 @@ ModelConfig parse_config(const std::string& text, const std::string& origin) {
   c.torch_dtype = r.string_or("torch_dtype", r.string_or("dtype", outer.string_or("torch_dtype", "")));
   // Biases: llama-family attention_bias puts one on q, k, v and o (as transformers' LlamaAttention, Qwen3Attention
   // and OlmoeAttention do), mlp_bias on gate, up and down; qwen2_moe's qkv_bias on q, k, v only.
-  if (c.arch.reads_attention_bias && r.boolean_or("attention_bias", false)) c.arch.qkv_bias = c.o_bias = true;
+  if (c.arch.reads_attention_bias && r.boolean_or("attention_bias", c.arch.gpt_oss)) c.arch.qkv_bias = c.o_bias = true;
   if (c.arch.reads_mlp_bias) c.mlp_bias = r.boolean_or("mlp_bias", false);
   if (c.arch.reads_qkv_bias) c.arch.qkv_bias = r.boolean_or("qkv_bias", true);
 
@@ -686,7 +772,7 @@ ModelConfig parse_config(const std::string& text, const std::string& origin) {
     r.fail("hidden_act", fmt::format("'{}' is not supported (supported: silu)", c.hidden_act));
   if (!gemma4) {
     // qwen3_5 configs default partial_rotary_factor to 0.25 (Qwen3_5TextConfig.__post_init__).
-    c.rope = parse_rope(r, o, text_origin, c.arch.linear_attention ? 0.25 : 1.0);
+    c.rope = parse_rope(r, o, text_origin, c.arch.linear_attention ? 0.25 : 1.0, c.arch.gpt_oss);
     const double f = c.rope.partial_rotary_factor;
     const int64_t rotary = int64_t(double(c.head_dim) * f);
     if (!(f > 0 && f <= 1) || rotary < 2 || rotary % 2 != 0)
@@ -751,6 +837,7 @@ ModelConfig parse_config(const std::string& text, const std::string& origin) {
       r.fail("shared_expert_intermediate_size", "is missing or not positive");
   }
   c.layers = expand_layers(r, o, c);
+  if (c.arch.gpt_oss) parse_gpt_oss(r, o, c);
   if (c.arch.linear_attention) {
     // The attention layers' biases: Qwen3_5Attention puts attention_bias on q/k/v/o; not implemented here.
     if (r.boolean_or("attention_bias", false))

@@ -24,6 +24,11 @@ struct RopeConfig {
   // The first head_dim * factor dims rotate, the rest pass through (qwen3_5); with type proportional (Gemma 4's full
   // layers) rotate_half still pairs across all of head_dim and only the first factor * head_dim / 2 pairs turn.
   double partial_rotary_factor = 1.0;
+  // yarn (gpt_oss; transformers' _compute_yarn_parameters): the correction range from beta_fast / beta_slow over
+  // original_max_position_embeddings, floored/ceiled when truncate; cos and sin are multiplied by attention_factor.
+  double beta_fast = 32.0, beta_slow = 1.0;
+  bool truncate = true;
+  double attention_factor = 1.0;
 };
 
 // Gated DeltaNet layers (qwen3_5 "linear_attention"), from the linear_* keys. Per sequence and layer the state is a
@@ -123,6 +128,11 @@ struct ArchitectureSpec {
   // first_k_dense_replace layers dense, DeepSeek routing (ModelConfig::router) and ungated shared experts
   // (mlp.shared_experts, n_shared_experts * moe_intermediate_size wide).
   bool mla = false;
+  // The gpt-oss block (parse_gpt_oss in runtime/model/config.cpp): attention sinks (a learned logit per query head
+  // in the softmax denominator), a router with a bias (mlp.router), experts with biases whose gate/up columns are
+  // interleaved (even: gate, odd: up) and the clamped SwiGLU (up + 1) * gate * sigmoid(1.702 * gate), YaRN rope.
+  bool gpt_oss = false;
+  const char* router = "gate";  // the router's module name under moe_block
 };
 
 struct ModelConfig {
@@ -160,6 +170,11 @@ struct ModelConfig {
   int64_t per_layer_input_size = 0;       // hidden_size_per_layer_input (PLE); 0: none
   int64_t per_layer_vocab_size = 0;       // vocab_size_per_layer_input
   std::optional<RopeConfig> full_attention_rope;  // RoPE of layers whose LayerSpec::full_rope is set
+  // gpt-oss (arch.gpt_oss): the SwiGLU clamp (7.0 as GptOssExperts hard-codes it); 0 elsewhere.
+  double swiglu_limit = 0;
+  // quantization_config quant_method "mxfp4" (gpt-oss checkpoints): the experts are stored as MXFP4 blocks + e8m0
+  // scales (*_blocks, *_scales); everything else (modules_to_not_convert) stays unquantized.
+  bool mxfp4_experts = false;
   DeltaNetConfig deltanet;  // zero unless some layer's mixer is gated_deltanet
   MlaConfig mla;            // zero unless some layer's mixer is mla
   RouterConfig router;

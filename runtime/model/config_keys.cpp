@@ -108,6 +108,9 @@ std::vector<std::string> config_keys_read(const ArchitectureSpec& a) {
                  "moe_intermediate_size", "num_experts_per_tok", "routed_scaling_factor", "scoring_func",
                  "topk_method", "n_group", "topk_group", "norm_topk_prob", "first_k_dense_replace", "moe_layer_freq",
                  "num_nextn_predict_layers"});
+  // gpt_oss: initial_context_length is OpenAI's name for the pre-YaRN context; GptOssConfig keeps it unread (the
+  // rope parameters carry original_max_position_embeddings), so it changes nothing.
+  if (a.gpt_oss) keys.insert({"swiglu_limit", "experts_per_token", "initial_context_length"});
   return {keys.begin(), keys.end()};
 }
 
@@ -164,6 +167,7 @@ void refuse_unimplemented_keys(const json::object& config, const ArchitectureSpe
           throw ModelError(fmt::format("{}: field 'quantization_config.{}' is not supported", origin, key));
       return;
     }
+    if (arch.gpt_oss && method == "mxfp4") return;  // read by parse_gpt_oss (MXFP4 experts)
     throw ModelError(fmt::format("{}: field 'quantization_config' (quant_method {}) is not supported (supported: "
                                  "unquantized f32/f16/bf16 and MLX 'quantization')", origin, method));
   }

@@ -244,6 +244,7 @@ ModelWeights load_model(const std::filesystem::path& dir, const LoadOptions& opt
         if (own_kv) l.k_norm = L.norm(p + "self_attn.k_norm.weight", c.arch.qk_norm_full_width ? kv_rows : hd);
       }
       l.o = L.matrix({{p + "self_attn.o_proj", H}}, q_rows);
+      if (c.arch.gpt_oss) l.sinks = L.vector(p + "self_attn.sinks", c.num_heads);
       if (c.o_bias) l.o_bias = L.vector(p + "self_attn.o_proj.bias", H);
     }
     l.input_norm = L.norm(p + "input_layernorm.weight", H);
@@ -251,7 +252,8 @@ ModelWeights load_model(const std::filesystem::path& dir, const LoadOptions& opt
     if (c.arch.gemma4) load_gemma4_layer(L, p, spec, l);
     if (spec.mlp == Mlp::moe && !c.arch.gemma4) {
       const std::string b = p + c.arch.moe_block + ".";
-      l.router = L.matrix({{b + "gate", c.num_experts}}, H);
+      l.router = L.matrix({{b + c.arch.router, c.num_experts}}, H);
+      if (c.arch.gpt_oss) l.router_bias = L.vector(b + c.arch.router + ".bias", c.num_experts);
       if (c.arch.shared_expert) {
         const int64_t S = c.shared_expert_intermediate_size;
         l.shared_gate_up = L.matrix({{b + "shared_expert.gate_proj", S}, {b + "shared_expert.up_proj", S}}, H);

@@ -45,6 +45,8 @@ struct LayerWeights {
   std::vector<float> gate_up_bias, down_bias;  // empty unless config.mlp_bias
   // MoE layers (LayerSpec::mlp == moe): the router and the optional shared expert; the routed experts live in the expert tier.
   kernels::Weight router;                 // [num_experts x hidden]
+  std::vector<float> router_bias;         // num_experts floats (gpt-oss), else empty
+  std::vector<float> sinks;               // per query head: the attention sink logit (gpt-oss), else empty
   kernels::Weight shared_gate_up;         // rows: [gate | up] (shared_expert_intermediate_size each)
   kernels::Weight shared_down;
   std::vector<float> shared_expert_gate;  // hidden floats: sigmoid(. x) scales the shared expert's output; empty:

@@ -41,6 +41,68 @@ SourceType source_type(const TensorInfo& t) {
   }
 }
 
+// gpt-oss's experts (mlp.experts.*): gate_up_proj [E, H, 2I] (gate/up interleaved along 2I) and down_proj [E, I, H]
+// as `x @ W` stores them, or MXFP4's *_blocks / *_scales (rows = output features, interleaved likewise), with
+// gate_up_proj_bias [E, 2I] and down_proj_bias [E, H]; each expert's slice of every tensor is contiguous.
+tiering::ExpertStore gpt_oss_expert_store(const TensorIndex& index, const ModelConfig& c, const TensorNames& names,
+                                          const std::vector<int64_t>& sparse,
+                                          std::optional<WeightFormat> slot_format) {
+  const int64_t H = c.hidden_size, I = c.moe_intermediate_size, E = c.num_experts;
+  FileTable files;
+  std::vector<std::vector<Extent>> extents;
+  SourceType source = SourceType::f32;
+  const bool mxfp4 = c.mxfp4_experts;
+  if (mxfp4 && (H % 32 != 0 || I % 32 != 0))
+    throw ModelError(fmt::format("MXFP4 experts need hidden_size ({}) and intermediate_size ({}) to be multiples of "
+                                 "32", H, I));
+  using Shape = std::vector<int64_t>;
+  const std::vector<std::pair<const char*, Shape>> tensors =
+      mxfp4 ? std::vector<std::pair<const char*, Shape>>{{"gate_up_proj_blocks", {E, 2 * I, H / 32, 16}},
+                                                        {"gate_up_proj_scales", {E, 2 * I, H / 32}},
+                                                        {"down_proj_blocks", {E, H, I / 32, 16}},
+                                                        {"down_proj_scales", {E, H, I / 32}},
+                                                        {"gate_up_proj_bias", {E, 2 * I}},
+                                                        {"down_proj_bias", {E, H}}}
+            : std::vector<std::pair<const char*, Shape>>{{"gate_up_proj", {E, H, 2 * I}},
+                                                        {"down_proj", {E, I, H}},
+                                                        {"gate_up_proj_bias", {E, 2 * I}},
+                                                        {"down_proj_bias", {E, H}}};
+  for (int64_t layer : sparse) {
+    const std::string block = names.layer(layer) + c.arch.moe_block + ".experts.";
+    std::vector<const TensorInfo*> infos;
+    for (const auto& [name, shape] : tensors) {
+      const TensorInfo& t = index.at(block + name);
+      expect_shape(t, shape);
+      infos.push_back(&t);
+      if (mxfp4 && infos.size() <= 4) {  // blocks and scales: bytes
+        if (t.dtype != DType::U8)
+          throw ModelError(fmt::format("MXFP4 tensor '{}' must be U8, found {}", t.name, dtype_name(t.dtype)));
+        continue;
+      }
+      const bool first = infos.size() == (mxfp4 ? 5u : 1u);
+      if (!first && source_type(t) != source)
+        throw ModelError(fmt::format("'{}' and '{}' differ in dtype", infos.front()->name, t.name));
+      source = source_type(t);
+    }
+    for (int64_t e = 0; e < E; ++e) {
+      std::vector<Extent> ext;
+      for (const TensorInfo* t : infos) {
+        const uint64_t slice = t->length / uint64_t(E);
+        ext.push_back({files.of(t->file), t->offset + slice * uint64_t(e), slice});
+      }
+      extents.push_back(std::move(ext));
+    }
+  }
+  const WeightFormat file_format = source == SourceType::f32   ? WeightFormat::f32
+                                   : source == SourceType::f16 ? WeightFormat::f16
+                                                               : WeightFormat::bf16;
+  const auto layout = tiering::ExpertLayout::make(slot_format.value_or(mxfp4 ? WeightFormat::mxfp4 : file_format), H,
+                                                  I, 0, 0, SourceType::f16, /*row_biases=*/true);
+  return tiering::ExpertStore(std::move(files.files), int64_t(sparse.size()), E,
+                              mxfp4 ? tiering::ExpertEncoding::mxfp4 : tiering::ExpertEncoding::transposed, source,
+                              layout, std::move(extents));
+}
+
 }  // namespace
 
 tiering::ExpertStore expert_store_from_safetensors(const TensorIndex& index, const ModelConfig& c,
@@ -58,6 +120,7 @@ tiering::ExpertStore expert_store_from_safetensors(const TensorIndex& index, con
     if (c.layer(layer).mlp == Mlp::moe) sparse.push_back(layer);
   if (sparse.empty()) throw ModelError("expert store: the model has no sparse layer");
   const TensorNames names = find_tensor_names(index);
+  if (a.gpt_oss) return gpt_oss_expert_store(index, c, names, sparse, slot_format);
   // Gemma 4 keeps its experts in the layer itself (layers.N.experts.*, beside the dense mlp), the others under their
   // MoE block; mlx-lm stacks Gemma 4's as experts.switch_glu.{gate,up,down}_proj, the others' as switch_mlp.*.
   auto block_of = [&](int64_t layer) {
@@ -193,7 +256,8 @@ PackResult pack_experts(const std::filesystem::path& dir, std::optional<WeightFo
   const ModelConfig c = load_config(dir);
   if (!c.arch.moe) throw ModelError(fmt::format("{}: '{}' has no experts to pack", dir.string(), c.model_type));
   const TensorIndex index = TensorIndex::open(dir);
-  const tiering::ExpertStore store = expert_store_from_safetensors(index, c, format.value_or(WeightFormat::q4));
+  const tiering::ExpertStore store = expert_store_from_safetensors(
+      index, c, format.value_or(c.mxfp4_experts ? WeightFormat::mxfp4 : WeightFormat::q4));
   PackResult result;
   result.path = out.empty() ? dir / "experts.tierlm" : out;
   // The same read + conversion path as a cache miss on the safetensors, so packed bytes equal what the cache holds.

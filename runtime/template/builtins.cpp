@@ -1,6 +1,7 @@
 #include "runtime/template/builtins.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -437,6 +438,23 @@ std::string printf_format(Interpreter& in, const std::string& format, const Valu
   return out;
 }
 
+namespace {
+std::atomic<const std::tm*>& fixed_clock() {
+  static std::atomic<const std::tm*> fixed{nullptr};
+  return fixed;
+}
+}  // namespace
+
+void set_clock_for_testing(std::optional<std::tm> fixed) {
+  static std::tm held{};
+  if (fixed) {
+    held = *fixed;
+    fixed_clock().store(&held);
+  } else {
+    fixed_clock().store(nullptr);
+  }
+}
+
 void install_globals(Dict& g) {
   g.set("range", Value::function("range", [](const CallArgs& a) {
     int64_t start = 0, stop = 0, step = 1;
@@ -483,6 +501,7 @@ void install_globals(Dict& g) {
     std::time_t now = std::time(nullptr);
     std::tm local{};
     localtime_r(&now, &local);
+    if (auto fixed = fixed_clock().load()) local = *fixed;
     char buf[512];
     std::size_t n = std::strftime(buf, sizeof buf, fmt.c_str(), &local);
     return Value(std::string(buf, n));

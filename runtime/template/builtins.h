@@ -3,6 +3,7 @@
 // (range, namespace, dict). Mutating methods resolve to sandbox errors, as in ImmutableSandboxedEnvironment.
 #pragma once
 
+#include <ctime>
 #include <optional>
 #include <string>
 
@@ -13,6 +14,9 @@ namespace tierlm::tmpl {
 class Interpreter;
 
 void install_globals(Dict& globals);
+// The time strftime_now formats: the local clock, unless a test fixed it (nullopt restores the clock). Golden files
+// of templates that print the date (gpt-oss's "Current date:") are rendered at a fixed time on both sides.
+void set_clock_for_testing(std::optional<std::tm> fixed);
 // The bound method `name` of `object` (str/dict/list methods), an unsafe-undefined for forbidden ones, or nullopt.
 std::optional<Value> bound_method(Interpreter& in, const Value& object, const std::string& name);
 Value run_filter(Interpreter& in, const std::string& name, const Value& input, const CallArgs& args);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# `tierlm run` on a Gemma 4 transformers fixture (tests/fixtures/models/NAME, which has no tokenizer): a byte-level
-# tokenizer without merges is written beside links to its config and weights, its 256 byte symbols permuted so the
-# fixture's prompt ids and greedy ids are ASCII letters and digits. The prompt text then encodes to exactly the
-# fixture's prompt, and stdout must be that prompt followed by the decoded 32 greedy tokens transformers produced.
+# `tierlm run` on a transformers fixture with a 256-token vocabulary (Gemma 4, gpt-oss; tests/fixtures/models/NAME
+# has no tokenizer): a byte-level tokenizer without merges is written beside links to its config and weights, its
+# 256 byte symbols permuted so the fixture's prompt ids and greedy ids are ASCII letters and digits. The prompt text
+# then encodes to exactly the fixture's prompt, and stdout must be that prompt followed by the decoded 32 greedy
+# tokens transformers produced.
 # usage: gemma4_fixture_run.sh TIERLM_BINARY FIXTURE_DIR
 set -euo pipefail
 bin="$1" fixture="$(cd "$2" && pwd)"

@@ -94,7 +94,10 @@ TEST_P(MoeMatchesTransformers, WarmCacheWithPrefetchGivesTheSameLogits) {
 TEST_P(MoeMatchesTransformers, PackedExpertsAreOneReadEach) {
   const std::string name = GetParam();
   test::TempDir dir;
-  const auto packed = model::pack_experts(fixture(name), kernels::WeightFormat::f32, dir / "experts.tierlm");
+  // MLX folders are packed in their own format, so the streamed experts run the MLX kernels.
+  const bool mlx = name.find("-mlx") != std::string::npos;
+  const auto packed = model::pack_experts(fixture(name), mlx ? std::nullopt : std::optional(kernels::WeightFormat::f32),
+                                          dir / "experts.tierlm");
   EXPECT_EQ(packed.file_bytes, tiering::kPackedHeaderBytes + uint64_t(packed.experts) * packed.expert_bytes);
   EXPECT_EQ(packed.expert_bytes % 4096, 0u);
   model::LoadOptions o = streaming_options(name);
@@ -113,9 +116,14 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, MoeMatchesTransformers,
                          // qwen3_5_moe: Gated DeltaNet layers, names under model.language_model. (and model.).
                          // gemma4: fused experts.gate_up_proj / down_proj beside a dense MLP, per_expert_scale
                          // (gemma4-cg: the same under model.language_model., next to vision tensors).
+                         // gpt_oss: experts stored as x @ W ([E, H, 2I], interleaved gate/up) with biases;
+                         // gpt_oss-mxfp4: MXFP4 blocks + scales (packed here widened to f32).
+                         // -mlx4: mlx-lm 4-bit layouts, their experts streamed from the safetensors / a packed
+                         // file in MLX format and multiplied with f32 activations.
                          ::testing::Values("qwen3_moe", "mixtral", "olmoe", "qwen2_moe", "mixtral-swa",
                                            "qwen3_moe-mixed", "qwen2_moe-mixed", "qwen3_5_moe", "qwen3_5_moe-text",
-                                           "gemma4-moe", "gemma4-cg"),
+                                           "gemma4-moe", "gemma4-cg", "gpt_oss", "gpt_oss-mxfp4", "qwen3_5_moe-mlx4",
+                                           "gemma4-moe-mlx4"),
                          [](const auto& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');

@@ -166,10 +166,11 @@ TEST(FewRowMatvec, MatchesHostMath) {
       }
 }
 
-// The packed (q8_0, q4) decode matvec with the RMSNorm or the SiLU gate fused into its x staging, against double
-// math on the dequantized weights: y = W rmsnorm(x) * w_norm, and y += W (silu(g) * u); row counts that leave a
-// partial panel, both block shapes (few panels: 32 warps; many: 8), and a 14336-column gated row (Llama-3-8B's
-// intermediate size: 56 KiB of staged x, past the 48 KiB a kernel gets without asking).
+// The packed (q8_0, q4) decode matvec, plain and with the RMSNorm or the SiLU gate fused into its x staging, against
+// double math on the dequantized weights: y = W x, y = W rmsnorm(x) * w_norm, and y += W (silu(g) * u); row counts
+// that leave a partial panel, both block shapes of the CUDA-core kernel (few panels: 32 warps; many: 8), and a
+// 14336-column gated row (Llama-3-8B's intermediate size: 56 KiB of staged x, past the 48 KiB a kernel gets without
+// asking); each on the tensor-core kernel (x split into f16 hi + lo) and on the CUDA-core one.
 TEST(PackedFusedDecode, MatchesHostMath) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(7);
@@ -177,61 +178,72 @@ TEST(PackedFusedDecode, MatchesHostMath) {
   using kernels::WeightFormat;
   for (WeightFormat f : {WeightFormat::q8_0, WeightFormat::q4})
     for (const Shape s : {Shape{300, 2048}, Shape{4300, 512}, Shape{200, 8192}, Shape{64, 14336}})
-      for (int mode : {1, 2}) {
-        std::vector<float> table(size_t(s.rows * s.cols));
-        for (float& v : table) v = d(rng) * 0.05f;
-        tiering::Ledger ledger;
-        const kernels::Weight w = kernels::make_weight(table.data(), kernels::SourceType::f32, s.rows, s.cols, f, ledger, "w");
-        auto bytes = [](const tiering::LedgerBuffer& b) {
-          return b.empty() ? std::vector<uint8_t>(1) : std::vector<uint8_t>(b.as<uint8_t>(), b.as<uint8_t>() + b.size());
-        };
-        const Device<uint8_t> data(bytes(w.data)), scales(bytes(w.scales)), biases(bytes(w.biases));
-        std::vector<float> x(size_t(mode == 2 ? 2 * s.cols : s.cols)), norm(size_t(s.cols)), y0(size_t(s.rows));
-        for (float& v : x) v = d(rng);
-        for (float& v : norm) v = 1.0f + 0.1f * d(rng);
-        for (float& v : y0) v = d(rng);
-        MatrixRef m;
-        m.format = int(f);
-        m.rows = s.rows;
-        m.cols = s.cols;
-        m.data = data.p;
-        m.scales = scales.p;
-        m.biases = w.view.biases ? biases.p : nullptr;
-        m.scale_type = 1;
-        m.group_size = w.view.group_size;
-        m.bits = w.view.bits;
-        ASSERT_TRUE(gpu::device::decode_fusable(m));
-        const Device<float> xd(x), nd(norm);
-        Device<float> yd(y0);
-        const float eps = 1e-5f;
-        if (mode == 1)
-          gpu::device::matvec_normed(m, xd.p, nd.p, eps, yd.p, false, nullptr);
-        else
-          gpu::device::matvec_gated(m, xd.p, yd.p, true, nullptr);
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        std::vector<double> xt(static_cast<size_t>(s.cols));
-        if (mode == 1) {
-          double sq = 0;
-          for (int64_t c = 0; c < s.cols; ++c) sq += double(x[size_t(c)]) * x[size_t(c)];
-          const double inv = 1.0 / std::sqrt(sq / double(s.cols) + eps);
-          for (int64_t c = 0; c < s.cols; ++c) xt[size_t(c)] = double(x[size_t(c)]) * inv * norm[size_t(c)];
-        } else {
-          for (int64_t c = 0; c < s.cols; ++c) {
-            const double g = x[size_t(c)], u = x[size_t(s.cols + c)];
-            xt[size_t(c)] = g / (1.0 + std::exp(-g)) * u;
+      for (int mode : {0, 1, 2})
+        for (bool mma : {true, false}) {
+          std::vector<float> table(size_t(s.rows * s.cols));
+          for (float& v : table) v = d(rng) * 0.05f;
+          tiering::Ledger ledger;
+          const kernels::Weight w =
+              kernels::make_weight(table.data(), kernels::SourceType::f32, s.rows, s.cols, f, ledger, "w");
+          auto bytes = [](const tiering::LedgerBuffer& b) {
+            return b.empty() ? std::vector<uint8_t>(1)
+                             : std::vector<uint8_t>(b.as<uint8_t>(), b.as<uint8_t>() + b.size());
+          };
+          const Device<uint8_t> data(bytes(w.data)), scales(bytes(w.scales)), biases(bytes(w.biases));
+          std::vector<float> x(size_t(mode == 2 ? 2 * s.cols : s.cols)), norm(size_t(s.cols)), y0(size_t(s.rows));
+          for (float& v : x) v = d(rng);
+          for (float& v : norm) v = 1.0f + 0.1f * d(rng);
+          for (float& v : y0) v = d(rng);
+          MatrixRef m;
+          m.format = int(f);
+          m.rows = s.rows;
+          m.cols = s.cols;
+          m.data = data.p;
+          m.scales = scales.p;
+          m.biases = w.view.biases ? biases.p : nullptr;
+          m.scale_type = 1;
+          m.group_size = w.view.group_size;
+          m.bits = w.view.bits;
+          ASSERT_TRUE(gpu::device::decode_fusable(m));
+          gpu::device::set_packed_mma(mma, /*four_bit=*/true);
+          ASSERT_EQ(gpu::device::packed_mma_takes(m), mma);
+          const Device<float> xd(x), nd(norm);
+          Device<float> yd(y0);
+          const float eps = 1e-5f;
+          if (mode == 0)
+            gpu::device::matvec(m, xd.p, s.cols, 1, yd.p, s.rows, true, nullptr);
+          else if (mode == 1)
+            gpu::device::matvec_normed(m, xd.p, nd.p, eps, yd.p, false, nullptr);
+          else
+            gpu::device::matvec_gated(m, xd.p, yd.p, true, nullptr);
+          gpu::device::set_packed_mma(true, false);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          std::vector<double> xt(static_cast<size_t>(s.cols));
+          if (mode == 0) {
+            for (int64_t c = 0; c < s.cols; ++c) xt[size_t(c)] = x[size_t(c)];
+          } else if (mode == 1) {
+            double sq = 0;
+            for (int64_t c = 0; c < s.cols; ++c) sq += double(x[size_t(c)]) * x[size_t(c)];
+            const double inv = 1.0 / std::sqrt(sq / double(s.cols) + eps);
+            for (int64_t c = 0; c < s.cols; ++c) xt[size_t(c)] = double(x[size_t(c)]) * inv * norm[size_t(c)];
+          } else {
+            for (int64_t c = 0; c < s.cols; ++c) {
+              const double g = x[size_t(c)], u = x[size_t(s.cols + c)];
+              xt[size_t(c)] = g / (1.0 + std::exp(-g)) * u;
+            }
           }
+          std::vector<double> want(static_cast<size_t>(s.rows));
+          std::vector<float> row(static_cast<size_t>(s.cols));
+          for (int64_t r = 0; r < s.rows; ++r) {
+            kernels::dequantize_row(w.view, r, row.data());
+            double acc = mode != 1 ? double(y0[size_t(r)]) : 0.0;
+            for (int64_t c = 0; c < s.cols; ++c) acc += double(row[size_t(c)]) * xt[size_t(c)];
+            want[size_t(r)] = acc;
+          }
+          EXPECT_LE(max_relative(yd.get(want.size()), want), 1e-4)
+              << kernels::format_name(f) << " " << s.rows << "x" << s.cols
+              << (mode == 0 ? " plain" : mode == 1 ? " normed" : " gated") << (mma ? " tensor cores" : " CUDA cores");
         }
-        std::vector<double> want(static_cast<size_t>(s.rows));
-        std::vector<float> row(static_cast<size_t>(s.cols));
-        for (int64_t r = 0; r < s.rows; ++r) {
-          kernels::dequantize_row(w.view, r, row.data());
-          double acc = mode == 2 ? double(y0[size_t(r)]) : 0.0;
-          for (int64_t c = 0; c < s.cols; ++c) acc += double(row[size_t(c)]) * xt[size_t(c)];
-          want[size_t(r)] = acc;
-        }
-        EXPECT_LE(max_relative(yd.get(want.size()), want), 1e-4)
-            << kernels::format_name(f) << " " << s.rows << "x" << s.cols << (mode == 1 ? " normed" : " gated");
-      }
 }
 
 // The device embedding lookup gives the host's rows (kernels::dequantize_row) in every weight format.

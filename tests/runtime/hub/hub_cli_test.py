@@ -445,14 +445,14 @@ def case_fit(c):
     shutil.copytree(c.repo_dir, other)
     with open(os.path.join(other, "config.json")) as f:
         config = json.load(f)
-    config["model_type"] = "gpt_oss"
+    config["model_type"] = "mamba"
     with open(os.path.join(other, "config.json"), "w") as f:
         json.dump(config, f)
     c.hub.stop()
     c.hub = TestHub({REPO: c.repo_dir, "tierlm-test/unsupported": other}).start()
     c.env["HF_ENDPOINT"] = c.hub.url
     r = c.tierlm_run(["fit", "--model", "tierlm-test/unsupported", "--device", device])
-    check(r.returncode == 0 and "'gpt_oss' is not supported" in r.stdout, "unsupported: " + r.stdout + r.stderr)
+    check(r.returncode == 0 and "'mamba' is not supported" in r.stdout, "unsupported: " + r.stdout + r.stderr)
 
 
 def case_fit_sparse_40gb(c):

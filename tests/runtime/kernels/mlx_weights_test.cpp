@@ -1,5 +1,7 @@
 // MLX affine weights: the repacked layout must reproduce MLX's w = scales * q + biases exactly, where q is element j
-// of a little-end-first uint32 word (bits [j*bits, (j+1)*bits)), for every group size, bit width and scale type.
+// of a little-end-first uint32 word (bits [j*bits, (j+1)*bits)), for every group size, bit width and scale type; and
+// matvec/matmul must compute those weights times f32 activations, as MLX does (to f32 accumulation error), with a
+// row's result independent of how many rows are multiplied at once.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,6 +9,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "runtime/kernels/affine_f32.h"
 #include "runtime/kernels/kernel_isa.h"
 #include "runtime/kernels/weights.h"
 
@@ -81,38 +84,54 @@ TEST(MlxWeights, DequantizeMatchesFormulaAndKernelsMatchReference) {
           dequantize_row(w.view, r, row.data());
           for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(row[c], direct(t, r, c)) << what << " r " << r << " c " << c;
         }
-        // Kernels: against sum_c direct(r, c) * xq[c] with the activation quantized as specified (tight), for
-        // every ISA, matvec and matmul.
+        // Kernels, for every ISA, matvec and matmul (n = 11 walks every activation tile size): by default against
+        // sum_c direct(r, c) * x[c] in double (MLX multiplies float activations; the only error left is f32
+        // accumulation, bounded relative to sum |d*u*x| + |m*x|); with the int8-activation path forced, against
+        // the same sum with x quantized as kernel_isa.h specifies.
         std::uniform_real_distribution<float> xs(-1.0f, 1.0f);
         const int64_t n = 11;
         std::vector<float> x(static_cast<size_t>(n * cols));
         for (auto& v : x) v = xs(rng);
-        for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
-          if (isa > detected_isa()) continue;
-          set_isa_for_testing(isa);
-          std::vector<float> y(static_cast<size_t>(n * rows));
-          matmul(w.view, x.data(), n, y.data(), pool);
-          std::vector<float> yv(static_cast<size_t>(rows));
-          matvec(w.view, x.data(), yv.data(), pool);
-          for (int64_t i = 0; i < n; ++i) {
-            for (int64_t r = 0; r < rows; ++r) {
-              double ref = 0, mag = 0;
-              for (int64_t b = 0; b < cols / 32; ++b) {
-                float amax = 0;
-                for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[i * cols + b * 32 + j]));
-                for (int j = 0; j < 32; ++j) {
-                  const double xq = (amax / 127.0f) * std::nearbyint(x[i * cols + b * 32 + j] * (127.0f / amax));
-                  ref += direct(t, r, b * 32 + j) * xq;
-                  mag += std::fabs(direct(t, r, b * 32 + j) * xq);
+        for (MlxActivations mode : {MlxActivations::f32, MlxActivations::int8}) {
+          set_mlx_activations_for_testing(mode);
+          const bool exact = mode == MlxActivations::f32;
+          for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+            if (isa > detected_isa()) continue;
+            set_isa_for_testing(isa);
+            std::vector<float> y(static_cast<size_t>(n * rows));
+            matmul(w.view, x.data(), n, y.data(), pool);
+            std::vector<float> yv(static_cast<size_t>(rows));
+            matvec(w.view, x.data(), yv.data(), pool);
+            for (int64_t i = 0; i < n; ++i) {
+              for (int64_t r = 0; r < rows; ++r) {
+                double ref = 0, mag = 0;
+                for (int64_t b = 0; b < cols / 32; ++b) {
+                  float amax = 0;
+                  for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[i * cols + b * 32 + j]));
+                  for (int j = 0; j < 32; ++j) {
+                    const int64_t c = b * 32 + j, g = r * (cols / group) + c / group;
+                    const double xv = exact ? double(x[i * cols + c])
+                                            : (amax / 127.0f) * std::nearbyint(x[i * cols + c] * (127.0f / amax));
+                    ref += direct(t, r, c) * xv;
+                    mag += std::fabs(t.scale(g) * t.codes[r * cols + c] * xv) + std::fabs(t.bias(g) * xv);
+                  }
                 }
-              }
-              ASSERT_NEAR(y[i * rows + r], ref, 1e-5 * mag + 1e-6) << what << " isa " << isa_name(isa);
-              if (i == 0) {
-                ASSERT_NEAR(yv[r], ref, 1e-5 * mag + 1e-6) << what << " isa " << isa_name(isa);
+                const double tolerance = 1e-5 * mag + 1e-6;
+                const std::string where = what + " isa " + isa_name(isa) + (exact ? " f32" : " int8");
+                ASSERT_NEAR(y[i * rows + r], ref, tolerance) << where << " row " << r << " act " << i;
+                if (i == 0) {
+                  ASSERT_NEAR(yv[r], ref, tolerance) << where << " row " << r;
+                  // f32 activations: a row's sums run in one order whatever the batch, so decode, chunked prefill
+                  // and batches agree bit for bit.
+                  if (exact) {
+                    ASSERT_EQ(yv[r], y[r]) << where << " row " << r << ": matvec differs from matmul";
+                  }
+                }
               }
             }
           }
         }
+        set_mlx_activations_for_testing(MlxActivations::f32);
         set_isa_for_testing(detected_isa());
       }
     }

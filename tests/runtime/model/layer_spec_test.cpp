@@ -197,7 +197,7 @@ TEST(ConfigKeys, FixtureConfigsCarryNoUnreadKey) {
     const ArchitectureSpec* arch = find_architecture(family);
     if (!arch) {
       // Fixtures made ahead of their engine (issue 16): refused at load, by family name, until the table has them.
-      static const std::set<std::string> not_yet = {"gpt_oss"};
+      static const std::set<std::string> not_yet = {};
       EXPECT_TRUE(not_yet.count(family)) << path << ": family '" << family << "' is neither supported nor pending";
       try {
         load_config(entry.path());
@@ -257,4 +257,18 @@ TEST(LayerSpec, GpuBackendRefusesWhatItDoesNotRunByName) {
     "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 64,
     "decoder_sparse_step": 2})";
   EXPECT_THROW(tierlm::gpu::GpuLayers::check_supported(parse_config(moe, "c"), 1), std::invalid_argument);
+  // gpt-oss: sinks, YaRN and MXFP4 experts are named at construction; with no GPU layers it passes.
+  for (const char* name : {"gpt_oss", "gpt_oss-mxfp4"}) {
+    const auto c = load_config(std::filesystem::path(TIERLM_SOURCE_DIR) / "tests/fixtures/models" / name);
+    try {
+      tierlm::gpu::GpuLayers::check_supported(c, 1);
+      ADD_FAILURE() << name << ": no refusal";
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      for (const char* option : {"sinks", "YaRN", "sliding_window"})
+        EXPECT_NE(what.find(option), std::string::npos) << what;
+      EXPECT_EQ(what.find("MXFP4") != std::string::npos, std::string(name) == "gpt_oss-mxfp4") << what;
+    }
+    EXPECT_NO_THROW(tierlm::gpu::GpuLayers::check_supported(c, 0));
+  }
 }

@@ -5,11 +5,15 @@
 // at parse.
 #include <gtest/gtest.h>
 
+#include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "runtime/template/builtins.h"
 #include "runtime/template/chat_template.h"
 
 namespace fs = std::filesystem;
@@ -70,6 +74,17 @@ void check_model_file(const fs::path& path) {
   const auto& meta = lines[0].at("meta").as_object();
   ChatTemplate tmpl = ChatTemplate::parse(str(meta.at("template")));
   const auto& special = meta.at("special_tokens").as_object();
+  // Templates that print the date were rendered by jinja2 at a fixed time ("fixed_now", ISO 8601): render at it too.
+  if (meta.contains("fixed_now")) {
+    std::tm fixed{};
+    std::istringstream in(str(meta.at("fixed_now")));
+    in >> std::get_time(&fixed, "%Y-%m-%dT%H:%M:%S");
+    ASSERT_FALSE(in.fail()) << str(meta.at("fixed_now"));
+    set_clock_for_testing(fixed);
+  }
+  struct ClockGuard {
+    ~ClockGuard() { set_clock_for_testing(std::nullopt); }
+  } clock_guard;
   Tally tally;
   for (std::size_t i = 1; i < lines.size(); ++i) check_model_case(tmpl, special, lines[i], tally);
   std::printf("[golden] %s: %d/%d cases identical to jinja2 %s\n", path.filename().c_str(), tally.passed,
@@ -88,6 +103,10 @@ TEST(ChatTemplateGolden, DeepSeekV3) { check_model_file(kFixtures / "deepseek_v3
 // thinking switches and multi-turn, plus each template's own fields (Gemma 4's tool_responses).
 TEST(ChatTemplateGolden, Qwen3_5) { check_model_file(kFixtures / "qwen3_5.jsonl"); }
 TEST(ChatTemplateGolden, Gemma4) { check_model_file(kFixtures / "gemma4.jsonl"); }
+// gpt-oss's harmony template (sources.json cites it): channels, developer message, TypeScript-like tool namespaces,
+// builtin_tools / model_identity / reasoning_effort kwargs, analysis kept only before a tool call; rendered at the
+// golden's fixed date.
+TEST(ChatTemplateGolden, GptOss) { check_model_file(kFixtures / "gpt_oss.jsonl"); }
 
 TEST(ChatTemplateGolden, ProfileModels) {
   int files = 0;

@@ -144,7 +144,7 @@ const tools = [{
 }];
 
 await check("tools: a tool result reaches the template, the reply round-trips (streamed == not)", async () => {
-  // The embedded model was never trained on tool calls, so this asserts the protocol, not that it calls the tool.
+  // A tool call written by the client in history: this asserts the protocol (the result reaches the prompt).
   const convo = (result) => [
     { role: "user", content: "What is the weather in Paris?" },
     { role: "assistant", content: null,
@@ -171,6 +171,42 @@ await check("tools: a tool result reaches the template, the reply round-trips (s
   assert.equal(content, m.content ?? "");
   assert.equal(calls, (m.tool_calls ?? []).length);
   assert.equal(finish, short.choices[0].finish_reason);
+});
+
+// The embedded default model is trained on tool dialogs (tools/train_default_model.py): with tool_choice auto it
+// decides to call the tool by itself, and answers from the tool's result once the test has run the tool.
+await check("tool loop on the trained default model: it calls get_weather, the result comes back, it answers", async () => {
+  const weather = [{ type: "function", function: { name: "get_weather", description: "Get the current weather in a city",
+    parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } }];
+  const ask = [{ role: "user", content: "What is the weather in Paris?" }];
+  const first = await client.chat.completions.create({ model, messages: ask, tools: weather, max_tokens: 64, temperature: 0 });
+  const c = first.choices[0];
+  assert.equal(c.finish_reason, "tool_calls", JSON.stringify(c.message));
+  assert.equal(c.message.tool_calls.length, 1);
+  const call = c.message.tool_calls[0];
+  assert.equal(call.function.name, "get_weather");
+  assert.deepEqual(JSON.parse(call.function.arguments), { city: "Paris" });
+  const stream = await client.chat.completions.create({ model, messages: ask, tools: weather, max_tokens: 64,
+                                                         temperature: 0, stream: true });
+  let args = "", name = "", finish = null;
+  for await (const chunk of stream) {
+    const d = chunk.choices[0];
+    if (!d) continue;
+    for (const t of d.delta.tool_calls ?? []) { name += t.function?.name ?? ""; args += t.function?.arguments ?? ""; }
+    if (d.finish_reason) finish = d.finish_reason;
+  }
+  assert.equal(finish, "tool_calls");
+  assert.equal(name, "get_weather");
+  assert.deepEqual(JSON.parse(args), { city: "Paris" });
+  // The tool runs here; its result goes back as a tool message and the model answers from it.
+  const result = JSON.stringify({ temperature: 18, condition: "sunny" });
+  const second = await client.chat.completions.create({ model, tools: weather, max_tokens: 64, temperature: 0,
+    messages: [...ask, c.message, { role: "tool", tool_call_id: call.id, content: result }] });
+  const answer = second.choices[0];
+  assert.equal(answer.finish_reason, "stop", JSON.stringify(answer.message));
+  assert.ok(!answer.message.tool_calls?.length, JSON.stringify(answer.message));
+  assert.match(answer.message.content, /18/, "the answer uses the tool's result");
+  assert.match(answer.message.content, /Paris/);
 });
 
 // The oracle for constrained arguments: python3-jsonschema (the validator tests/server/structured_output_test.py uses).

@@ -7,6 +7,7 @@
 #include <boost/json.hpp>
 
 #include "runtime/model/config.h"
+#include "runtime/model/safetensors.h"
 
 namespace tierlm::calibrate {
 
@@ -31,8 +32,16 @@ FitAnswer fit_model(const FitModelShape& shape, const DeviceProfile& device, con
     a.reason = "architecture '" + a.model_type + "' is not supported by tierlm yet (supported: " + supported + ")";
     return a;
   }
+  // A family tierlm runs whose checkpoint carries an option it does not (DeepSeek-V3's YaRN rope or FP8 blocks):
+  // named as unsupported with the option, like an unknown family.
+  model::ModelConfig config;
+  try {
+    config = model::parse_config(shape.config_json, "config.json");
+  } catch (const model::ModelError& e) {
+    a.reason = "architecture '" + a.model_type + "' is not supported by tierlm yet with this config: " + e.what();
+    return a;
+  }
   a.supported = true;
-  const model::ModelConfig config = model::parse_config(shape.config_json, "config.json");
   a.weight_format = stored_weight_format(config, shape);
   // MXFP4 experts (gpt-oss) stay MXFP4 in the tier unless a packed file says otherwise.
   a.expert_format =

@@ -63,10 +63,12 @@ ModelProfile model_profile_from_config(const model::ModelConfig& c, kernels::Wei
     for (int64_t l = 0; l < c.num_layers; ++l) p.layer_windows.push_back(c.layer(l).window);
   if (c.any_recurrent())
     for (int64_t l = 0; l < c.num_layers; ++l) p.layer_recurrent_bytes.push_back(c.state_spec(l).recurrent_bytes);
+  if (c.any_mla())
+    for (int64_t l = 0; l < c.num_layers; ++l) p.layer_latent_floats.push_back(c.state_spec(l).latent_floats);
   bool uniform = true;
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const kv::StateSpec s = c.state_spec(l);
-    if (!s.recurrent() && (s.kv_heads != c.num_kv_heads || s.head_dim != c.head_dim)) uniform = false;
+    if (!s.recurrent() && !s.latent() && (s.kv_heads != c.num_kv_heads || s.head_dim != c.head_dim)) uniform = false;
   }
   if (!uniform)
     for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -100,6 +102,15 @@ ModelProfile model_profile_from_config(const model::ModelConfig& c, kernels::Wei
   uint64_t attention = 0;
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const model::DeltaNetConfig& d = c.deltanet;
+    if (c.layer(l).mixer == model::Mixer::mla) {
+      // MLA (runtime/model/mla_weights.h): [q_a | kv_a] (or [q | kv_a]), q_b, o_proj, and kv_b_proj kept in f32.
+      const model::MlaConfig& m = c.mla;
+      const int64_t heads = c.num_heads, first = m.q_lora_rank > 0 ? m.q_lora_rank : heads * m.qk_head_dim();
+      attention += matrix_bytes(wf, first + m.latent_floats(), H) + matrix_bytes(wf, H, heads * m.v_head_dim) +
+                   (m.q_lora_rank > 0 ? matrix_bytes(wf, heads * m.qk_head_dim(), m.q_lora_rank) : 0) +
+                   uint64_t(heads * (m.qk_nope_head_dim + m.v_head_dim) * m.kv_lora_rank) * 4;
+      continue;
+    }
     attention += c.layer(l).mixer == model::Mixer::gated_deltanet
                      ? matrix_bytes(wf, d.conv_dim() + d.value_dim() + 2 * d.value_heads, H) +
                            matrix_bytes(wf, H, d.value_dim())
@@ -211,6 +222,7 @@ bj::value to_json(const ModelProfile& p) {
   if (!p.layer_recurrent_bytes.empty()) o["layer_recurrent_bytes"] = bj::value_from(p.layer_recurrent_bytes);
   if (!p.layer_kv_heads.empty()) o["layer_kv_heads"] = bj::value_from(p.layer_kv_heads);
   if (!p.layer_head_dims.empty()) o["layer_head_dims"] = bj::value_from(p.layer_head_dims);
+  if (!p.layer_latent_floats.empty()) o["layer_latent_floats"] = bj::value_from(p.layer_latent_floats);
   bj::array timings;
   for (auto& t : p.timings)
     timings.push_back(bj::object{{"threads", t.threads},
@@ -291,6 +303,7 @@ ModelProfile model_profile_from_json(const bj::value& v) {
   per_layer("layer_windows", p.layer_windows);
   per_layer("layer_kv_heads", p.layer_kv_heads);
   per_layer("layer_head_dims", p.layer_head_dims);
+  per_layer("layer_latent_floats", p.layer_latent_floats);
   if (o.contains("layer_recurrent_bytes")) {
     const auto* bytes = o.at("layer_recurrent_bytes").if_array();
     if (!bytes || int64_t(bytes->size()) != p.layers)

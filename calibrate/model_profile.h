@@ -56,11 +56,15 @@ struct ModelProfile {
   // Per layer, when layers differ from the model-wide kv_heads / head_dim (Gemma 4: full-attention layers with
   // their own head size and KV heads, KV-shared layers holding none); empty: every layer has the model-wide shape.
   std::vector<int64_t> layer_kv_heads, layer_head_dims;
+  // Per layer: the f32 per position of an MLA layer's latent rows (kv_lora_rank + rope dims), 0 otherwise (empty:
+  // no MLA layer).
+  std::vector<int64_t> layer_latent_floats;
   kv::StateSpec state_spec(int64_t layer) const {
     return {layer_kv_heads.empty() ? kv_heads : layer_kv_heads.at(size_t(layer)),
             layer_head_dims.empty() ? head_dim : layer_head_dims.at(size_t(layer)),
             layer_windows.empty() ? 0 : layer_windows.at(size_t(layer)),
-            layer_recurrent_bytes.empty() ? 0 : layer_recurrent_bytes.at(size_t(layer))};
+            layer_recurrent_bytes.empty() ? 0 : layer_recurrent_bytes.at(size_t(layer)),
+            layer_latent_floats.empty() ? 0 : layer_latent_floats.at(size_t(layer))};
   }
   // MoE (experts == 0 for dense models).
   int64_t experts = 0, top_k = 0, moe_layers = 0, moe_intermediate = 0;

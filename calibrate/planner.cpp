@@ -148,7 +148,14 @@ int64_t Plan::resident_count() const {
 }
 
 // A layer's page layout in the codec: its own head size (Gemma 4's full-attention layers differ from the others).
+// MLA layers keep their latent rows in f32: another codec is refused (invalid_argument: the codec search skips it).
 static kv::CodecLayout layer_layout(const ModelProfile& m, kv::Codec codec, int64_t layer) {
+  if (m.state_spec(layer).latent()) {
+    if (codec != kv::Codec::f32)
+      throw std::invalid_argument(fmt::format("KV codec '{}' is not supported on MLA layers (their latent rows are "
+                                              "kept in f32)", kv::codec_name(codec)));
+    return kv::CodecLayout{};  // f32 rows, no pages
+  }
   const int64_t hd = m.state_spec(layer).head_dim;
   return kv::layout_for(codec, int(hd > 0 ? hd : m.head_dim));
 }

@@ -9,6 +9,8 @@
 #include <boost/json.hpp>
 #include <fmt/format.h>
 
+#include "runtime/kernels/fp8.h"
+
 namespace tierlm::tiering {
 
 namespace json = boost::json;
@@ -64,6 +66,7 @@ ExpertStore::ExpertStore(std::vector<std::string> files, int64_t layers, int64_t
                       : encoding_ == ExpertEncoding::dense      ? 3
                       : encoding_ == ExpertEncoding::transposed ? 4
                       : encoding_ == ExpertEncoding::mxfp4      ? 6
+                      : encoding_ == ExpertEncoding::fp8_blocks ? 6
                                                                 : 9;
   for (auto& e : extents_) {
     if (e.size() != want) throw std::invalid_argument("expert store: wrong number of extents for the encoding");
@@ -137,6 +140,28 @@ void ExpertStore::finish(int64_t layer, int64_t expert, const void* staging, voi
     kernels::Weight gu = kernels::make_weight(gate_up.data(), source_type_, 2 * I, H, slot_.format, ledger,
                                               accounts::scratch);
     kernels::Weight d = kernels::make_weight(down.data(), source_type_, H, I, slot_.format, ledger, accounts::scratch);
+    slot_.store(gu, d, slot);
+    return;
+  }
+  if (encoding_ == ExpertEncoding::fp8_blocks) {
+    // [gate, gate scale_inv, up, up scale_inv, down, down scale_inv]: each dequantized into f32, then the slot's
+    // format.
+    auto dequantize = [&](size_t weight, int64_t rows, int64_t cols, float* out) {
+      const int64_t grid = ((rows + 127) / 128) * ((cols + 127) / 128);
+      if (ext[weight].length != uint64_t(rows * cols) || ext[weight + 1].length != uint64_t(grid) * sizeof(float))
+        throw ReaderError(fmt::format("expert {}.{}: FP8 tensor sizes do not match the expert shape", layer, expert));
+      LedgerBuffer q = gather({weight}), scale = gather({weight + 1});
+      kernels::dequantize_fp8_blocks(q.as<uint8_t>(), scale.as<float>(), rows, cols, out);
+    };
+    LedgerBuffer gate_up(ledger, accounts::scratch, size_t(2 * I * H) * sizeof(float));
+    LedgerBuffer down(ledger, accounts::scratch, size_t(H * I) * sizeof(float));
+    dequantize(0, I, H, gate_up.as<float>());
+    dequantize(2, I, H, gate_up.as<float>() + I * H);
+    dequantize(4, H, I, down.as<float>());
+    kernels::Weight gu = kernels::make_weight(gate_up.data(), kernels::SourceType::f32, 2 * I, H, slot_.format, ledger,
+                                              accounts::scratch);
+    kernels::Weight d = kernels::make_weight(down.data(), kernels::SourceType::f32, H, I, slot_.format, ledger,
+                                             accounts::scratch);
     slot_.store(gu, d, slot);
     return;
   }

@@ -30,7 +30,9 @@
 
 namespace tierlm::tiering {
 
-enum class ExpertEncoding : uint8_t { packed, dense, mlx, transposed, mxfp4 };
+// dense: per projection one extent of source_type elements; mlx: weight, scales, biases per projection; fp8_blocks:
+// float8_e4m3fn weight and its f32 weight_scale_inv (one per 128x128 block) per projection, dequantized at a miss.
+enum class ExpertEncoding : uint8_t { packed, dense, mlx, transposed, mxfp4, fp8_blocks };
 
 struct Extent {
   int32_t file = 0;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "runtime/engine/gated_deltanet.h"
+#include "runtime/engine/row_ops.h"
 #include "runtime/engine/sampler.h"
 #include "runtime/gpu/gpu_layers.h"
 
@@ -16,31 +17,12 @@ using kernels::WeightView;
 
 namespace {
 
-// Dot product with independent partial sums so the compiler can vectorize without reassociation flags.
-inline float dot(const float* a, const float* b, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
-  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
-inline void axpy(float alpha, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
-}
-
 // hidden += x (+ bias on every row, when the layer has one); x and hidden: n rows of H.
 void add_residual(const float* x, const std::vector<float>& bias, int64_t n, int64_t H, float* hidden) {
   for (int64_t j = 0; j < n * H; ++j) hidden[j] += x[j];
   if (bias.empty()) return;
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < H; ++j) hidden[i * H + j] += bias[size_t(j)];
-}
-
-tiering::LedgerBuffer scratch(tiering::Ledger& ledger, int64_t floats) {
-  return tiering::LedgerBuffer(ledger, tiering::accounts::scratch, size_t(floats) * sizeof(float));
 }
 
 // Gated attention (qwen3_5): q_proj's rows hold [query | gate] per head. Moves the queries together at the start of
@@ -67,39 +49,33 @@ Forward::Forward(const model::ModelWeights& w, kernels::ThreadPool& pool, tierin
   const int64_t q_rows = c.max_q_rows(), kv_rows = c.max_kv_rows(), H = c.hidden_size;
   // The widest fused attention projection of any layer (its query rows doubled with qwen3_5's output gate).
   qkv_stride_ = std::max(c.attention_input_rows(), q_rows + 2 * kv_rows);
-  hidden_ = scratch(ledger, max_chunk * H);
-  normed_ = scratch(ledger, max_chunk * H);
-  qkv_ = scratch(ledger, max_chunk * qkv_stride_);
-  attn_ = scratch(ledger, max_chunk * q_rows);
-  if (c.arch.attention_output_gate) gate_ = scratch(ledger, max_chunk * q_rows);
+  hidden_ = scratch_floats(ledger, max_chunk * H);
+  normed_ = scratch_floats(ledger, max_chunk * H);
+  qkv_ = scratch_floats(ledger, max_chunk * qkv_stride_);
+  attn_ = scratch_floats(ledger, max_chunk * q_rows);
+  if (c.arch.attention_output_gate) gate_ = scratch_floats(ledger, max_chunk * q_rows);
   // One mixer unit per kind the layers use besides attention.
   if (c.any_recurrent()) deltanet_ = std::make_unique<GatedDeltaNet>(w, pool, ledger, max_chunk);
+  if (c.any_mla()) mla_ = std::make_unique<MlaAttention>(w, pool, ledger, max_chunk);
   // One MLP unit per kind the layers use: the MoE block for sparse layers, dense scratch for dense ones.
   if (c.sparse_layers() > 0) moe_ = std::make_unique<MoeBlock>(w, pool, ledger, max_chunk);
   if (const int64_t I = c.max_intermediate(); I > 0) {
-    ffn_ = scratch(ledger, max_chunk * 2 * I);
-    ffn_act_ = scratch(ledger, max_chunk * I);
+    ffn_ = scratch_floats(ledger, max_chunk * 2 * I);
+    ffn_act_ = scratch_floats(ledger, max_chunk * I);
   }
   if (c.arch.gemma4) {
-    values_ = scratch(ledger, max_chunk * kv_rows);
-    mlp_out_ = scratch(ledger, max_chunk * H);
+    values_ = scratch_floats(ledger, max_chunk * kv_rows);
+    mlp_out_ = scratch_floats(ledger, max_chunk * H);
     if (c.sparse_layers() > 0) {
-      moe_out_ = scratch(ledger, max_chunk * H);
-      router_in_ = scratch(ledger, max_chunk * H);
+      moe_out_ = scratch_floats(ledger, max_chunk * H);
+      router_in_ = scratch_floats(ledger, max_chunk * H);
     }
     if (const int64_t P = c.per_layer_input_size; P > 0) {
-      ple_ = scratch(ledger, max_chunk * c.num_layers * P);
-      ple_tokens_ = scratch(ledger, max_chunk * c.num_layers * P);
-      ple_gate_ = scratch(ledger, max_chunk * P);
+      ple_ = scratch_floats(ledger, max_chunk * c.num_layers * P);
+      ple_tokens_ = scratch_floats(ledger, max_chunk * c.num_layers * P);
+      ple_gate_ = scratch_floats(ledger, max_chunk * P);
     }
   }
-}
-
-static void multiply(const WeightView& w, const float* x, int64_t n, float* y, kernels::ThreadPool& pool) {
-  if (n == 1)
-    kernels::matvec(w, x, y, pool);
-  else
-    kernels::matmul(w, x, n, y, pool);
 }
 
 // Per-row elementwise work: split across the pool only when there is enough of it.
@@ -264,6 +240,10 @@ void Forward::run_batch(std::span<const BatchItem> items) {
       // out may alias the input: the mixer reads it only in its first projection.
       deltanet_->run(layer, normed, n, std::span(row_cache_.data(), size_t(n)), std::span(row_pos_.data(), size_t(n)),
                      normed);
+      add_residual(normed, L.o_bias, n, H, hidden);
+    } else if (spec.mixer == model::Mixer::mla) {
+      mla_->run(layer, normed, n, std::span(row_cache_.data(), size_t(n)), std::span(row_pos_.data(), size_t(n)),
+                normed);
       add_residual(normed, L.o_bias, n, H, hidden);
     } else {
       multiply(L.qkv.view, normed, n, qkv, pool_);
@@ -474,7 +454,7 @@ void Forward::head(std::span<const BatchItem> items) {
     return;
   }
   if (logits_.size() < size_t(gathered * V) * sizeof(float))
-    logits_ = scratch(ledger_, gathered * V);  // grows to the largest decode batch seen
+    logits_ = scratch_floats(ledger_, gathered * V);  // grows to the largest decode batch seen
   multiply(w_.output(), normed, gathered, logits_.as<float>(), pool_);
   if (c.final_logit_softcapping > 0) soft_cap(logits_.as<float>(), gathered * V, c.final_logit_softcapping);
   int64_t g = 0;

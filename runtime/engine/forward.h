@@ -1,10 +1,11 @@
 // runtime/engine/forward.h — the forward pass of a decoder over a chunk of tokens of one sequence (or a batch).
 // One code path for every architecture in the table: it walks the config's LayerSpecs (runtime/model/layer_spec.h);
 // the mixer of each layer is full or sliding-window attention over the sequence's KVCache (optionally with qwen3_5's
-// output gate; with the layer's own head_dim and KV heads, or another layer's KV), or the GatedDeltaNet unit, whose
-// state the KVCache also holds; the MLP is dense or the MoeBlock. The ArchitectureSpec switches qkv bias and q/k norm;
-// config biases add o/MLP biases; Gemma 4's block (sandwich norms, the dense MLP beside the experts, per-layer inputs,
-// layer scalar, soft-capped logits) is the feed_forward_gemma4 / per-layer-input path.
+// output gate; with the layer's own head_dim and KV heads, or another layer's KV), the GatedDeltaNet unit, whose
+// state the KVCache also holds, or DeepSeek's MlaAttention over the cache's latent rows; the MLP is dense or the
+// MoeBlock. The ArchitectureSpec switches qkv bias and q/k norm; config biases add o/MLP biases; Gemma 4's block
+// (sandwich norms, the dense MLP beside the experts, per-layer inputs, layer scalar, soft-capped logits) is the
+// feed_forward_gemma4 / per-layer-input path.
 // n == 1 (decode) uses matvec; n > 1 (prefill) uses matmul so each weight is read once per chunk.
 // Owns: scratch activations (ledger account "scratch", sized for max_chunk tokens). Never: allocate per step.
 #pragma once
@@ -16,6 +17,7 @@
 
 #include "runtime/engine/gated_deltanet.h"
 #include "runtime/engine/kv_cache.h"
+#include "runtime/engine/mla.h"
 #include "runtime/engine/moe.h"
 #include "runtime/engine/ops.h"
 #include "runtime/kernels/thread_pool.h"
@@ -81,6 +83,7 @@ class Forward {
   tiering::LedgerBuffer hidden_, normed_, qkv_, attn_, gate_, ffn_, ffn_act_, logits_;
   int64_t qkv_stride_ = 0;  // floats of one row of the fused attention projection
   std::unique_ptr<GatedDeltaNet> deltanet_;  // the mixer of gated_deltanet layers
+  std::unique_ptr<MlaAttention> mla_;        // the mixer of mla layers
   // Gemma 4: k_eq_v values, the MLP and MoE outputs, the router input, per-layer inputs (rows x layers x P) and the
   // per-layer token embeddings, the PLE gate.
   tiering::LedgerBuffer values_, mlp_out_, moe_out_, router_in_, ple_, ple_tokens_, ple_gate_;

@@ -24,6 +24,7 @@ kv::Codec codec_of(const KVCacheOptions& o, const model::ModelConfig& c, int64_t
 kv::CodecLayout layout_of(const KVCacheOptions& o, const model::ModelConfig& c, int64_t layer) {
   const kv::Codec codec = codec_of(o, c, layer);
   const int head_dim = int(c.layer(layer).head_dim);
+  if (c.layer(layer).mixer == model::Mixer::mla) return kv::CodecLayout{};  // f32 latent rows, no pages
   if (o.turbo && (codec == kv::Codec::turbo3 || codec == kv::Codec::turbo4))
     return kv::turbo_layout(*o.turbo, head_dim, codec);
   return kv::layout_for(codec, head_dim);
@@ -70,6 +71,25 @@ KVCache::KVCache(const model::ModelConfig& c, int64_t capacity, tiering::Ledger&
       std::fill_n(states_.back().as<uint8_t>(), state.recurrent_bytes, uint8_t(0));
       has_recurrent_ = true;
     }
+    latents_.emplace_back();
+    latent_floats_.push_back(state.latent_floats);
+    if (state.latent()) {
+      if (const kv::Codec codec = codec_of(options, c, layer); codec != kv::Codec::f32)
+        throw std::invalid_argument(fmt::format("kv cache: KV codec '{}' is not supported on MLA layers (layer {} "
+                                                "keeps its latent rows in f32; use --kv-codec f32)",
+                                                kv::codec_name(codec), layer));
+      latents_.back() = tiering::LedgerBuffer(ledger, tiering::accounts::kv, state.bytes({}, capacity_, max_chunk_));
+      storage_.push_back(layer);
+      layer_kv_heads_.push_back(0);
+      layer_head_dim_.push_back(spec.head_dim);
+      layouts_.push_back(kv::CodecLayout{});  // f32, no pages
+      windows_.push_back(0);
+      pages_.emplace_back();
+      page_bytes_.push_back(0);
+      ring_.push_back(0);
+      pools_.push_back(nullptr);
+      continue;
+    }
     // A KV-shared layer (gemma4 num_kv_shared_layers) reads its source's pages and stores nothing.
     const int64_t storage = spec.kv_source >= 0 ? spec.kv_source : layer;
     if (storage > layer || (storage < layer && storage_[size_t(storage)] != storage))
@@ -99,8 +119,15 @@ KVCache::~KVCache() {
     for (uint8_t* p : pages_[layer]) pools_[layer]->release(p);
 }
 
+float* KVCache::latent_row(int64_t layer, int64_t pos) {
+  if (pos < 0 || pos >= capacity_)
+    throw std::out_of_range(fmt::format("kv cache: position {} outside capacity {}", pos, capacity_));
+  return latents_[size_t(layer)].as<float>() + pos * latent_floats_[size_t(layer)];
+}
+
 uint64_t KVCache::bytes() const {
   uint64_t total = recurrent_bytes();
+  for (auto& l : latents_) total += l.size();
   for (auto& p : pools_)
     if (p) total += p->bytes();
   return total;

@@ -8,6 +8,8 @@
 // Recurrent layers (Gated DeltaNet) hold no pages but a fixed conv + recurrent state (ledger account "kv" too), which
 // folds positions [0, recurrent_position()) in: it cannot be rewound, so only a chunk that starts there or at 0
 // (a fresh sequence: the mixer clears the state) may run, and a prefix can be reused only when it ends exactly there.
+// MLA layers (DeepSeek) hold one f32 row per position: the normalized latent and the roped key (kv::StateSpec's
+// latent_floats), charged to "kv" for the whole capacity up front; other KV codecs are refused for them by name.
 // Never: grow silently past capacity (callers check and report), decompress whole layers, take a chunk longer than
 // max_chunk() (a windowed ring would overwrite positions the chunk's first queries still see).
 #pragma once
@@ -79,6 +81,11 @@ class KVCache {
   // Whether a chunk may start at pos: always, unless recurrent states would have to skip or rewind positions.
   bool can_start_at(int64_t pos) const { return !has_recurrent_ || pos == 0 || pos == recurrent_position_; }
 
+  // MLA layers (LayerSpec::mixer == mla): the row of position pos, [latent (kv_lora_rank) | roped key (rope dims)],
+  // and all rows of the layer (row t at t * latent_floats).
+  float* latent_row(int64_t layer, int64_t pos);
+  const float* latent_rows(int64_t layer) const { return latents_[size_t(layer)].as<float>(); }
+
   uint64_t bytes() const;
   uint64_t windowed_bytes() const;  // the part held by sliding-window layers (their rings)
   uint64_t recurrent_bytes() const;  // the part held by recurrent layers (their states)
@@ -106,6 +113,8 @@ class KVCache {
   std::vector<std::unique_ptr<kv::PagePool>> pools_;   // one per layer; null for KV-shared layers
   std::vector<std::vector<uint8_t*>> pages_;           // [layer][block % ring]
   std::vector<tiering::LedgerBuffer> states_;          // per layer: the recurrent state, empty for attention layers
+  std::vector<tiering::LedgerBuffer> latents_;         // per layer: MLA rows (capacity x latent floats), else empty
+  std::vector<int64_t> latent_floats_;
   int64_t conv_floats_ = 0;
   bool has_recurrent_ = false;
   int64_t recurrent_position_ = 0;

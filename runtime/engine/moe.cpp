@@ -7,21 +7,11 @@
 #include <stdexcept>
 
 #include "runtime/engine/ops.h"
+#include "runtime/engine/row_ops.h"
 
 namespace tierlm::engine {
 
 namespace {
-
-tiering::LedgerBuffer floats(tiering::Ledger& ledger, int64_t n) {
-  return tiering::LedgerBuffer(ledger, tiering::accounts::scratch, size_t(std::max<int64_t>(n, 1)) * sizeof(float));
-}
-
-void multiply(const kernels::WeightView& w, const float* x, int64_t n, float* y, kernels::ThreadPool& pool) {
-  if (n == 1)
-    kernels::matvec(w, x, y, pool);
-  else
-    kernels::matmul(w, x, n, y, pool);
-}
 
 tiering::ExpertCache& cache_of(const model::ModelWeights& w) {
   if (!w.experts) throw std::invalid_argument("MoE model loaded without an expert tier");
@@ -43,14 +33,14 @@ MoeBlock::MoeBlock(const model::ModelWeights& w, kernels::ThreadPool& pool, tier
       ffn_width_(std::max(w.config.moe_intermediate_size, w.config.shared_expert_intermediate_size)),
       renormalize_(w.config.arch.moe_renormalize || w.config.norm_topk_prob),
       gate_(w.config.arch.gpt_oss ? clamped_swiglu_interleaved : gate_for(w.config.hidden_act)) {
-  logits_ = floats(ledger, max_rows * experts_);
+  logits_ = scratch_floats(ledger, max_rows * experts_);
   ids_ = tiering::LedgerBuffer(ledger, tiering::accounts::scratch, size_t(max_rows * k_) * sizeof(int32_t));
-  weights_ = floats(ledger, max_rows * k_);
-  gathered_ = floats(ledger, max_rows * hidden_size_);
-  ffn_ = floats(ledger, max_rows * 2 * ffn_width_);
-  act_ = floats(ledger, max_rows * ffn_width_);
-  out_ = floats(ledger, max_rows * hidden_size_);
-  lookahead_ = floats(ledger, experts_);
+  weights_ = scratch_floats(ledger, max_rows * k_);
+  gathered_ = scratch_floats(ledger, max_rows * hidden_size_);
+  ffn_ = scratch_floats(ledger, max_rows * 2 * ffn_width_);
+  act_ = scratch_floats(ledger, max_rows * ffn_width_);
+  out_ = scratch_floats(ledger, max_rows * hidden_size_);
+  lookahead_ = scratch_floats(ledger, experts_);
   expert_rows_.resize(size_t(experts_));
   expert_weights_.resize(size_t(experts_));
   for (auto& r : expert_rows_) r.reserve(size_t(max_rows));
@@ -68,15 +58,63 @@ MoeBlock::MoeBlock(const model::ModelWeights& w, kernels::ThreadPool& pool, tier
     next_sparse_[size_t(i)] = expert_layer_[size_t(i + 1)] >= 0 ? i + 1 : next_sparse_[size_t(i + 1)];
 }
 
-// Softmax over all experts, then the k largest probabilities (ties: the lower id, as a stable sort gives).
-void MoeBlock::top_k(const float* logits, int32_t* ids, float* weights) const {
+// The router's scores (softmax over all experts, or DeepSeek-V3's sigmoid), then the k best by the choice scores:
+// the scores plus e_score_correction_bias where the layer has one, with every expert outside the topk_group best
+// groups set to 0 under group-limited routing (as the definitions' masked_fill(0.0)); ties go to the lower id, as a
+// stable sort gives. The weights are the chosen experts' unbiased scores, renormalized when the architecture or
+// norm_topk_prob says so, times routed_scaling_factor.
+void MoeBlock::top_k(const float* logits, const float* bias, int32_t* ids, float* weights) const {
+  const model::RouterConfig& router = w_.config.router;
   float* probs = const_cast<float*>(logits);
-  softmax(probs, experts_);
+  if (router.scoring == model::RouterConfig::Scoring::sigmoid) {
+    for (int64_t e = 0; e < experts_; ++e) probs[e] = 1.0f / (1.0f + std::exp(-probs[e]));
+  } else {
+    softmax(probs, experts_);
+  }
+  const float* choice = probs;
+  if (bias || router.groups != model::RouterConfig::Groups::none) {
+    std::vector<float>& c = choice_;
+    c.assign(probs, probs + experts_);
+    if (bias)
+      for (int64_t e = 0; e < experts_; ++e) c[size_t(e)] += bias[e];
+    if (router.groups != model::RouterConfig::Groups::none) {
+      const int64_t groups = router.n_group, per = experts_ / groups;
+      std::vector<float>& score = group_score_;
+      score.assign(size_t(groups), 0.0f);
+      for (int64_t g = 0; g < groups; ++g) {
+        float best = -INFINITY, second = -INFINITY;
+        for (int64_t e = g * per; e < (g + 1) * per; ++e) {
+          const float x = c[size_t(e)];
+          if (x > best) {
+            second = best;
+            best = x;
+          } else if (x > second) {
+            second = x;
+          }
+        }
+        score[size_t(g)] = router.groups == model::RouterConfig::Groups::max ? best : best + second;
+      }
+      std::vector<int32_t>& group_order = group_order_;
+      group_order.resize(size_t(groups));
+      std::iota(group_order.begin(), group_order.end(), 0);
+      std::partial_sort(group_order.begin(), group_order.begin() + router.topk_group, group_order.end(),
+                        [&](int32_t a, int32_t b) {
+                          const float x = score[size_t(a)], y = score[size_t(b)];
+                          return x > y || (x == y && a < b);
+                        });
+      std::vector<bool>& keep = group_keep_;
+      keep.assign(size_t(groups), false);
+      for (int64_t g = 0; g < router.topk_group; ++g) keep[size_t(group_order[size_t(g)])] = true;
+      for (int64_t e = 0; e < experts_; ++e)
+        if (!keep[size_t(e / per)]) c[size_t(e)] = 0.0f;
+    }
+    choice = c.data();
+  }
   std::vector<int32_t>& order = order_;
   order.resize(size_t(experts_));
   std::iota(order.begin(), order.end(), 0);
   std::partial_sort(order.begin(), order.begin() + k_, order.end(), [&](int32_t a, int32_t b) {
-    return probs[a] > probs[b] || (probs[a] == probs[b] && a < b);
+    return choice[a] > choice[b] || (choice[a] == choice[b] && a < b);
   });
   float sum = 0;
   for (int64_t j = 0; j < k_; ++j) {
@@ -86,6 +124,8 @@ void MoeBlock::top_k(const float* logits, int32_t* ids, float* weights) const {
   }
   if (renormalize_ && sum > 0)
     for (int64_t j = 0; j < k_; ++j) weights[j] /= sum;
+  if (router.routed_scaling_factor != 1.0)
+    for (int64_t j = 0; j < k_; ++j) weights[j] = float(weights[j] * router.routed_scaling_factor);
 }
 
 void MoeBlock::route(int64_t layer, const float* x, int64_t n) {
@@ -100,7 +140,8 @@ void MoeBlock::route(int64_t layer, const float* x, int64_t n) {
     float* logits = logits_.as<float>();
     multiply(L.router.view, x, n, logits, pool_);
     add_router_bias(L, logits, n);
-    for (int64_t i = 0; i < n; ++i) top_k(logits + i * experts_, ids + i * k_, weights + i * k_);
+    const float* bias = L.score_correction_bias.empty() ? nullptr : L.score_correction_bias.data();
+    for (int64_t i = 0; i < n; ++i) top_k(logits + i * experts_, bias, ids + i * k_, weights + i * k_);
     if (!L.per_expert_scale.empty())
       for (int64_t j = 0; j < n * k_; ++j) weights[j] *= L.per_expert_scale[size_t(ids[j])];
   }
@@ -151,7 +192,7 @@ void MoeBlock::run_expert(const tiering::ExpertViews& e, std::span<const int32_t
 }
 
 void MoeBlock::shared_expert(const model::LayerWeights& L, const float* x, int64_t n, float* hidden) {
-  const int64_t H = hidden_size_, S = w_.config.shared_expert_intermediate_size;
+  const int64_t H = hidden_size_, S = w_.config.shared_expert_intermediate_size;  // gated (qwen2_moe) or not
   float* ffn = ffn_.as<float>();
   float* act = act_.as<float>();
   float* out = out_.as<float>();
@@ -160,8 +201,9 @@ void MoeBlock::shared_expert(const model::LayerWeights& L, const float* x, int64
   multiply(L.shared_down.view, act, n, out, pool_);
   for (int64_t i = 0; i < n; ++i) {
     double z = 0;
-    for (int64_t j = 0; j < H; ++j) z += double(L.shared_expert_gate[size_t(j)]) * x[i * H + j];
-    const float g = float(1.0 / (1.0 + std::exp(-z)));
+    for (size_t j = 0; j < L.shared_expert_gate.size(); ++j)
+      z += double(L.shared_expert_gate[j]) * x[i * H + int64_t(j)];
+    const float g = L.shared_expert_gate.empty() ? 1.0f : float(1.0 / (1.0 + std::exp(-z)));
     for (int64_t j = 0; j < H; ++j) hidden[i * H + j] += g * out[i * H + j];
   }
 }
@@ -196,9 +238,11 @@ void MoeBlock::accumulate(int64_t layer, const float* x, int64_t n, float* hidde
       // Lookahead: the residual stream changes slowly, so the next sparse layer's router on this input predicts
       // its choice.
       float* logits = lookahead_.as<float>();
-      kernels::matvec(w_.layers[size_t(next_layer)].router.view, route_x, logits, pool_);
-      add_router_bias(w_.layers[size_t(next_layer)], logits, 1);
-      top_k(logits, lookahead_ids_.data(), lookahead_weights_.data());
+      const model::LayerWeights& next = w_.layers[size_t(next_layer)];
+      kernels::matvec(next.router.view, route_x, logits, pool_);
+      add_router_bias(next, logits, 1);
+      top_k(logits, next.score_correction_bias.empty() ? nullptr : next.score_correction_bias.data(),
+            lookahead_ids_.data(), lookahead_weights_.data());
       cache_.prefetch(expert_layer_[size_t(next_layer)], lookahead_ids_);
     }
     prefetched = true;
@@ -208,7 +252,7 @@ void MoeBlock::accumulate(int64_t layer, const float* x, int64_t n, float* hidde
       cache_.release(el, e);
     }
   }
-  if (w_.config.arch.shared_expert) shared_expert(w_.layers[size_t(layer)], x, n, hidden);
+  if (w_.layers[size_t(layer)].shared_down.view.rows) shared_expert(w_.layers[size_t(layer)], x, n, hidden);
 }
 
 }  // namespace tierlm::engine

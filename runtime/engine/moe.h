@@ -1,7 +1,9 @@
-// runtime/engine/moe.h — the sparse MLP of a mixture-of-experts layer: router matvec, softmax, top-k (renormalized
+// runtime/engine/moe.h — the sparse MLP of a mixture-of-experts layer: router matvec, softmax (or DeepSeek-V3's
+// sigmoid with its score-correction bias and group-limited choice: ModelConfig::router), top-k (renormalized
 // when the architecture or norm_topk_prob says so, then scaled per expert where the layer has per_expert_scale,
-// as Gemma 4), each chosen expert fetched from the ExpertCache and applied to
-// the rows that chose it, weighted sum into the residual; plus qwen2_moe's shared expert behind a sigmoid gate.
+// as Gemma 4, or by routed_scaling_factor), each chosen expert fetched from the ExpertCache and applied to
+// the rows that chose it, weighted sum into the residual; plus qwen2_moe's shared expert behind a sigmoid gate (or
+// DeepSeek's ungated shared experts).
 // Experts already in memory run first so the reads of missing ones overlap their compute; for decode, the next
 // layer's router applied to this layer's input predicts its experts, and their reads start before this layer's
 // compute (prefetch).
@@ -44,7 +46,8 @@ class MoeBlock {
 
  private:
   void route(int64_t layer, const float* x, int64_t n);
-  void top_k(const float* logits, int32_t* ids, float* weights) const;
+  // bias: the layer's e_score_correction_bias (num_experts floats) or null.
+  void top_k(const float* logits, const float* bias, int32_t* ids, float* weights) const;
   void run_expert(const tiering::ExpertViews& e, std::span<const int32_t> rows, std::span<const float> row_weights,
                   const float* x, float* hidden);
   void shared_expert(const model::LayerWeights& L, const float* x, int64_t n, float* hidden);
@@ -63,7 +66,9 @@ class MoeBlock {
   std::vector<std::vector<int32_t>> expert_rows_;
   std::vector<std::vector<float>> expert_weights_;
   std::vector<int32_t> used_, batch_, lookahead_ids_;
-  mutable std::vector<int32_t> order_;
+  mutable std::vector<int32_t> order_, group_order_;
+  mutable std::vector<float> choice_, group_score_;
+  mutable std::vector<bool> group_keep_;
   std::vector<float> lookahead_weights_;
   std::vector<int64_t> expert_layer_;  // per model layer: its expert-tier index, -1 for dense layers
   std::vector<int64_t> next_sparse_;   // per model layer: the next sparse model layer, -1 when none

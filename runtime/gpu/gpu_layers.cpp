@@ -1385,6 +1385,12 @@ void GpuLayers::check_supported(const model::ModelConfig& c, int64_t layers) {
       throw std::invalid_argument(fmt::format("gpu: layer {} is a Gated DeltaNet layer ({}), which the GPU backend "
                                               "does not run yet; run it on the CPU (--gpu-layers 0)",
                                               i, model::mixer_name(l.mixer)));
+    if (l.mixer == model::Mixer::mla)
+      throw std::invalid_argument(fmt::format("gpu: layer {} is multi-head latent attention ({}: {}, latent KV cache "
+                                              "of kv_lora_rank {} + rope {}) with DeepSeek routing, which the GPU "
+                                              "backend does not run yet; run it on the CPU (--gpu-layers 0)",
+                                              i, c.model_type, model::mixer_name(l.mixer), c.mla.kv_lora_rank,
+                                              c.mla.qk_rope_head_dim));
     if (l.mixer != model::Mixer::attention)
       throw std::invalid_argument(fmt::format("gpu: layer {} uses {} (window {}), which the GPU backend does not run "
                                               "yet (sliding_window); run it on the CPU (fewer --gpu-layers)",

@@ -13,7 +13,7 @@ int64_t StateSpec::ring_pages(int64_t chunk) const {
 }
 
 int64_t StateSpec::pages(int64_t context, int64_t chunk) const {
-  if (recurrent()) return 0;
+  if (recurrent() || latent()) return 0;
   const int64_t all = pages_for(context);
   return windowed() ? std::min(all, ring_pages(chunk)) : all;
 }

@@ -53,6 +53,10 @@ const std::vector<ArchitectureSpec>& table() {
        .windows_checked = true, .gemma4 = true},
       {.model_type = "gemma4", .qk_norm = true, .moe_renormalize = true, .sliding = S::layer_types,
        .windows_checked = true, .gemma4 = true},
+      // DeepSeek-V3 / V2 (transformers 5.17 modeling_deepseek_v3.py / _v2.py): MLA layers, dense first layers,
+      // DeepSeek routing and ungated shared experts; parse_deepseek reads their keys.
+      {.model_type = "deepseek_v3", .moe = true, .mla = true},
+      {.model_type = "deepseek_v2", .moe = true, .mla = true},
       // gpt-oss (transformers 5.17 modeling_gpt_oss.py): sliding/full layers from layer_types, attention sinks,
       // biases on q/k/v/o (attention_bias, default true), the router mlp.router with a bias, experts with biases.
       {.model_type = "gpt_oss", .moe = true, .moe_renormalize = true, .reads_attention_bias = true,
@@ -451,6 +455,112 @@ void parse_gemma4(const Reader& r, const json::object& o, ModelConfig& c) {
   }
 }
 
+// DeepSeek-V3 / V2 (transformers 5.17 DeepseekV3Config / DeepseekV2Config and their modeling files): the MLA shape,
+// the router, shared experts and the layer plan. Defaults are the config classes'; what a checkpoint could set that
+// tierlm does not compute is refused by name.
+void parse_deepseek(const Reader& r, ModelConfig& c) {
+  const bool v3 = c.model_type == "deepseek_v3";
+  MlaConfig& m = c.mla;
+  auto positive = [&](const char* key, int64_t fallback) {
+    const int64_t v = r.integer_or(key, fallback);
+    if (v <= 0 || v > (int64_t(1) << 20)) r.fail(key, fmt::format("has an invalid value {}", v));
+    return v;
+  };
+  m.q_lora_rank = r.get("q_lora_rank") ? positive("q_lora_rank", 0) : 0;  // null: q_proj
+  m.kv_lora_rank = positive("kv_lora_rank", 512);
+  m.qk_nope_head_dim = positive("qk_nope_head_dim", 128);
+  m.qk_rope_head_dim = positive("qk_rope_head_dim", 64);
+  m.v_head_dim = positive("v_head_dim", 128);
+  if (m.qk_rope_head_dim % 2 != 0) r.fail("qk_rope_head_dim", "must be even");
+  if (r.get("qk_head_dim") && r.integer("qk_head_dim") != m.qk_head_dim())
+    r.fail("qk_head_dim", fmt::format("must be qk_nope_head_dim + qk_rope_head_dim = {}", m.qk_head_dim()));
+  // RoPE turns the rope dims only; transformers sets head_dim to qk_rope_head_dim for its rotary embedding.
+  c.head_dim = m.qk_rope_head_dim;
+  if (c.rope.partial_rotary_factor != 1.0) r.fail("partial_rotary_factor", "must be 1 for MLA (the rope dims rotate)");
+  // V2 rotates interleaved pairs (view_as_complex); V3 too unless rope_interleave is false (rotate_half). Both are
+  // turned into rotate_half at load by permuting the rope rows of the projections (runtime/model/mla_weights.h).
+  if (v3 && !r.boolean_or("rope_interleave", true))
+    r.fail("rope_interleave", "false is not supported (only the interleaved rope of the published checkpoints)");
+  // The YaRN mscale of the softmax scale would apply with rope_type yarn, which parse_rope refuses for now.
+  m.softmax_scale = 1.0 / std::sqrt(double(m.qk_head_dim()));
+  if (r.boolean_or("attention_bias", false))
+    r.fail("attention_bias", fmt::format("(true) is not supported for {} (it changes the model's math and tierlm "
+                                         "does not implement it)", c.model_type));
+  if (r.boolean_or("mlp_bias", false))
+    r.fail("mlp_bias", fmt::format("(true) is not supported for {}", c.model_type));
+
+  c.num_experts = positive("n_routed_experts", v3 ? 256 : 64);
+  c.num_experts_per_tok = positive("num_experts_per_tok", v3 ? 8 : 6);
+  if (c.num_experts > 65536) r.fail("n_routed_experts", "is out of range");
+  if (c.num_experts_per_tok > c.num_experts)
+    r.fail("num_experts_per_tok", fmt::format("must be in [1, n_routed_experts = {}]", c.num_experts));
+  c.moe_intermediate_size = positive("moe_intermediate_size", v3 ? 2048 : 1407);
+  const int64_t shared = r.integer_or("n_shared_experts", v3 ? 1 : 2);
+  if (shared < 0 || shared > 64) r.fail("n_shared_experts", fmt::format("has an invalid value {}", shared));
+  c.shared_expert_intermediate_size = c.moe_intermediate_size * shared;
+  RouterConfig& router = c.router;
+  router.routed_scaling_factor = r.number_or("routed_scaling_factor", v3 ? 2.5 : 1.0);
+  if (v3) {
+    // DeepseekV3TopkRouter: sigmoid scores, e_score_correction_bias for choosing, sum-of-top-2 group scores.
+    if (auto f = r.string_or("scoring_func", "sigmoid"); f != "sigmoid")
+      r.fail("scoring_func", fmt::format("'{}' is not supported for deepseek_v3 (its router computes sigmoid)", f));
+    if (auto t = r.string_or("topk_method", "noaux_tc"); t != "noaux_tc")
+      r.fail("topk_method", fmt::format("'{}' is not supported for deepseek_v3 (its router computes noaux_tc)", t));
+    router.scoring = RouterConfig::Scoring::sigmoid;
+    router.groups = RouterConfig::Groups::top2_sum;
+    router.score_correction_bias = true;
+    router.n_group = positive("n_group", 8);
+    router.topk_group = positive("topk_group", 4);
+    c.norm_topk_prob = r.boolean_or("norm_topk_prob", true);
+  } else {
+    // DeepseekV2Moe: softmax over every expert, greedy or group-limited (best score per group); it never
+    // renormalizes (norm_topk_prob is not read by the definition).
+    if (auto f = r.string_or("scoring_func", "softmax"); f != "softmax")
+      r.fail("scoring_func", fmt::format("'{}' is not supported for deepseek_v2 (its router computes softmax)", f));
+    const std::string method = r.string_or("topk_method", "greedy");
+    if (method == "group_limited_greedy") {
+      router.groups = RouterConfig::Groups::max;
+      router.n_group = positive("n_group", 1);
+      router.topk_group = positive("topk_group", 1);
+    } else if (method != "greedy") {
+      r.fail("topk_method", fmt::format("'{}' is not supported (supported: greedy, group_limited_greedy)", method));
+    }
+    c.norm_topk_prob = false;
+  }
+  if (router.groups != RouterConfig::Groups::none) {
+    if (c.num_experts % router.n_group != 0)
+      r.fail("n_group", fmt::format("({}) must divide n_routed_experts ({})", router.n_group, c.num_experts));
+    if (router.topk_group > router.n_group)
+      r.fail("topk_group", fmt::format("must be in [1, n_group = {}]", router.n_group));
+    if (router.groups == RouterConfig::Groups::top2_sum && c.num_experts / router.n_group < 2)
+      r.fail("n_group", "leaves groups of fewer than 2 experts (the group score sums the best two)");
+    if (c.num_experts_per_tok > router.topk_group * (c.num_experts / router.n_group))
+      r.fail("num_experts_per_tok", "exceeds the experts of topk_group groups");
+  }
+  if (const double freq = r.number_or("moe_layer_freq", 1); freq != 1)
+    r.fail("moe_layer_freq", fmt::format("({}) is not supported (supported: 1, every layer from "
+                                         "first_k_dense_replace on)", freq));
+  const int64_t dense = r.integer_or("first_k_dense_replace", v3 ? 3 : 0);
+  if (dense < 0 || dense >= c.num_layers)
+    r.fail("first_k_dense_replace", fmt::format("must be in [0, num_hidden_layers = {})", c.num_layers));
+  if (dense > 0 && c.intermediate_size <= 0) r.fail("intermediate_size", "is missing or not positive");
+  // num_nextn_predict_layers: the multi-token-prediction layers (layers.N for N >= num_hidden_layers) are not part
+  // of the causal LM; the loader never reads them.
+  if (r.integer_or("num_nextn_predict_layers", 0) < 0) r.fail("num_nextn_predict_layers", "must not be negative");
+
+  c.layers.assign(size_t(c.num_layers), LayerSpec{});
+  int64_t expert_layer = 0;
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    LayerSpec& l = c.layers[size_t(i)];
+    l.mixer = Mixer::mla;
+    l.kv_heads = c.num_heads;
+    if (i >= dense) {
+      l.mlp = Mlp::moe;
+      l.expert_layer = expert_layer++;
+    }
+  }
+}
+
 // gpt-oss (transformers' GptOssConfig / GptOssExperts) beyond the common and MoE keys: the clamp GptOssExperts
 // hard-codes, experts_per_token (OpenAI's name) agreeing with num_experts_per_tok, YaRN's factor agreeing with the
 // context ratio transformers may use instead, and the default theta / yarn parameters when the config has none.
@@ -525,6 +635,7 @@ const char* mixer_name(Mixer m) {
     case Mixer::attention: return "full_attention";
     case Mixer::sliding_attention: return "sliding_attention";
     case Mixer::gated_deltanet: return "linear_attention";
+    case Mixer::mla: return "mla";
   }
   return "?";
 }
@@ -581,9 +692,14 @@ bool ModelConfig::any_recurrent() const {
   return std::any_of(layers.begin(), layers.end(), [](const LayerSpec& l) { return l.mixer == Mixer::gated_deltanet; });
 }
 
+bool ModelConfig::any_mla() const {
+  return std::any_of(layers.begin(), layers.end(), [](const LayerSpec& l) { return l.mixer == Mixer::mla; });
+}
+
 kv::StateSpec ModelConfig::state_spec(int64_t i) const {
   const LayerSpec l = layer(i);
   if (l.mixer == Mixer::gated_deltanet) return {0, 0, 0, deltanet.state_bytes()};
+  if (l.mixer == Mixer::mla) return {0, 0, 0, 0, mla.latent_floats()};
   // A layer reading another's KV (kv_source) holds none of its own.
   return {l.kv_source >= 0 ? 0 : l.kv_heads, l.head_dim, l.window};
 }
@@ -699,6 +815,11 @@ ModelConfig parse_config(const std::string& text, const std::string& origin) {
 
   if (gemma4) {
     parse_gemma4(r, o, c);
+    warn_unread_keys(o, c.arch, text_origin);
+    return c;
+  }
+  if (c.arch.mla) {
+    parse_deepseek(r, c);
     warn_unread_keys(o, c.arch, text_origin);
     return c;
   }

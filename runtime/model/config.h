@@ -44,6 +44,33 @@ struct DeltaNetConfig {
   uint64_t state_bytes() const { return uint64_t(conv_state_floats() + recurrent_state_floats()) * sizeof(float); }
 };
 
+// DeepSeek-V2/V3 multi-head latent attention (Mixer::mla), from the config's MLA keys. Per head the query is
+// [nope | rope] (qk_head_dim), keys are kv_b_proj's K half of the normalized latent plus one roped key shared by every
+// head, values its V half (v_head_dim).
+struct MlaConfig {
+  int64_t q_lora_rank = 0;  // 0: q_proj straight from the hidden state (deepseek_v2 with q_lora_rank null)
+  int64_t kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+  double softmax_scale = 0;  // qk_head_dim^-0.5 (times the YaRN mscale^2 where the definition applies it)
+  int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  // What one position of one layer holds in the latent cache: the latent and the roped key.
+  int64_t latent_floats() const { return kv_lora_rank + qk_rope_head_dim; }
+  // What the same position would hold uncompressed: every head's key and value.
+  int64_t uncompressed_floats(int64_t heads) const { return heads * (qk_head_dim() + v_head_dim); }
+};
+
+// How a MoE router turns logits into the top-k (DeepSeek's routers; other families keep the defaults: softmax over
+// every expert, plain top-k).
+struct RouterConfig {
+  enum class Scoring : uint8_t { softmax, sigmoid } scoring = Scoring::softmax;
+  // Group-limited top-k: experts form n_group consecutive groups; only the topk_group best groups may be chosen. A
+  // group's score is the sum of its two best (bias-corrected) scores (deepseek_v3 noaux_tc) or its best score
+  // (deepseek_v2 group_limited_greedy).
+  enum class Groups : uint8_t { none, top2_sum, max } groups = Groups::none;
+  int64_t n_group = 1, topk_group = 1;
+  bool score_correction_bias = false;  // e_score_correction_bias added to the scores for choosing only
+  double routed_scaling_factor = 1.0;  // multiplies the chosen weights (after any renormalization)
+};
+
 struct QuantizationConfig {  // MLX affine quantization ("quantization": {"group_size", "bits"})
   int group_size = 0;
   int bits = 0;
@@ -97,6 +124,10 @@ struct ArchitectureSpec {
   // layer_scalar, the dense MLP beside the MoE (enable_moe_block) with its own norms and router, per-layer inputs, KV
   // sharing, attention scaling 1.0, embeddings scaled by sqrt(hidden_size), final logit soft-capping.
   bool gemma4 = false;
+  // DeepSeek-V2/V3 (parse_deepseek in runtime/model/config.cpp): MLA layers (ModelConfig::mla), the first
+  // first_k_dense_replace layers dense, DeepSeek routing (ModelConfig::router) and ungated shared experts
+  // (mlp.shared_experts, n_shared_experts * moe_intermediate_size wide).
+  bool mla = false;
   // The gpt-oss block (parse_gpt_oss in runtime/model/config.cpp): attention sinks (a learned logit per query head
   // in the softmax denominator), a router with a bias (mlp.router), experts with biases whose gate/up columns are
   // interleaved (even: gate, odd: up) and the clamped SwiGLU (up + 1) * gate * sigmoid(1.702 * gate), YaRN rope.
@@ -145,6 +176,8 @@ struct ModelConfig {
   // scales (*_blocks, *_scales); everything else (modules_to_not_convert) stays unquantized.
   bool mxfp4_experts = false;
   DeltaNetConfig deltanet;  // zero unless some layer's mixer is gated_deltanet
+  MlaConfig mla;            // zero unless some layer's mixer is mla
+  RouterConfig router;
   // One entry per layer (num_layers of them) once parsed; hand-built configs (synthetic models) may leave it empty,
   // and layer() then answers the family default: full attention, and MoE on every layer of MoE families.
   std::vector<LayerSpec> layers;
@@ -160,6 +193,7 @@ struct ModelConfig {
   int64_t sparse_layers() const;
   bool any_windowed() const;
   bool any_recurrent() const;  // some layer keeps a recurrent state (gated_deltanet)
+  bool any_mla() const;
   // Rows of the fused attention input projection: [q (| gate) | k | v].
   int64_t attention_input_rows() const {
     return num_heads * head_dim * (arch.attention_output_gate ? 2 : 1) + 2 * num_kv_heads * head_dim;

@@ -27,7 +27,9 @@ const char* const kBookkeeping[] = {
     "attention_dropout", "hidden_dropout", "chunk_size_feed_forward", "id2label", "label2id", "is_encoder_decoder",
     "output_attentions", "output_hidden_states", "output_router_logits", "router_aux_loss_coef",
     "router_jitter_noise", "pad_token_id", "problem_type", "return_dict", "tokenizer_class", "pretraining_tp",
-    "torchscript", "use_return_dict", "task_specific_params", "prefix", "sep_token_id", "decoder_start_token_id"};
+    "torchscript", "use_return_dict", "task_specific_params", "prefix", "sep_token_id", "decoder_start_token_id",
+    // DeepSeek's training-only keys (auxiliary loss, expert parallelism).
+    "aux_loss_alpha", "seq_aux", "ep_size"};
 
 // The wrapper of a multimodal checkpoint (Gemma4ForConditionalGeneration): its towers' configs and media token ids,
 // beside the text_config tierlm reads; the towers' tensors are never loaded.
@@ -82,7 +84,7 @@ std::vector<std::string> config_keys_read(const ArchitectureSpec& a) {
   if (a.reads_qkv_bias) keys.insert("qkv_bias");
   if (a.sliding != S::none) keys.insert("sliding_window");
   if (a.sliding == S::layer_types) keys.insert({"layer_types", "use_sliding_window", "max_window_layers"});
-  if (a.moe) {
+  if (a.moe && !a.mla) {  // DeepSeek names its MoE keys its own way (below)
     keys.insert({"num_experts", "num_local_experts", "num_experts_per_tok", "norm_topk_prob"});
     if (a.model_type != "mixtral") keys.insert("moe_intermediate_size");
   }
@@ -100,6 +102,12 @@ std::vector<std::string> config_keys_read(const ArchitectureSpec& a) {
                  "vocab_size_per_layer_input", "use_double_wide_mlp", "enable_moe_block", "num_experts",
                  "top_k_experts", "moe_intermediate_size", "hidden_activation", "final_logit_softcapping",
                  "use_bidirectional_attention", "attention_bias"});
+  if (a.mla)
+    keys.insert({"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "qk_head_dim",
+                 "rope_interleave", "attention_bias", "mlp_bias", "n_routed_experts", "n_shared_experts",
+                 "moe_intermediate_size", "num_experts_per_tok", "routed_scaling_factor", "scoring_func",
+                 "topk_method", "n_group", "topk_group", "norm_topk_prob", "first_k_dense_replace", "moe_layer_freq",
+                 "num_nextn_predict_layers"});
   // gpt_oss: initial_context_length is OpenAI's name for the pre-YaRN context; GptOssConfig keeps it unread (the
   // rope parameters carry original_max_position_embeddings), so it changes nothing.
   if (a.gpt_oss) keys.insert({"swiglu_limit", "experts_per_token", "initial_context_length"});
@@ -141,6 +149,24 @@ void refuse_unimplemented_keys(const json::object& config, const ArchitectureSpe
     std::string method = "unknown";
     if (q.is_object() && q.as_object().contains("quant_method") && q.at("quant_method").is_string())
       method = std::string(q.at("quant_method").as_string());
+    // DeepSeek's FP8 checkpoints: float8_e4m3fn weights with 128x128 f32 block scales, dequantized at load (and at an
+    // expert miss) as transformers does; activations are never quantized (transformers' dequantize path).
+    if (arch.mla && method == "fp8") {
+      const json::object& fp8 = q.as_object();
+      const json::value* block = fp8.if_contains("weight_block_size");
+      const bool blocks_128 = block && block->is_array() && block->as_array().size() == 2 &&
+                              block->as_array()[0].is_number() && block->as_array()[1].is_number() &&
+                              block->as_array()[0].to_number<double>() == 128 &&
+                              block->as_array()[1].to_number<double>() == 128;
+      if (!blocks_128)
+        throw ModelError(fmt::format("{}: field 'quantization_config.weight_block_size' must be [128, 128] (the FP8 "
+                                     "block DeepSeek checkpoints use)", origin));
+      for (const char* key : {"scale_fmt", "modules_to_convert"})
+        if (const json::value* v = fp8.if_contains(key);
+            v && !v->is_null() && !(v->is_string() && v->as_string() == "float"))
+          throw ModelError(fmt::format("{}: field 'quantization_config.{}' is not supported", origin, key));
+      return;
+    }
     if (arch.gpt_oss && method == "mxfp4") return;  // read by parse_gpt_oss (MXFP4 experts)
     throw ModelError(fmt::format("{}: field 'quantization_config' (quant_method {}) is not supported (supported: "
                                  "unquantized f32/f16/bf16 and MLX 'quantization')", origin, method));

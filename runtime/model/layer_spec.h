@@ -1,9 +1,10 @@
 // runtime/model/layer_spec.h — the per-layer model description: what each decoder layer mixes tokens with (full
-// attention, sliding-window attention with its window; later linear attention, MLA) and which MLP it has (dense, or
-// the MoE block whose experts live in the expert tier). Config parsing expands the family row into one LayerSpec per
-// layer; the forward pass, the KV cache, the GPU backend and the planner walk these instead of family-wide flags.
-// Each mixer kind is one unit in runtime/engine/ owning its per-sequence state through the sequence's KVCache: paged
-// KV (attention), a windowed ring (sliding_attention), or fixed conv + recurrent state (gated_deltanet).
+// attention, sliding-window attention with its window, Gated DeltaNet linear attention, MLA) and which MLP it has
+// (dense, or the MoE block whose experts live in the expert tier). Config parsing expands the family row into one
+// LayerSpec per layer; the forward pass, the KV cache, the GPU backend and the planner walk these instead of
+// family-wide flags. Each mixer kind is one unit in runtime/engine/ owning its per-sequence state through the
+// sequence's KVCache: paged KV (attention), a windowed ring (sliding_attention), fixed conv + recurrent state
+// (gated_deltanet), or a latent row per position (mla).
 // Never: hold weights or per-sequence state (a LayerSpec is data; its state_spec() says what the state costs).
 #pragma once
 
@@ -18,7 +19,8 @@ enum class Mixer : uint8_t {
   sliding_attention,  // causal attention over the last `window` positions, the query's own included
   gated_deltanet,     // Gated DeltaNet linear attention (qwen3_5 "linear_attention"): causal conv1d + gated delta
                       // rule recurrence; fixed per-sequence state whatever the context
-  // (next: mla, latent KV of kv_lora_rank + rope dims)
+  mla,                // DeepSeek-V2/V3 multi-head latent attention: per position the cache holds one normalized
+                      // latent (kv_lora_rank) and one roped key (qk_rope_head_dim) shared by every head
 };
 
 enum class Mlp : uint8_t {

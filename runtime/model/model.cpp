@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/model/mla_weights.h"
 #include "runtime/model/moe_model.h"
 #include "runtime/model/safetensors.h"
 #include "runtime/model/tensor_convert.h"
@@ -155,7 +156,8 @@ uint64_t ModelWeights::bytes() const {
   for (auto& l : layers)
     total += bytes(l.qkv) + bytes(l.linear_in) + bytes(l.o) + bytes(l.gate_up) + bytes(l.down) + bytes(l.router) +
              bytes(l.shared_gate_up) + bytes(l.shared_down) + bytes(l.per_layer_input_gate) +
-             bytes(l.per_layer_projection);
+             bytes(l.per_layer_projection) + bytes(l.mla_in) + bytes(l.q_b) + l.kv_b_key.size() +
+             l.kv_b_value.size();
   return total + bytes(embed_per_layer) + bytes(per_layer_model_projection);
 }
 
@@ -220,6 +222,8 @@ ModelWeights load_model(const std::filesystem::path& dir, const LoadOptions& opt
     LayerWeights l;
     if (spec.mixer == Mixer::gated_deltanet) {
       load_deltanet(L, p + "linear_attn.", l);
+    } else if (spec.mixer == Mixer::mla) {
+      load_mla_layer(index, c, p + "self_attn.", options.weight_format, ledger, l);
     } else {
       // With an output gate, q_proj holds [query | gate] per head: twice the query rows (split by the forward pass).
       // KV-shared layers (gemma4) have no k/v projections; k_eq_v layers no v_proj.
@@ -256,6 +260,13 @@ ModelWeights load_model(const std::filesystem::path& dir, const LoadOptions& opt
         l.shared_down = L.matrix({{b + "shared_expert.down_proj", H}}, S);
         l.shared_expert_gate = L.row_vector(b + "shared_expert_gate", H);
       }
+      if (c.arch.mla && c.shared_expert_intermediate_size > 0) {  // DeepSeek: ungated shared experts
+        const int64_t S = c.shared_expert_intermediate_size;
+        l.shared_gate_up = L.matrix({{b + "shared_experts.gate_proj", S}, {b + "shared_experts.up_proj", S}}, H);
+        l.shared_down = L.matrix({{b + "shared_experts.down_proj", H}}, S);
+      }
+      if (c.router.score_correction_bias)
+        l.score_correction_bias = L.vector(b + "gate.e_score_correction_bias", c.num_experts);
     } else {
       // Dense layers, and Gemma 4's dense MLP that runs beside its experts.
       const int64_t I = spec.intermediate;

@@ -33,6 +33,12 @@ struct LayerWeights {
   std::vector<float> dt_bias;             // value_heads
   std::vector<float> gated_norm;          // value_head_dim: RMSNormGated's weight (plain, not zero-centred)
   std::vector<float> input_norm, post_attention_norm;
+  // MLA layers (LayerSpec::mixer == mla; runtime/model/mla_weights.h says what each holds), with o:
+  kernels::Weight mla_in;                 // rows [q_a (q_lora_rank) or q (heads * qk_head_dim) | kv_a (lora + rope)]
+  kernels::Weight q_b;                    // empty without q LoRA
+  std::vector<float> q_a_norm, kv_a_norm;
+  tiering::LedgerBuffer kv_b_key;         // f32 [heads][kv_lora_rank][qk_nope_head_dim]
+  tiering::LedgerBuffer kv_b_value;       // f32 [heads][v_head_dim][kv_lora_rank]
   // Dense MLP layers (LayerSpec::mlp == dense): the MLP; MoE layers leave these empty.
   kernels::Weight gate_up;                // rows: [gate (intermediate) | up (intermediate)]
   kernels::Weight down;
@@ -43,7 +49,9 @@ struct LayerWeights {
   std::vector<float> sinks;               // per query head: the attention sink logit (gpt-oss), else empty
   kernels::Weight shared_gate_up;         // rows: [gate | up] (shared_expert_intermediate_size each)
   kernels::Weight shared_down;
-  std::vector<float> shared_expert_gate;  // hidden floats: sigmoid(. x) scales the shared expert's output
+  std::vector<float> shared_expert_gate;  // hidden floats: sigmoid(. x) scales the shared expert's output; empty:
+                                          // the shared experts are added ungated (DeepSeek)
+  std::vector<float> score_correction_bias;  // num_experts floats (DeepSeek-V3): added to the scores for choosing
   // Gemma 4 (arch.gemma4): the feed-forward sandwich norms, the MoE's own norms and router scales, the per-layer
   // input (PLE) gate and projection, and the layer's output scalar. post_attention_norm then norms the attention
   // output before the residual add.

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/kernels/fp8.h"
 #include "runtime/model/tensor_names.h"
 
 namespace tierlm::model {
@@ -140,6 +141,9 @@ tiering::ExpertStore expert_store_from_safetensors(const TensorIndex& index, con
                                (stacked ? stacked_name + "gate_proj" : fmt::format("experts.0.{}", a.expert_gate)))
           : QuantizationConfig::Module{};
   const int bits = expert_quant.bits, group = expert_quant.group_size;
+  const bool fp8 = !mlx && !stacked && !fused &&
+                   index.contains(fmt::format("{}experts.0.{}.weight", first, a.expert_gate)) &&
+                   index.at(fmt::format("{}experts.0.{}.weight", first, a.expert_gate)).dtype == DType::F8_E4M3;
 
   for (int64_t layer : sparse) {
     const std::string block = block_of(layer);
@@ -169,8 +173,21 @@ tiering::ExpertStore expert_store_from_safetensors(const TensorIndex& index, con
         if (!mlx) {
           const TensorInfo& t = index.at(base + ".weight");
           expect_shape(t, {rows, cols});
-          source = source_type(t);
+          if (fp8 != (t.dtype == DType::F8_E4M3))
+            throw ModelError(fmt::format("expert tensor '{}' is {} where the first expert's is {}", t.name,
+                                         dtype_name(t.dtype), fp8 ? "F8_E4M3" : "not"));
           ext.push_back(extent(t, 0, t.length));
+          if (!fp8) {
+            source = source_type(t);
+            continue;
+          }
+          // DeepSeek's FP8 experts: the 128x128 block scales follow each weight (dequantized at a miss).
+          const TensorInfo& scale = index.at(base + ".weight_scale_inv");
+          expect_shape(scale, {(rows + kernels::kFp8Block - 1) / kernels::kFp8Block,
+                               (cols + kernels::kFp8Block - 1) / kernels::kFp8Block});
+          if (scale.dtype != DType::F32)
+            throw ModelError(fmt::format("expert tensor '{}' must be F32", scale.name));
+          ext.push_back(extent(scale, 0, scale.length));
           continue;
         }
         if (cols % group != 0) throw ModelError(fmt::format("MLX tensor '{}': columns do not fit group size", base));
@@ -197,8 +214,12 @@ tiering::ExpertStore expert_store_from_safetensors(const TensorIndex& index, con
                                                                  : WeightFormat::bf16;
     layout = tiering::ExpertLayout::make(slot_format.value_or(file_format), H, I);
   }
-  return tiering::ExpertStore(std::move(files.files), int64_t(sparse.size()), E,
-                              mlx ? tiering::ExpertEncoding::mlx : tiering::ExpertEncoding::dense, source, *layout,
+  // FP8 experts convert at a miss to the slot format (default f32: float(q) * scale is exact in f32, as transformers
+  // dequantizes; bf16 would round it).
+  const auto encoding = mlx ? tiering::ExpertEncoding::mlx
+                        : fp8 ? tiering::ExpertEncoding::fp8_blocks
+                              : tiering::ExpertEncoding::dense;
+  return tiering::ExpertStore(std::move(files.files), int64_t(sparse.size()), E, encoding, source, *layout,
                               std::move(extents));
 }
 

@@ -1,9 +1,15 @@
-// runtime/model/tensor_convert.cpp — widening F16/BF16/F32 tensor bytes to f32.
+// runtime/model/tensor_convert.cpp — widening F16/BF16/F32 tensor bytes to f32; dequantizing FP8 block tensors.
 #include "runtime/model/tensor_convert.h"
 
 #include <bit>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
+
+#include <fmt/format.h>
+
+#include "runtime/kernels/fp8.h"
 
 namespace tierlm::model {
 
@@ -42,9 +48,28 @@ void widen_u16(const std::byte* in, size_t n, float* out, Convert convert) {
 }
 
 void require_float_dtype(const TensorInfo& tensor) {
-  if (tensor.dtype != DType::F32 && tensor.dtype != DType::F16 && tensor.dtype != DType::BF16)
+  if (tensor.dtype != DType::F32 && tensor.dtype != DType::F16 && tensor.dtype != DType::BF16 &&
+      tensor.dtype != DType::F8_E4M3)
     throw ModelError("tensor '" + tensor.name + "' in '" + tensor.file + "' has dtype " + dtype_name(tensor.dtype) +
-                     "; only F32, F16 and BF16 convert to f32");
+                     "; only F32, F16, BF16 and block-scaled F8_E4M3 convert to f32");
+}
+
+// An FP8 matrix: its scale_inv sibling, of the block grid's shape, in F32.
+void fp8_to_f32(const TensorIndex& index, const TensorInfo& tensor, const std::byte* bytes, float* out) {
+  const std::string scale_name = tensor.name + "_scale_inv";
+  if (tensor.shape.size() != 2 || !index.contains(scale_name))
+    throw ModelError(fmt::format("tensor '{}' in '{}' is F8_E4M3 but has no 2-D block scale '{}' (only DeepSeek's "
+                                 "128x128 block FP8 is supported)", tensor.name, tensor.file, scale_name));
+  const TensorInfo& scale = index.at(scale_name);
+  const int64_t rows = tensor.shape[0], cols = tensor.shape[1];
+  const int64_t block = kernels::kFp8Block;
+  const std::vector<int64_t> grid = {(rows + block - 1) / block, (cols + block - 1) / block};
+  if (scale.dtype != DType::F32 || scale.shape != grid)
+    throw ModelError(fmt::format("tensor '{}' must be F32 [{}, {}] (128x128 blocks of '{}')", scale_name, grid[0],
+                                 grid[1], tensor.name));
+  std::vector<float> scales(size_t(grid[0] * grid[1]));
+  std::memcpy(scales.data(), index.data(scale).data(), scales.size() * sizeof(float));
+  kernels::dequantize_fp8_blocks(reinterpret_cast<const uint8_t*>(bytes), scales.data(), rows, cols, out);
 }
 
 }  // namespace
@@ -58,6 +83,9 @@ void tensor_to_f32(const TensorIndex& index, const TensorInfo& tensor, float* ou
                      " bytes do not hold " + std::to_string(n) + " elements of " + dtype_name(tensor.dtype));
   if (n == 0) return;
   switch (tensor.dtype) {
+    case DType::F8_E4M3:
+      fp8_to_f32(index, tensor, bytes.data(), out);
+      break;
     case DType::F32:
       std::memcpy(out, bytes.data(), n * sizeof(float));
       break;

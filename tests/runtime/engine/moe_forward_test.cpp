@@ -24,15 +24,9 @@ namespace json = boost::json;
 
 namespace {
 
-using tierlm::fixtures::argmax;
 using tierlm::fixtures::fixture;
-using tierlm::fixtures::floats;
-using tierlm::fixtures::read_json;
-using tierlm::fixtures::relative_error;
 
-struct Result {
-  double prompt_error = 0, step_error = 0;
-  int greedy_matches = 0, greedy_total = 0;
+struct Result : fixtures::ReferenceMatch {
   bool greedy_exact = true;
   tiering::ExpertTierTelemetry telemetry;
 };
@@ -40,33 +34,9 @@ struct Result {
 Result run_fixture(const std::string& name, model::LoadOptions options) {
   tiering::Ledger ledger;
   options.ledger = &ledger;
-  model::ModelWeights w = model::load_model(fixture(name), options);
-  const auto ref = read_json(fixture(name) / "reference.json").as_object();
-  std::vector<int32_t> prompt;
-  for (auto& t : ref.at("prompt").as_array()) prompt.push_back(int32_t(t.as_int64()));
-  const int64_t V = w.config.vocab_size, n = int64_t(prompt.size());
-  kernels::ThreadPool pool(2);
-  engine::Forward forward(w, pool, ledger, 64, 128);
-  engine::KVCache cache(w.config, 128, ledger);
-  std::vector<float> logits(size_t(n * V));
-  forward.run(prompt, 0, cache, logits.data(), /*all_logits=*/true);
-  Result r;
-  const auto& prompt_logits = ref.at("prompt_logits").as_array();
-  for (int64_t i = 0; i < n; ++i)
-    r.prompt_error = std::max(r.prompt_error, relative_error(&logits[size_t(i * V)], floats(prompt_logits[size_t(i)])));
-  const auto& greedy = ref.at("greedy").as_array();
-  const auto& steps = ref.at("step_logits").as_array();
-  int32_t next = argmax(&logits[size_t((n - 1) * V)], V);
-  std::vector<float> step(static_cast<size_t>(V));
-  for (size_t s = 0; s < greedy.size(); ++s) {
-    const int32_t expected = int32_t(greedy[s].as_int64());
-    r.greedy_matches += next == expected;
-    r.greedy_exact = r.greedy_exact && next == expected;
-    ++r.greedy_total;
-    forward.run(std::span(&expected, 1), n + int64_t(s), cache, step.data());
-    r.step_error = std::max(r.step_error, relative_error(step.data(), floats(steps[s])));
-    next = argmax(step.data(), V);
-  }
+  const model::ModelWeights w = model::load_model(fixture(name), options);
+  Result r{fixtures::match_reference(w, ledger, fixture(name), 64), true, {}};
+  r.greedy_exact = r.greedy_matches == r.greedy_total;
   r.telemetry = w.experts->telemetry();
   return r;
 }

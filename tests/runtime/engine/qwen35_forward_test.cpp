@@ -25,13 +25,7 @@ using namespace tierlm;
 
 namespace {
 
-using fixtures::argmax;
 using fixtures::fixture;
-using fixtures::floats;
-using fixtures::read_json;
-using fixtures::relative_error;
-
-std::vector<int32_t> prompt_of(const std::filesystem::path& dir) { return fixtures::reference_prompt(dir); }
 
 model::LoadOptions options_for(tiering::Ledger& ledger) {
   model::LoadOptions o;
@@ -40,45 +34,15 @@ model::LoadOptions options_for(tiering::Ledger& ledger) {
   return o;
 }
 
-struct Match {
-  double prompt_error = 0, step_error = 0;
-  int greedy_matches = 0, greedy_total = 0;
-};
+using Match = fixtures::ReferenceMatch;
 
 // The fixture's prompt in chunks of `chunk` tokens, then its 32 greedy steps, against reference.json.
 Match run_reference(const std::filesystem::path& dir, int64_t chunk, const std::filesystem::path& packed = "") {
   tiering::Ledger ledger;
   model::LoadOptions options = options_for(ledger);
   options.packed_experts = packed;
-  model::ModelWeights w = model::load_model(dir, options);
-  const auto ref = read_json(dir / "reference.json").as_object();
-  const std::vector<int32_t> prompt = prompt_of(dir);
-  const int64_t V = w.config.vocab_size, n = int64_t(prompt.size());
-  kernels::ThreadPool pool(2);
-  engine::Forward forward(w, pool, ledger, 64, 128);
-  engine::KVCache cache(w.config, 128, ledger);
-  std::vector<float> logits(size_t(n * V));
-  for (int64_t at = 0; at < n; at += chunk) {
-    const int64_t len = std::min(chunk, n - at);
-    forward.run(std::span(prompt).subspan(size_t(at), size_t(len)), at, cache, logits.data() + at * V, true);
-  }
-  Match m;
-  const auto& prompt_logits = ref.at("prompt_logits").as_array();
-  for (int64_t i = 0; i < n; ++i)
-    m.prompt_error = std::max(m.prompt_error, relative_error(&logits[size_t(i * V)], floats(prompt_logits[size_t(i)])));
-  const auto& greedy = ref.at("greedy").as_array();
-  const auto& steps = ref.at("step_logits").as_array();
-  int32_t next = argmax(&logits[size_t((n - 1) * V)], V);
-  std::vector<float> step(static_cast<size_t>(V));
-  for (size_t s = 0; s < greedy.size(); ++s) {
-    const int32_t expected = int32_t(greedy[s].as_int64());
-    m.greedy_matches += next == expected;
-    ++m.greedy_total;
-    forward.run(std::span(&expected, 1), n + int64_t(s), cache, step.data());
-    m.step_error = std::max(m.step_error, relative_error(step.data(), floats(steps[s])));
-    next = argmax(step.data(), V);
-  }
-  return m;
+  const model::ModelWeights w = model::load_model(dir, options);
+  return fixtures::match_reference(w, ledger, dir, chunk);
 }
 
 class Qwen35MatchesTransformers : public ::testing::TestWithParam<std::string> {};
@@ -145,26 +109,12 @@ TEST(Qwen35, RecurrentStateIsInTheLedger) {
 
 TEST(Qwen35, ChunkedPrefillEqualsWholeAndStepwise) {
   tiering::Ledger ledger;
-  model::ModelWeights w = model::load_model(fixture("qwen3_5_moe"), options_for(ledger));
-  const std::vector<int32_t> prompt = prompt_of(fixture("qwen3_5_moe"));
-  const int64_t V = w.config.vocab_size, n = int64_t(prompt.size());
-  kernels::ThreadPool pool(2);
-  engine::Forward forward(w, pool, ledger, 32, 64);
-  std::vector<float> whole(size_t(n * V));
-  {
-    engine::KVCache cache(w.config, 64, ledger);
-    forward.run(prompt, 0, cache, whole.data(), true);
-  }
+  const model::ModelWeights w = model::load_model(fixture("qwen3_5_moe"), options_for(ledger));
+  const std::vector<int32_t> prompt = fixtures::reference_prompt(fixture("qwen3_5_moe"));
+  const std::vector<float> whole = fixtures::chunked_logits(w, ledger, prompt, int64_t(prompt.size()));
   for (int64_t chunk : {1, 5, 24}) {
-    engine::KVCache cache(w.config, 64, ledger);
-    std::vector<float> logits(size_t(n * V));
-    for (int64_t at = 0; at < n; at += chunk) {
-      const int64_t len = std::min(chunk, n - at);
-      forward.run(std::span(prompt).subspan(size_t(at), size_t(len)), at, cache, logits.data() + at * V, true);
-    }
-    double err = 0;
-    for (size_t i = 0; i < logits.size(); ++i) err = std::max(err, double(std::fabs(logits[i] - whole[i])));
-    EXPECT_LT(err, 1e-4) << "chunk " << chunk;
+    const std::vector<float> chunked = fixtures::chunked_logits(w, ledger, prompt, chunk);
+    EXPECT_LT(fixtures::max_difference(chunked, whole), 1e-4) << "chunk " << chunk;
   }
 }
 

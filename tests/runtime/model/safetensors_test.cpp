@@ -225,8 +225,8 @@ TEST(SafetensorsCorrupt, MetadataNotStrings) {
 }
 
 TEST(SafetensorsCorrupt, UnknownDType) {
-  expect_header_error(R"({"w": {"dtype": "F8_E4M3", "shape": [2], "data_offsets": [0, 2]}})", "ab",
-                      {"'w'", "unknown dtype", "F8_E4M3"});
+  expect_header_error(R"({"w": {"dtype": "F8_E5M2", "shape": [2], "data_offsets": [0, 2]}})", "ab",
+                      {"'w'", "unknown dtype", "F8_E5M2"});
   expect_header_error(R"({"w": {"dtype": 3, "shape": [2], "data_offsets": [0, 2]}})", "ab", {"'w'", "dtype"});
   expect_header_error(R"({"w": {"shape": [2], "data_offsets": [0, 2]}})", "ab", {"'w'", "dtype"});
 }

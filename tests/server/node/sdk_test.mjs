@@ -198,8 +198,10 @@ await check("tool loop on the trained default model: it calls get_weather, the r
   assert.equal(finish, "tool_calls");
   assert.equal(name, "get_weather");
   assert.deepEqual(JSON.parse(args), { city: "Paris" });
-  // The tool runs here; its result goes back as a tool message and the model answers from it.
-  const result = JSON.stringify({ temperature: 18, condition: "sunny" });
+  // The tool runs here; its result goes back as a tool message and the model answers from it. The result is written
+  // as the training dialogs wrote results (Python's json.dumps: ", " and ": "): this 5 M-parameter model does not
+  // generalize to other spellings (with JSON.stringify's compact form it answered "It is 1 degrees and sun in Paris.").
+  const result = '{"temperature": 18, "condition": "sunny"}';
   const second = await client.chat.completions.create({ model, tools: weather, max_tokens: 64, temperature: 0,
     messages: [...ask, c.message, { role: "tool", tool_call_id: call.id, content: result }] });
   const answer = second.choices[0];

@@ -168,7 +168,13 @@ TEST(HttpServer, MetricsAreValidPrometheusText) {
 
 TEST(HttpServer, ChatAndCompletionNonStreaming) {
   auto& s = shared_server();
-  auto r = post(s.port(), "/v1/chat/completions", chat_body("def add(a, b):", 12));
+  // The default model ends its chat turns itself (<|im_end|>, usually within a dozen tokens): that is a "stop" with
+  // fewer tokens than asked; with ignore_eos it runs to max_tokens, a "length".
+  auto natural = post(s.port(), "/v1/chat/completions", chat_body("def add(a, b):", 64));
+  ASSERT_EQ(natural.status, 200) << natural.body;
+  EXPECT_EQ(natural.json().at("choices").at(0).at("finish_reason").as_string(), "stop");
+  EXPECT_LT(natural.json().at("usage").at("completion_tokens").as_int64(), 64);
+  auto r = post(s.port(), "/v1/chat/completions", chat_body("def add(a, b):", 12, R"("ignore_eos":true)"));
   ASSERT_EQ(r.status, 200) << r.body;
   auto v = r.json().as_object();
   EXPECT_EQ(v.at("object").as_string(), "chat.completion");
@@ -208,12 +214,12 @@ TEST(HttpServer, ChatAndCompletionNonStreaming) {
 
 TEST(HttpServer, StreamingMatchesNonStreamingAndReportsUsage) {
   auto& s = shared_server();
-  auto full = post(s.port(), "/v1/chat/completions", chat_body("class Stack:", 20));
+  auto full = post(s.port(), "/v1/chat/completions", chat_body("class Stack:", 20, R"("ignore_eos":true)"));
   ASSERT_EQ(full.status, 200);
   const std::string expected = std::string(full.json().at("choices").at(0).at("message").at("content").as_string());
 
   auto r = post(s.port(), "/v1/chat/completions",
-                chat_body("class Stack:", 20, R"("stream":true,"stream_options":{"include_usage":true})"));
+                chat_body("class Stack:", 20, R"("ignore_eos":true,"stream":true,"stream_options":{"include_usage":true})"));
   ASSERT_EQ(r.status, 200);
   EXPECT_NE(r.headers.find("text/event-stream"), std::string::npos);
   auto events = sse_events(r.body);

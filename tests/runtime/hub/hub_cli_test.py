@@ -162,7 +162,8 @@ def case_pull_then_npm_scan(c):
     r = c.pull()
     check(r.returncode == 0, "pull: " + r.stderr[-3000:])
     check(r.stdout.strip() == c.snapshot(), "pull prints the snapshot folder on stdout: %r" % r.stdout)
-    check("download %s: 100%% 10.6 MB / 10.6 MB" % REPO in r.stderr and "ETA" in r.stderr,
+    size = "%.1f MB" % (sum(len(c.repo_file(f).data) for f in NEEDED) / 1e6)  # every needed file, in decimal MB
+    check("download %s: 100%% %s / %s" % (REPO, size, size) in r.stderr and "ETA" in r.stderr,
           "a plain progress line on a non-terminal stderr: " + r.stderr[-1000:])
     check(sorted(os.listdir(c.snapshot())) == NEEDED, "only the needed files: %s" % sorted(os.listdir(c.snapshot())))
     c.check_layout(NEEDED)
@@ -437,8 +438,9 @@ def case_fit(c):
         check(local[key] == remote[key], "%s: folder %s, hub %s" % (key, local[key], remote[key]))
     served = c.hub.lfs_bytes_served()
     shards = sum(len(c.repo_file(s).data) for s in NEEDED[3:5])
-    check(0 < served < 16384, "fit read %d bytes of %d bytes of shards" % (served, shards))
-    check(remote["bytes_fetched"] < 32768, "fit's own count: %d bytes" % remote["bytes_fetched"])
+    # The shards' headers only: ~24 KB for the default model's 2 shards (a MoE: one header entry per expert tensor).
+    check(0 < served < 65536, "fit read %d bytes of %d bytes of shards" % (served, shards))
+    check(remote["bytes_fetched"] < 98304, "fit's own count: %d bytes" % remote["bytes_fetched"])
     check(not os.path.exists(c.folder), "fit downloads nothing into the cache")
     print("fit by id: %d bytes of shards read (of %d), %d bytes in all" % (served, shards, remote["bytes_fetched"]))
     other = os.path.join(c.tmp, "unsupported")

@@ -5,8 +5,6 @@
 // tokens -> the server's parser finds the tool call the dialog expects.
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include <boost/json.hpp>
 #include <gtest/gtest.h>
@@ -16,15 +14,24 @@
 #include "server/chat_prompt.h"
 #include "runtime/model/model.h"
 #include "runtime/tokenizer/tokenizer.h"
+#include "tests/runtime/engine/reference_fixture.h"
 
 using namespace tierlm;
 
+namespace {
+
+std::vector<int32_t> ids_of(const boost::json::value& v) {
+  std::vector<int32_t> out;
+  for (auto& x : v.as_array()) out.push_back(int32_t(x.as_int64()));
+  return out;
+}
+
+}  // namespace
+
 TEST(DefaultModel, GreedyCompletionsMatchTransformers) {
   const std::filesystem::path dir = std::filesystem::path(TIERLM_SOURCE_DIR) / "profiles/models/tierlm-tiny";
-  std::ifstream in(dir / "reference.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const auto ref = boost::json::parse(ss.str()).as_object();
+  const boost::json::value ref_value = fixtures::read_json(dir / "reference.json");
+  const auto& ref = ref_value.as_object();
 
   tiering::Ledger ledger;
   model::LoadOptions options;
@@ -36,9 +43,7 @@ TEST(DefaultModel, GreedyCompletionsMatchTransformers) {
   for (const auto& p : ref.at("prompts").as_array()) {
     const auto& o = p.as_object();
     const std::string text(o.at("text").as_string());
-    std::vector<int32_t> expected_prompt, expected;
-    for (auto& v : o.at("prompt").as_array()) expected_prompt.push_back(int32_t(v.as_int64()));
-    for (auto& v : o.at("greedy").as_array()) expected.push_back(int32_t(v.as_int64()));
+    const std::vector<int32_t> expected_prompt = ids_of(o.at("prompt")), expected = ids_of(o.at("greedy"));
 
     engine::GenerationRequest request;
     request.prompt = tokenizer.encode(text, true);
@@ -60,26 +65,11 @@ TEST(DefaultModel, GreedyCompletionsMatchTransformers) {
   }
 }
 
-namespace {
-
-boost::json::object read_reference(const std::filesystem::path& dir) {
-  std::ifstream in(dir / "reference.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return boost::json::parse(ss.str()).as_object();
-}
-
-std::vector<int32_t> ids_of(const boost::json::value& v) {
-  std::vector<int32_t> out;
-  for (auto& x : v.as_array()) out.push_back(int32_t(x.as_int64()));
-  return out;
-}
-
-}  // namespace
 
 TEST(DefaultModel, HeldOutToolDialogsMatchTransformersAndParseIntoTheExpectedCall) {
   const std::filesystem::path dir = std::filesystem::path(TIERLM_SOURCE_DIR) / "profiles/models/tierlm-tiny";
-  const auto ref = read_reference(dir);
+  const boost::json::value ref_value = fixtures::read_json(dir / "reference.json");
+  const auto& ref = ref_value.as_object();
   ASSERT_TRUE(ref.contains("dialogs")) << "reference.json has no tool dialogs: regenerate with tools/train_default_model.py";
   tiering::Ledger ledger;
   model::LoadOptions options;

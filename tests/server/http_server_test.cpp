@@ -424,7 +424,7 @@ TEST(HttpServer, ClientDisconnectCancelsGeneration) {
     send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
                      std::to_string(body.size()) + "\r\n\r\n" + body);
     char buf[512];
-    ASSERT_GT(::recv(fd, buf, sizeof buf, 0), 0);
+    ASSERT_GT(recv_some(fd, buf, sizeof buf), 0);
     ::close(fd);
   }
   ASSERT_TRUE(eventually([&] { return s.scheduler().stats().sequences_cancelled == 1; }));
@@ -455,7 +455,7 @@ TEST(HttpServer, QueueLimitAnswers429) {
   send_all(holder, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
                        std::to_string(body.size()) + "\r\n\r\n" + body);
   char buf[256];
-  ASSERT_GT(::recv(holder, buf, sizeof buf, 0), 0);
+  ASSERT_GT(recv_some(holder, buf, sizeof buf), 0);
   // (The stream's headers can come before the scheduler admits it: wait until it holds the slot, or the next
   // request would find the holder itself in the queue and be refused.)
   ASSERT_TRUE(eventually([&] { return s.scheduler().stats().active == 1 && s.scheduler().stats().waiting == 0; }));

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <memory>
 #include <stdexcept>
@@ -51,10 +52,23 @@ inline int connect_loopback(uint16_t port) {
   return fd;
 }
 
+// recv/send that retry when interrupted. A blocking socket call with SO_RCVTIMEO fails with EINTR (it is never
+// restarted) whenever its thread is interrupted, and not only by a signal: under ASan the test thread's recv failed
+// with EINTR and no signal delivered (strace, gdb) while another thread drove the io_uring ring this thread had set
+// up (the MoE default model's expert reader, made by the TestServer constructor), after a second server had closed
+// its ring. Whatever the kernel's reason, EINTR is "try again".
+inline ssize_t recv_some(int fd, char* buf, size_t size) {
+  for (;;) {
+    const ssize_t n = ::recv(fd, buf, size, 0);
+    if (n >= 0 || errno != EINTR) return n;
+  }
+}
+
 inline void send_all(int fd, const std::string& data) {
   size_t off = 0;
   while (off < data.size()) {
     ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return;  // the server may close early (e.g. 413); the response is still read
     off += size_t(n);
   }
@@ -64,7 +78,7 @@ inline std::string read_all(int fd) {
   std::string out;
   char buf[65536];
   for (;;) {
-    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    ssize_t n = recv_some(fd, buf, sizeof buf);
     if (n <= 0) break;
     out.append(buf, size_t(n));
   }

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# bench/mlxslot.sh — decode of an MLX MoE folder on small RAM, one binary against another on the same plan
+# (bench/results/mlx-slot.md: the expert miss path before and after the MLX slot repack).
+# For one model folder, in a cgroup v1 memory group of LIMIT_MIB:
+#   1. the disk bound on the model's own expert extents with the plan's reader (tools/peer/expert_disk_bound);
+#   2. ROUNDS x, interleaved, for each binary in BINS: drop caches, `BIN serve --model M --wisdom W --port 0` in a
+#      fresh group, bench/headline_client.py asks one greedy streamed completion of TOKENS tokens; decode tok/s and the
+#      request's tier counters (misses, disk bytes, read stall, conversion time where the binary has the counter).
+# The plan W is made beforehand (`tierlm calibrate --model M --wisdom W` in the same group) and shared by every run,
+# so the binaries differ only in their code. `uptime` load is printed beside every step.
+# Usage: MODEL=DIR WISDOM=W BINS="before:/path/tierlm after:/path/tierlm" BOUND=/path/expert_disk_bound
+#        [LIMIT_MIB=1024 TOKENS=24 ROUNDS=2 OUT=DIR] bench/mlxslot.sh      (root: cgroup v1 + drop_caches)
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+: "${MODEL:?}" "${WISDOM:?}" "${BINS:?}" "${BOUND:?}"
+LIMIT_MIB="${LIMIT_MIB:-1024}"; TOKENS="${TOKENS:-24}"; ROUNDS="${ROUNDS:-2}"; OUT="${OUT:-$(dirname "$MODEL")/mlxslot}"
+mkdir -p "$OUT"
+group=/sys/fs/cgroup/memory/tierlm_mlxslot_$$
+pid=""
+cleanup() {
+  if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  [ -d "$group" ] && rmdir "$group" 2>/dev/null || true
+}
+trap cleanup EXIT
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+say() { echo "[$(date -u +%H:%M:%S) load $(load)] $*"; }
+drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+fresh_group() {
+  [ -d "$group" ] && rmdir "$group"
+  mkdir "$group"
+  echo $((LIMIT_MIB << 20)) >"$group/memory.limit_in_bytes"
+  echo 0 >"$group/memory.swappiness"
+}
+reader=$(python3 -c '
+import json, sys
+w = json.load(open(sys.argv[1]))
+def find(o):
+    if isinstance(o, dict):
+        if isinstance(o.get("reader"), dict): return o["reader"]
+        for v in o.values():
+            r = find(v)
+            if r: return r
+    if isinstance(o, list):
+        for v in o:
+            r = find(v)
+            if r: return r
+r = find(w)
+print(r["queue_depth"], r["block_size"])' "$WISDOM")
+read -r depth block <<<"$reader"
+fresh_group
+drop_caches
+say "disk bound, depth $depth block $block"
+(echo "$BASHPID" >"$group/cgroup.procs" && exec "$BOUND" "$MODEL" --seconds 20 --depth "$depth" --block "$block") |
+  tee "$OUT/bound.json"
+say "(load after the bound)"
+for round in $(seq 1 "$ROUNDS"); do
+  for entry in $BINS; do
+    name="${entry%%:*}" bin="${entry#*:}"
+    fresh_group
+    drop_caches
+    log="$OUT/serve-$name-$round.log"
+    (echo "$BASHPID" >"$group/cgroup.procs" && exec "$bin" serve --model "$MODEL" --wisdom "$WISDOM" --port 0) >"$log" 2>&1 &
+    pid=$!
+    port=""
+    for _ in $(seq 1 6000); do
+      port="$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log" | head -n1)"
+      [ -n "$port" ] && break
+      kill -0 "$pid" 2>/dev/null || { tail -n 20 "$log"; say "$name: serve exited at start"; exit 1; }
+      sleep 0.1
+    done
+    l0=$(load)
+    python3 "$here/headline_client.py" "$port" "$pid" "$TOKENS" >"$OUT/client-$name-$round.json"
+    kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""
+    python3 - "$OUT/client-$name-$round.json" "$name" "$round" "$l0" "$(load)" "$(cat "$group/memory.max_usage_in_bytes")" \
+      "$(grep '^oom_kill ' "$group/memory.oom_control" | cut -d' ' -f2)" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+t = c["request_tiering"]
+print(json.dumps({"binary": sys.argv[2], "round": int(sys.argv[3]), "decode_tok_s": c["decode_tok_s"],
+                  "completion_tokens": c["usage"]["completion_tokens"], "prompt_tokens": c["usage"]["prompt_tokens"],
+                  "misses": t["cache_misses"], "hits": t["cache_hits"], "disk_bytes_read": t["disk_bytes_read"],
+                  "read_stall_s": round(t["read_stall_seconds"], 3), "decode": c["decode_tiering"],
+                  "conversion_s": c.get("request_conversion", {}).get("conversion_seconds"),
+                  "ledger_peak": c["memory"]["ledger_peak_bytes"], "ledger_budget": c["memory"]["ledger_budget_bytes"],
+                  "vm_hwm": c["vm_hwm_bytes"],
+                  "cgroup_peak": int(sys.argv[6]), "oom_kill": int(sys.argv[7]), "load_start": sys.argv[4],
+                  "load_end": sys.argv[5]}))
+PY
+  done
+done

@@ -11,7 +11,8 @@
 # The plan W is made beforehand (`tierlm calibrate --model M --wisdom W` in the same group) and shared by every run,
 # so the binaries differ only in their code. `uptime` load is printed beside every step.
 # BINS entries are NAME:BINARY or NAME:BINARY:MODEL_DIR (another folder of the same model, e.g. one holding a
-# `tierlm pack` experts.tierlm beside symlinks to the safetensors).
+# `tierlm pack` experts.tierlm beside symlinks to the safetensors; W then needs an entry for that folder carrying the
+# same plan, or serve calibrates it anew and the runs no longer share a plan).
 # Usage: MODEL=DIR WISDOM=W BINS="before:/path/tierlm after:/path/tierlm" BOUND=/path/expert_disk_bound
 #        [LIMIT_MIB=1024 TOKENS=24 ROUNDS=2 OUT=DIR] bench/mlxslot.sh      (root: cgroup v1 + drop_caches)
 set -euo pipefail
@@ -21,35 +22,15 @@ LIMIT_MIB="${LIMIT_MIB:-1024}"; TOKENS="${TOKENS:-24}"; ROUNDS="${ROUNDS:-2}"; O
 mkdir -p "$OUT"
 group=/sys/fs/cgroup/memory/tierlm_mlxslot_$$
 pid=""
-cleanup() {
-  if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-  [ -d "$group" ] && rmdir "$group" 2>/dev/null || true
-}
+. "$here/bench_lib.sh"  # load, say, drop_caches, cleanup, reader_of_wisdom
 trap cleanup EXIT
-load() { cut -d' ' -f1-3 /proc/loadavg; }
-say() { echo "[$(date -u +%H:%M:%S) load $(load)] $*"; }
-drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 fresh_group() {
   [ -d "$group" ] && rmdir "$group"
   mkdir "$group"
   echo $((LIMIT_MIB << 20)) >"$group/memory.limit_in_bytes"
   echo 0 >"$group/memory.swappiness"
 }
-reader=$(python3 -c '
-import json, sys
-w = json.load(open(sys.argv[1]))
-def find(o):
-    if isinstance(o, dict):
-        if isinstance(o.get("reader"), dict): return o["reader"]
-        for v in o.values():
-            r = find(v)
-            if r: return r
-    if isinstance(o, list):
-        for v in o:
-            r = find(v)
-            if r: return r
-r = find(w)
-print(r["queue_depth"], r["block_size"])' "$WISDOM")
+reader=$(reader_of_wisdom <"$WISDOM")
 read -r depth block <<<"$reader"
 for round in $(seq 1 "$ROUNDS"); do
   for entry in $BINS; do
@@ -76,12 +57,14 @@ for round in $(seq 1 "$ROUNDS"); do
     python3 "$here/headline_client.py" "$port" "$pid" "$TOKENS" >"$OUT/client-$name-$round.json"
     kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""
     python3 - "$OUT/client-$name-$round.json" "$name" "$round" "$l0" "$(load)" "$(cat "$group/memory.max_usage_in_bytes")" \
-      "$(grep '^oom_kill ' "$group/memory.oom_control" | cut -d' ' -f2)" "$OUT/bound-$name-$round.json" "$WISDOM" <<'PY'
+      "$(grep '^oom_kill ' "$group/memory.oom_control" | cut -d' ' -f2)" "$OUT/bound-$name-$round.json" "$WISDOM" "$model" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
 t, d = c["request_tiering"], c["decode_tiering"]
 bound = json.load(open(sys.argv[8]))
-entry = json.load(open(sys.argv[9]))["entries"][-1]
+import os
+entries = json.load(open(sys.argv[9]))["entries"]  # the entry of the folder served (serve found it the same way)
+entry = [e for e in entries if os.path.abspath(e["model"]["path"]) == os.path.abspath(sys.argv[10])][0]
 threads = entry["plan"]["threads"]
 step = [x["step_seconds"] for x in entry["model"]["timings"] if x["threads"] == threads][0]
 # bound = min(compute: 1 / calibrate's decode step with every expert in memory, disk: the bound's GB/s over the bytes

@@ -3,12 +3,13 @@
 // profiles/fit-configs/deepseek-v2-lite), bf16 model-0000i-of-0000n.safetensors shards with
 // model.safetensors.index.json, Hugging Face tensor names (per-expert mlp.experts.N.{gate,up,down}_proj, q_proj
 // without q LoRA, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj, mlp.gate, mlp.shared_experts, layer 0 a
-// dense MLP), and a tokenizer copied from --tokenizer DIR (V2-Lite's own is not available offline; the model's
-// 102400-row embedding is what the bench's prompts must stay inside). 31.4 GB, as the hub lists the real one.
+// dense MLP), and the tokenizer of --tokenizer DIR cut to the model's 102400 ids (copy_tokenizer; V2-Lite's own is
+// not available offline: DeepSeek-V3's is the nearest). 31.4 GB, as the hub lists the real one.
 // Routing skew as tools/peer/synthetic_routing.h describes (softmax over mlp.gate's logits: the same top-k).
 // Owns: the shape and the deterministic weight generator. Never: write anything but the folder it is given.
 //
 // Usage: synthetic_deepseek_v2 OUT_DIR --config CONFIG_JSON --tokenizer DIR [--layers N] [--zipf S] [--seed S]
+//        [--tokenizer-only 1]   (config.json and the tokenizer only, beside shards already written)
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -153,18 +154,56 @@ class Generator {
   uint64_t seed_;
 };
 
+// The tokenizer, kept inside the model's vocab: a BPE tokenizer.json with more tokens than the embedding has rows
+// (DeepSeek-V3's 128K for V2-Lite's 102400) loses the tokens past it, every merge that makes or uses one, and the
+// added tokens past it, so no encoding can produce an id the model cannot embed.
+void copy_tokenizer(const fs::path& from, const fs::path& to, int64_t vocab) {
+  std::ifstream in(from / "tokenizer.json");
+  boost::json::object t = boost::json::parse(std::string(std::istreambuf_iterator<char>(in), {})).as_object();
+  boost::json::object& model = t.at("model").as_object();
+  boost::json::object kept;
+  for (auto& kv : model.at("vocab").as_object())
+    if (kv.value().to_number<int64_t>() < vocab) kept.emplace(kv.key(), kv.value());
+  boost::json::array merges;
+  for (auto& m : model.at("merges").as_array()) {
+    std::string a, b;
+    if (m.is_string()) {
+      const std::string pair(m.as_string());
+      const size_t space = pair.find(' ');
+      a = pair.substr(0, space), b = pair.substr(space + 1);
+    } else {
+      a = std::string(m.as_array().at(0).as_string()), b = std::string(m.as_array().at(1).as_string());
+    }
+    if (kept.contains(a) && kept.contains(b) && kept.contains(a + b)) merges.push_back(m);
+  }
+  const size_t dropped = model.at("vocab").as_object().size() - kept.size();
+  model["vocab"] = std::move(kept);
+  model["merges"] = std::move(merges);
+  boost::json::array added;
+  for (auto& a : t.at("added_tokens").as_array())
+    if (a.as_object().at("id").to_number<int64_t>() < vocab) added.push_back(a);
+  t["added_tokens"] = std::move(added);
+  std::ofstream(to / "tokenizer.json") << boost::json::serialize(t);
+  if (fs::exists(from / "tokenizer_config.json"))
+    fs::copy_file(from / "tokenizer_config.json", to / "tokenizer_config.json", fs::copy_options::overwrite_existing);
+  std::fprintf(stderr, "synthetic_deepseek_v2: tokenizer from %s without its %zu tokens past id %lld\n", from.c_str(),
+               dropped, static_cast<long long>(vocab - 1));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     const char* usage =
-        "usage: synthetic_deepseek_v2 OUT_DIR --config CONFIG_JSON --tokenizer DIR [--layers N] [--zipf S] [--seed S]";
+        "usage: synthetic_deepseek_v2 OUT_DIR --config CONFIG_JSON --tokenizer DIR [--layers N] [--zipf S] [--seed S] "
+        "[--tokenizer-only 1]";
     if (argc < 2) throw std::invalid_argument(usage);
     const fs::path dir = argv[1];
     fs::path config_path, tokenizer;
     double zipf = 0.8;
     uint64_t seed = 1;
     int64_t layers = 0;
+    bool tokenizer_only = false;
     for (int i = 2; i + 1 < argc; i += 2) {
       const std::string key = argv[i], value = argv[i + 1];
       if (key == "--config") config_path = value;
@@ -172,6 +211,7 @@ int main(int argc, char** argv) {
       else if (key == "--layers") layers = std::stoll(value);
       else if (key == "--zipf") zipf = std::stod(value);
       else if (key == "--seed") seed = std::stoull(value);
+      else if (key == "--tokenizer-only") tokenizer_only = value == "1";
       else throw std::invalid_argument("unknown option " + key + "\n" + usage);
     }
     if (config_path.empty() || tokenizer.empty() || !fs::exists(tokenizer / "tokenizer.json"))
@@ -183,8 +223,8 @@ int main(int argc, char** argv) {
     const Shape shape = shape_of(config);
     fs::create_directories(dir);
     std::ofstream(dir / "config.json") << boost::json::serialize(config) << "\n";
-    for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
-      if (fs::exists(tokenizer / f)) fs::copy_file(tokenizer / f, dir / f, fs::copy_options::overwrite_existing);
+    copy_tokenizer(tokenizer, dir, shape.vocab);
+    if (tokenizer_only) return 0;
     Generator gen(shape, zipf, seed);
     const uint64_t total = tierlm::peer::write_shards(
         dir, tensors_of(shape), 5'000'000'000ull, "pt", "synthetic_deepseek_v2",

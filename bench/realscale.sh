@@ -20,9 +20,14 @@
 # hypervisor's cache of the virtual disk cannot be dropped from inside, so it is named in the results as such).
 # `uptime` is recorded beside every row (the machine is shared; a row taken at load > 4 is flagged).
 #
+# MODEL=deepseek-v2-lite runs the same steps on a DeepSeek-V2-Lite-shaped folder instead (bf16 as published, 31.4 GB,
+# MLA + YaRN: tools/peer/synthetic_deepseek_v2.cpp; no GGUF of it, so LLAMA=0), after `tierlm pack DIR --format
+# $PACK` when PACK is set (what a user with little RAM does: the experts rewritten expert-major in q4/q8_0, streamed
+# from DIR/experts.tierlm); it also records `tierlm fit --context 32768 --json` (the planner's KV at 32K).
+#
 # Usage: bench/realscale.sh [BUILD_DIR]   (as root: cgroup v1 memory + drop_caches; targets tierlm synthetic_mlx_moe
 #        gguf_export routing_stats_bench built)
-# Environment: WORK=/work/scratch-realscale LIMITS="8 4" TOKENS=128 PROMPTS=3 LLAMA_TOKENS=$TOKENS PORT=5491
+# Environment: MODEL=qwen3-30b-a3b|deepseek-v2-lite PACK=q4|q8_0 WORK=/work/scratch-realscale LIMITS="8 4" TOKENS=128 PROMPTS=3 LLAMA_TOKENS=$TOKENS PORT=5491
 #              REUSE_WISDOM=1 (a rerun keeps an existing wisdom-<limit>g.json) PREFETCH_MODES="on off" LLAMA=0 (no
 #              llama.cpp step, for reruns of tierlm rows)
 #              KEEP=1 (keep the model files; else they are deleted at the end: ~36 GB) ROUTING_STATS=0 (skip the
@@ -34,21 +39,32 @@ root="$here/.."
 build="$(cd "${1:-$root/build}" && pwd)"
 work="${WORK:-/work/scratch-realscale}"; limits="${LIMITS:-8 4}"; tokens="${TOKENS:-128}"; nprompts="${PROMPTS:-3}"
 llama_tokens="${LLAMA_TOKENS:-$tokens}"; port="${PORT:-5491}"
-model="$work/qwen3-30b-a3b-mlx4"; gguf="$work/qwen3-30b-a3b-q4_1.gguf"
+gguf="$work/qwen3-30b-a3b-q4_1.gguf"
+case "${MODEL:-qwen3-30b-a3b}" in
+  qwen3-30b-a3b) model="$work/qwen3-30b-a3b-mlx4"
+    generate=("$build/bench/synthetic_mlx_moe" "$model" --tokenizer "$root/.cache/tokenizers/qwen3") ;;
+  deepseek-v2-lite) model="$work/deepseek-v2-lite"; LLAMA=0; ROUTING_STATS=0
+    generate=("$build/bench/synthetic_deepseek_v2" "$model" --config "$root/profiles/fit-configs/deepseek-v2-lite/config.json"
+              --tokenizer "$root/.cache/tokenizers/deepseek_v3") ;;
+  *) echo "realscale: MODEL must be qwen3-30b-a3b or deepseek-v2-lite" >&2; exit 2 ;;
+esac
+# The openai SDK (the user's client), and node-llama-cpp when llama.cpp runs.
+[ -d "$here/peer/node_modules/openai" ] && { [ "${LLAMA:-1}" = 0 ] || [ -d "$here/peer/node_modules/node-llama-cpp" ]; } ||
+  (cd "$here/peer" && npm install --no-audit --no-fund >&2)
 results="$work/results.jsonl"
 mkdir -p "$work"
 log() { echo "realscale: $*" >&2; }
 load1() { cut -d' ' -f1 /proc/loadavg; }
 
-for dir in "$here/peer"; do
-  [ -d "$dir/node_modules/node-llama-cpp" ] && [ -d "$dir/node_modules/openai" ] ||
-    (cd "$dir" && npm install --no-audit --no-fund >&2)
-done
 
 # The model and its GGUF (the commands to remake them; they are deleted at the end unless KEEP=1).
 if [ ! -f "$model/model.safetensors.index.json" ]; then
   log "generating $model"
-  /usr/bin/time -f "generate: %e s" "$build/bench/synthetic_mlx_moe" "$model" --tokenizer "$root/.cache/tokenizers/qwen3" >&2
+  /usr/bin/time -f "generate: %e s" "${generate[@]}" >&2
+fi
+if [ -n "${PACK:-}" ] && [ ! -f "$model/experts.tierlm" ]; then
+  log "packing the experts of $model as $PACK"
+  /usr/bin/time -f "pack: %e s, max RSS %M KiB" "$build/tierlm" pack "$model" --format "$PACK" >&2
 fi
 # The GGUF is first needed by the first llama.cpp step, so its export may overlap the first tierlm runs' start;
 # "$gguf.ok" marks a finished export (an export already running for this model is waited for, not repeated).
@@ -67,6 +83,9 @@ drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 prompt_files=$(ls -Sr "$root"/profiles/prompts/*.txt | head -n "$nprompts" | paste -sd,)  # the shortest prompts: decode is measured
 
 : > "$results"
+if [ "${MODEL:-qwen3-30b-a3b}" = deepseek-v2-lite ]; then
+  echo "{\"fit_32k\": $(HOME="$work" "$build/tierlm" fit --model "$model" --context 32768 --budget 8 --json), \"load\": [$(load1)]}" >> "$results"
+fi
 # The routing of the model (not timed: it may run beside other steps, so it is kept once made).
 [ -s "$work/routing.md" ] || [ "${ROUTING_STATS:-1}" = 0 ] || "$build/bench/routing_stats_bench" "$model" --max-prompts "${ROUTING_PROMPTS:-8}" \
   --seconds "${ROUTING_SECONDS:-120}" > "$work/routing.md"

@@ -7,12 +7,7 @@
 // tierlm reads this folder, gguf_export --from-mlx repacks the same codes for llama.cpp.
 //
 // Routing shaped like a trained model's (the router is not bypassed; the bench runs the real router):
-//   popularity  channel 0 of the residual stream is a constant "massive activation": every embedding row has
-//               kMassive there, and no layer writes it (row 0 of every o_proj and expert down_proj is zero), so
-//               after each RMSNorm x[0] is a token-independent positive value c_l. Router column 0 holds
-//               zipf * log-rank-score(e) / c_l (a fixed random permutation of ranks per layer): the logit of expert
-//               e gets a constant -zipf * ln(rank + 1) on top of the token-dependent x . r_e (unit std), which
-//               makes the chosen experts' popularity Zipf-like with exponent ~zipf.
+//   popularity  the "massive activation" skew of tools/peer/synthetic_routing.h (Zipf-like, exponent ~zipf).
 //   reuse       consecutive tokens share what attention carries (the mean of the context's values), so a token
 //               repeats some of the previous token's experts beyond what popularity alone gives; measured, not set.
 //   Both measured by bench/routing_stats (per-layer share of the top 10% experts, overlap with the previous token).
@@ -35,6 +30,7 @@
 #include <fmt/format.h>
 
 #include "runtime/kernels/kernel_isa.h"
+#include "tools/peer/synthetic_routing.h"
 
 namespace {
 
@@ -43,9 +39,9 @@ using tierlm::kernels::f32_to_bf16;
 
 constexpr int64_t kGroup = 64, kBits = 4;
 constexpr uint64_t kShardLimit = 5'000'000'000ull;  // mlx-lm's MAX_FILE_SIZE_GB
-constexpr float kMassive = 8.0f;                      // residual channel 0 (see the file comment)
-constexpr float kOutputScale = 0.2f;  // o_proj / down_proj std relative to 1/sqrt(cols)
-constexpr float kGrowth = 0.03f;      // estimated growth of the residual's mean square per layer (kOutputScale^2 x ~0.75)
+using tierlm::peer::kMassive;
+using tierlm::peer::kOutputScale;
+using tierlm::peer::Rng;
 
 struct Shape {
   int64_t vocab = 151936, hidden = 2048, layers = 48, heads = 32, kv_heads = 4, head_dim = 128;
@@ -70,22 +66,6 @@ struct Tensor {
   Fill fill = Fill::random;
   int64_t matrices = 1, rows = 0, cols = 0;  // of the logical float weight
   int64_t layer = 0;
-};
-
-// SplitMix64: fast, deterministic, good enough for random weights.
-struct Rng {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  float uniform() { return float(next() >> 40) / float(1 << 24); }  // [0, 1)
-  float normal() {  // Box-Muller
-    const float u1 = std::max(uniform(), 1e-7f), u2 = uniform();
-    return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.2831853f * u2);
-  }
 };
 
 void add_quantized(std::vector<Tensor>& out, const std::string& module, int64_t matrices, int64_t rows, int64_t cols,
@@ -229,22 +209,10 @@ class Generator {
     }
   }
 
-  // Router row of expert e: N(0, 1/sqrt(H)) so x . r_e has unit std for an RMS-normalized x, and column 0 the
-  // popularity term -zipf * ln(rank + 1) / c, c = kMassive / rms(h): the residual's mean square is ~1 + kMassive^2 / H
-  // from the embedding plus kGrowth per layer before it.
+  // Router row of expert e: tools/peer/synthetic_routing.h's, with this layer's popularity ranks.
   void router_row(int64_t layer, int64_t e, Rng& rng, std::vector<float>& row) {
-    const int64_t H = s_.hidden;
-    if (rank_layer_ != layer) {
-      rank_.resize(size_t(s_.experts));
-      std::iota(rank_.begin(), rank_.end(), 0);
-      std::mt19937_64 perm(seed_ * 31 + uint64_t(layer));
-      std::shuffle(rank_.begin(), rank_.end(), perm);
-      rank_layer_ = layer;
-    }
-    const float sigma = 1.0f / std::sqrt(float(H));
-    for (int64_t j = 0; j < H; ++j) row[size_t(j)] = sigma * rng.normal();
-    const float c = kMassive / std::sqrt(1.0f + kMassive * kMassive / float(H) + kGrowth * float(layer));
-    row[0] = float(-zipf_ * std::log(double(rank_[size_t(e)] + 1))) / c;
+    if (rank_layer_ != layer) rank_ = tierlm::peer::expert_ranks(seed_, layer, s_.experts), rank_layer_ = layer;
+    tierlm::peer::router_row(s_.hidden, layer, rank_[size_t(e)], zipf_, rng, row.data());
   }
 
   Shape s_;
@@ -295,43 +263,6 @@ void write_config(const fs::path& dir, const Shape& s) {
   if (!out) throw std::runtime_error("cannot write " + (dir / "config.json").string());
 }
 
-void write_shards(const fs::path& dir, const std::vector<Tensor>& tensors, Generator& gen) {
-  // Shards: consecutive tensors up to the limit (a tensor larger than it gets a shard of its own).
-  std::vector<std::vector<const Tensor*>> shards(1);
-  uint64_t size = 0;
-  for (const auto& t : tensors) {
-    if (size > 0 && size + t.bytes > kShardLimit) shards.emplace_back(), size = 0;
-    shards.back().push_back(&t);
-    size += t.bytes;
-  }
-  std::string weight_map;
-  uint64_t total = 0;
-  for (size_t i = 0; i < shards.size(); ++i) {
-    const std::string file = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
-    std::string header = R"({"__metadata__":{"format":"mlx"})";
-    uint64_t offset = 0;
-    for (const Tensor* t : shards[i]) {
-      header += fmt::format(R"(,"{}":{{"dtype":"{}","shape":[{}],"data_offsets":[{},{}]}})", t->name, t->dtype,
-                            fmt::join(t->shape, ","), offset, offset + t->bytes);
-      offset += t->bytes;
-      weight_map += fmt::format(R"({}"{}":"{}")", weight_map.empty() ? "" : ",", t->name, file);
-    }
-    header += "}";
-    while (header.size() % 8) header += ' ';
-    std::ofstream out(dir / file, std::ios::binary);
-    const uint64_t header_size = header.size();
-    out.write(reinterpret_cast<const char*>(&header_size), 8);  // little-endian hosts only
-    out.write(header.data(), std::streamsize(header.size()));
-    for (const Tensor* t : shards[i])
-      gen.produce(*t, [&](const void* p, size_t n) { out.write(static_cast<const char*>(p), std::streamsize(n)); });
-    if (!out) throw std::runtime_error("cannot write " + (dir / file).string());
-    total += offset;
-    std::fprintf(stderr, "synthetic_mlx_moe: %s (%.2f GB)\n", file.c_str(), double(offset) / 1e9);
-  }
-  std::ofstream index(dir / "model.safetensors.index.json");
-  index << fmt::format(R"({{"metadata":{{"total_size":{}}},"weight_map":{{{}}}}})", total, weight_map) << "\n";
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -358,7 +289,8 @@ int main(int argc, char** argv) {
     for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
       if (fs::exists(tokenizer / f)) fs::copy_file(tokenizer / f, dir / f, fs::copy_options::overwrite_existing);
     Generator gen(shape, zipf, seed);
-    write_shards(dir, tensors_of(shape), gen);
+    tierlm::peer::write_shards(dir, tensors_of(shape), kShardLimit, "mlx", "synthetic_mlx_moe",
+                               [&](const Tensor& t, auto&& sink) { gen.produce(t, sink); });
     std::fprintf(stderr, "synthetic_mlx_moe: wrote %s (%lld layers)\n", dir.c_str(), static_cast<long long>(shape.layers));
     return 0;
   } catch (const std::exception& e) {

@@ -470,9 +470,8 @@ double prefill_seconds(const DeviceProfile& d, const ModelProfile& m, const Plan
   // Chunks of the plan's prefill chunk. Per chunk of R rows: the layers' dense matrices at the engine's GEMM rate for
   // their format at R rows, or, for a few rows, the time to stream them at the matvec rate, whichever is longer;
   // attention over the positions each row sees (at the f32 rate); the output head for the chunk's last row only (the
-  // engine computes no other row's logits). Per MoE layer: the experts the chunk touches, each computed for its share
-  // of the rows (R * k / touched, at the experts' GEMM rate for that many rows; at least one stream of the expert),
-  // while the non-resident ones are read: the engine starts those reads first and computes the experts in memory
+  // engine computes no other row's logits). Per MoE layer: the experts the chunk touches computed (see expert_gemm
+  // below), while the non-resident ones are read: the engine starts those reads first and computes the experts in memory
   // meanwhile, so a layer costs the longer of the two. Every touched non-resident expert is read (a chunk touching
   // more experts than the cache holds sweeps an LRU cache: no reuse assumed); reads at the reader's block size and
   // queue depth.
@@ -480,6 +479,13 @@ double prefill_seconds(const DeviceProfile& d, const ModelProfile& m, const Plan
   const std::string expert_format = m.moe() ? m.expert_format : m.weight_format;
   const double dense_bw = matvec_gbs(d, p.threads, m.weight_format) * 1e9;
   const double expert_bw = matvec_gbs(d, p.threads, expert_format) * 1e9;
+  // The experts are many small GEMMs of a few rows each (a chunk's rows * k / touched), each paying its dispatch,
+  // activation quantization, gather and scatter: far below the probe's rate on one large matrix (q4 at 16 rows on a
+  // 2048 x 1024 expert: 155 GFLOP/s against 743 on 4096 x 4096 at 128 rows, this VM). They keep the SGEMM probe at
+  // kGemmEfficiency plus one stream of each touched expert, which measured MoE prefill matched (1.06-1.14 at load
+  // 0.7, bench/results/fit-accuracy.md).
+  const ComputeSample* cs = sample_for_threads(d, p.threads);
+  const double expert_gemm = std::max(cs ? cs->sgemm_gflops : 1.0, 0.1) * kGemmEfficiency * 1e9;
   const uint64_t head = gpu_head_bytes(m);
   const double layer_bytes = std::max(0.0, double(m.dense_read_per_token()) - double(head));
   const int64_t chunk = std::max<int64_t>(p.prefill_chunk, 1);
@@ -494,10 +500,8 @@ double prefill_seconds(const DeviceProfile& d, const ModelProfile& m, const Plan
     for (size_t l = 0; l < m.expert_frequency.size(); ++l) {
       std::vector<double> f = m.expert_frequency[l];
       const double touched = std::max(distinct_experts(f, rows), 1e-9);
-      const double share = double(rows * m.top_k) / touched;  // rows per touched expert
-      const double compute =
-          std::max(double(rows) * expert_flops_per_token(m) / gemm_flops(d, p.threads, expert_format, share),
-                   touched * double(m.expert_payload_bytes) / expert_bw);
+      const double compute = double(rows) * expert_flops_per_token(m) / expert_gemm +
+                             touched * double(m.expert_payload_bytes) / expert_bw;
       if (l < p.resident_experts.size())
         for (int32_t e : p.resident_experts[l]) f[size_t(e)] = 0;
       const double missing = distinct_experts(f, rows);

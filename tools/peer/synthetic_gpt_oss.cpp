@@ -39,11 +39,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "tools/peer/synthetic_shards.h"
+
 namespace {
 
 namespace fs = std::filesystem;
+using tierlm::peer::Rng;
 
-constexpr uint64_t kShardLimit = 5'000'000'000ull;  // the published 20b: three shards of <= 5 GB
 constexpr float kOutputScale = 0.2f;                // o_proj / down_proj std relative to 1/sqrt(in)
 constexpr float kBiasStd = 0.02f;
 constexpr float kE2M1Rms = 2.926f;  // rms of the 16 E2M1 values {0, .5, 1, 1.5, 2, 3, 4, 6} and their negatives
@@ -82,18 +84,6 @@ uint16_t f32_to_bf16(float f) {
   std::memcpy(&u, &f, 4);
   return uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
-
-// SplitMix64: fast, deterministic, good enough for random weights.
-struct Rng {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  float uniform() { return float(next() >> 40) / float(1 << 24); }  // [0, 1)
-};
 
 std::vector<Tensor> tensors_of(const Shape& s) {
   std::vector<Tensor> t;
@@ -249,42 +239,18 @@ void write_config(const fs::path& dir, const Shape& s) {
 }
 
 uint64_t write_shards(const fs::path& dir, const std::vector<Tensor>& tensors, Generator& gen) {
-  std::vector<std::vector<const Tensor*>> shards(1);
-  uint64_t size = 0;
-  for (const auto& t : tensors) {
-    if (size > 0 && size + t.bytes() > kShardLimit) shards.emplace_back(), size = 0;
-    shards.back().push_back(&t);
-    size += t.bytes();
-  }
-  std::string weight_map;
-  uint64_t total = 0;
+  std::vector<tierlm::peer::ShardTensor> entries;
+  for (const auto& t : tensors) entries.push_back({t.name, t.dtype, t.shape, t.bytes()});
+  tierlm::peer::ShardOptions o;
+  o.format = "pt";
   // transformers' convert_gpt_oss_weights_to_hf numbers shards 0..n-1 "of" n-1 (quant-layouts.md section 1a).
-  const size_t last = std::max<size_t>(shards.size(), 2) - 1;
-  for (size_t i = 0; i < shards.size(); ++i) {
-    const std::string file = fmt::format("model-{:05d}-of-{:05d}.safetensors", i, last);
-    std::string header = R"({"__metadata__":{"format":"pt"})";
-    uint64_t offset = 0;
-    for (const Tensor* t : shards[i]) {
-      header += fmt::format(R"(,"{}":{{"dtype":"{}","shape":[{}],"data_offsets":[{},{}]}})", t->name, t->dtype,
-                            fmt::join(t->shape, ","), offset, offset + t->bytes());
-      offset += t->bytes();
-      weight_map += fmt::format(R"({}"{}":"{}")", weight_map.empty() ? "" : ",", t->name, file);
-    }
-    header += "}";
-    while (header.size() % 8) header += ' ';
-    std::ofstream out(dir / file, std::ios::binary);
-    const uint64_t header_size = header.size();
-    out.write(reinterpret_cast<const char*>(&header_size), 8);  // little-endian hosts only
-    out.write(header.data(), std::streamsize(header.size()));
-    for (const Tensor* t : shards[i])
-      gen.produce(*t, [&](const void* p, size_t n) { out.write(static_cast<const char*>(p), std::streamsize(n)); });
-    if (!out) throw std::runtime_error("cannot write " + (dir / file).string());
-    total += offset;
-    std::fprintf(stderr, "synthetic_gpt_oss: %s (%.2f GB)\n", file.c_str(), double(offset) / 1e9);
-  }
-  std::ofstream index(dir / "model.safetensors.index.json");
-  index << fmt::format(R"({{"metadata":{{"total_size":{}}},"weight_map":{{{}}}}})", total, weight_map) << "\n";
-  return total;
+  o.file_name = [](size_t i, size_t n) {
+    return fmt::format("model-{:05d}-of-{:05d}.safetensors", i, std::max<size_t>(n, 2) - 1);
+  };
+  o.log_prefix = "synthetic_gpt_oss";
+  return tierlm::peer::write_shards(dir, entries, o, [&](size_t i, const tierlm::peer::ShardSink& sink) {
+    gen.produce(tensors[i], sink);
+  });
 }
 
 }  // namespace

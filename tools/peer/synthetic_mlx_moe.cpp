@@ -35,11 +35,13 @@
 #include <fmt/format.h>
 
 #include "runtime/kernels/kernel_isa.h"
+#include "tools/peer/synthetic_shards.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using tierlm::kernels::f32_to_bf16;
+using tierlm::peer::Rng;
 
 constexpr int64_t kGroup = 64, kBits = 4;
 constexpr uint64_t kShardLimit = 5'000'000'000ull;  // mlx-lm's MAX_FILE_SIZE_GB
@@ -70,22 +72,6 @@ struct Tensor {
   Fill fill = Fill::random;
   int64_t matrices = 1, rows = 0, cols = 0;  // of the logical float weight
   int64_t layer = 0;
-};
-
-// SplitMix64: fast, deterministic, good enough for random weights.
-struct Rng {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  float uniform() { return float(next() >> 40) / float(1 << 24); }  // [0, 1)
-  float normal() {  // Box-Muller
-    const float u1 = std::max(uniform(), 1e-7f), u2 = uniform();
-    return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.2831853f * u2);
-  }
 };
 
 void add_quantized(std::vector<Tensor>& out, const std::string& module, int64_t matrices, int64_t rows, int64_t cols,
@@ -296,40 +282,16 @@ void write_config(const fs::path& dir, const Shape& s) {
 }
 
 void write_shards(const fs::path& dir, const std::vector<Tensor>& tensors, Generator& gen) {
-  // Shards: consecutive tensors up to the limit (a tensor larger than it gets a shard of its own).
-  std::vector<std::vector<const Tensor*>> shards(1);
-  uint64_t size = 0;
-  for (const auto& t : tensors) {
-    if (size > 0 && size + t.bytes > kShardLimit) shards.emplace_back(), size = 0;
-    shards.back().push_back(&t);
-    size += t.bytes;
-  }
-  std::string weight_map;
-  uint64_t total = 0;
-  for (size_t i = 0; i < shards.size(); ++i) {
-    const std::string file = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
-    std::string header = R"({"__metadata__":{"format":"mlx"})";
-    uint64_t offset = 0;
-    for (const Tensor* t : shards[i]) {
-      header += fmt::format(R"(,"{}":{{"dtype":"{}","shape":[{}],"data_offsets":[{},{}]}})", t->name, t->dtype,
-                            fmt::join(t->shape, ","), offset, offset + t->bytes);
-      offset += t->bytes;
-      weight_map += fmt::format(R"({}"{}":"{}")", weight_map.empty() ? "" : ",", t->name, file);
-    }
-    header += "}";
-    while (header.size() % 8) header += ' ';
-    std::ofstream out(dir / file, std::ios::binary);
-    const uint64_t header_size = header.size();
-    out.write(reinterpret_cast<const char*>(&header_size), 8);  // little-endian hosts only
-    out.write(header.data(), std::streamsize(header.size()));
-    for (const Tensor* t : shards[i])
-      gen.produce(*t, [&](const void* p, size_t n) { out.write(static_cast<const char*>(p), std::streamsize(n)); });
-    if (!out) throw std::runtime_error("cannot write " + (dir / file).string());
-    total += offset;
-    std::fprintf(stderr, "synthetic_mlx_moe: %s (%.2f GB)\n", file.c_str(), double(offset) / 1e9);
-  }
-  std::ofstream index(dir / "model.safetensors.index.json");
-  index << fmt::format(R"({{"metadata":{{"total_size":{}}},"weight_map":{{{}}}}})", total, weight_map) << "\n";
+  std::vector<tierlm::peer::ShardTensor> entries;
+  for (const auto& t : tensors) entries.push_back({t.name, t.dtype, t.shape, t.bytes});
+  tierlm::peer::ShardOptions o;
+  o.limit = kShardLimit;
+  o.format = "mlx";
+  o.file_name = [](size_t i, size_t n) { return fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, n); };
+  o.log_prefix = "synthetic_mlx_moe";
+  tierlm::peer::write_shards(dir, entries, o, [&](size_t i, const tierlm::peer::ShardSink& sink) {
+    gen.produce(tensors[i], sink);
+  });
 }
 
 }  // namespace

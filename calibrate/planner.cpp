@@ -84,13 +84,37 @@ uint64_t scratch_bytes(const ModelProfile& m, int64_t chunk, int64_t batch) {
   return std::max(runtime_scratch_bytes(m, chunk, batch), m.load_scratch_bytes);
 }
 
-// Flops of one token: 2 per weight of every matrix the token multiplies (k experts per MoE layer).
-double flops_per_token(const ModelProfile& m) {
+// Flops of one token in the layers' dense matrices: 2 per weight of the attention projections and the dense MLP
+// (an MoE layer: its router). The experts and the output head are counted apart.
+double layer_flops_per_token(const ModelProfile& m) {
   const double q = double(m.heads * m.head_dim), kv = double(m.kv_heads * m.head_dim), H = double(m.hidden);
   double per_layer = (q + 2 * kv) * H + H * q;
-  per_layer += m.moe() ? double(m.top_k) * 3 * H * double(m.moe_intermediate) + double(m.experts) * H
-                       : 3 * H * double(m.intermediate);
-  return 2.0 * (per_layer * double(m.layers) + double(m.vocab) * H);
+  per_layer += m.moe() ? double(m.experts) * H : 3 * H * double(m.intermediate);
+  return 2.0 * per_layer * double(m.layers);
+}
+
+// Flops of one token's k experts in one MoE layer.
+double expert_flops_per_token(const ModelProfile& m) {
+  return 2.0 * double(m.top_k) * 3 * double(m.hidden) * double(m.moe_intermediate);
+}
+
+// Prefill's GEMM rate for a weight format at `rows` activation rows, flops/s: the engine's matmul as calibrate
+// probed it at 16 and 128 rows (ComputeSample::matmul16_gflops, matmul_gflops), interpolated in log(rows) between
+// them and flat outside; a profile without that probe, or a format it lacks, takes the SGEMM probe at
+// kGemmEfficiency.
+double gemm_flops(const DeviceProfile& d, int threads, const std::string& format, double rows) {
+  const ComputeSample* c = sample_for_threads(d, threads);
+  if (c) {
+    const std::string key = format == "mlx_q8" ? "mlx_q4" : format;  // one affine kernel for both
+    const auto many = c->matmul_gflops.find(key), few = c->matmul16_gflops.find(key);
+    if (many != c->matmul_gflops.end() && many->second > 0) {
+      if (few == c->matmul16_gflops.end() || few->second <= 0 || rows >= 128) return many->second * 1e9;
+      if (rows <= 16) return few->second * 1e9;
+      const double t = std::log(rows / 16) / std::log(128.0 / 16);
+      return std::exp(std::log(few->second) * (1 - t) + std::log(many->second) * t) * 1e9;
+    }
+  }
+  return std::max(c ? c->sgemm_gflops : 1.0, 0.1) * kGemmEfficiency * 1e9;
 }
 
 struct ExpertKey {
@@ -443,30 +467,45 @@ std::string mib(uint64_t b) { return fmt::format("{:.1f} MiB", double(b) / kMiB)
 }  // namespace
 
 double prefill_seconds(const DeviceProfile& d, const ModelProfile& m, const Plan& p, int64_t tokens) {
-  // Chunks of the plan's prefill chunk: each multiplies every dense weight once for its rows (GEMM at
-  // kGemmEfficiency of the SGEMM probe, and the weights streamed once at the decode matvec rate of their format:
-  // f16/bf16 widen to f32 tile by tile); attention over the positions each row sees; for MoE, every expert the
-  // chunk touches streamed once for its rows (at the experts' matvec rate) and, when not resident, read from
-  // storage first (a chunk's experts outnumber the slots: no reuse assumed).
+  // Chunks of the plan's prefill chunk. Per chunk of R rows: the layers' dense matrices at the engine's GEMM rate for
+  // their format at R rows, or, for a few rows, the time to stream them at the matvec rate, whichever is longer;
+  // attention over the positions each row sees (at the f32 rate); the output head for the chunk's last row only (the
+  // engine computes no other row's logits). Per MoE layer: the experts the chunk touches, each computed for its share
+  // of the rows (R * k / touched, at the experts' GEMM rate for that many rows; at least one stream of the expert),
+  // while the non-resident ones are read: the engine starts those reads first and computes the experts in memory
+  // meanwhile, so a layer costs the longer of the two. Every touched non-resident expert is read (a chunk touching
+  // more experts than the cache holds sweeps an LRU cache: no reuse assumed); reads at the reader's block size and
+  // queue depth.
   if (tokens <= 0) return 0;
-  const ComputeSample* cs = sample_for_threads(d, p.threads);
-  const double gflops = std::max(cs ? cs->sgemm_gflops : 1.0, 0.1) * kGemmEfficiency * 1e9;
+  const std::string expert_format = m.moe() ? m.expert_format : m.weight_format;
   const double dense_bw = matvec_gbs(d, p.threads, m.weight_format) * 1e9;
-  const double expert_bw = matvec_gbs(d, p.threads, m.moe() ? m.expert_format : m.weight_format) * 1e9;
-  const double storage_bw = storage_gbs(d, p.reader_block_size, p.reader_queue_depth) * 1e9;
+  const double expert_bw = matvec_gbs(d, p.threads, expert_format) * 1e9;
+  const uint64_t head = gpu_head_bytes(m);
+  const double layer_bytes = std::max(0.0, double(m.dense_read_per_token()) - double(head));
   const int64_t chunk = std::max<int64_t>(p.prefill_chunk, 1);
   double seconds = 0;
   for (int64_t start = 0; start < tokens; start += chunk) {
     const int64_t rows = std::min(chunk, tokens - start);
-    seconds += (double(rows) * flops_per_token(m) + attention_flops(m, start, rows)) / gflops;
-    seconds += double(m.dense_read_per_token()) / dense_bw;
+    seconds += std::max(double(rows) * layer_flops_per_token(m) / gemm_flops(d, p.threads, m.weight_format, double(rows)),
+                        layer_bytes / dense_bw);
+    seconds += attention_flops(m, start, rows) / gemm_flops(d, p.threads, "f32", double(rows));
+    seconds += double(head) / dense_bw;
     if (!m.moe()) continue;
     for (size_t l = 0; l < m.expert_frequency.size(); ++l) {
       std::vector<double> f = m.expert_frequency[l];
-      seconds += distinct_experts(f, rows) * double(m.expert_payload_bytes) / expert_bw;
+      const double touched = std::max(distinct_experts(f, rows), 1e-9);
+      const double share = double(rows * m.top_k) / touched;  // rows per touched expert
+      const double compute =
+          std::max(double(rows) * expert_flops_per_token(m) / gemm_flops(d, p.threads, expert_format, share),
+                   touched * double(m.expert_payload_bytes) / expert_bw);
       if (l < p.resident_experts.size())
         for (int32_t e : p.resident_experts[l]) f[size_t(e)] = 0;
-      seconds += distinct_experts(f, rows) * double(m.expert_read_bytes) / storage_bw;
+      const double missing = distinct_experts(f, rows);
+      const double chunks =
+          missing * std::ceil(double(m.expert_read_bytes) / double(std::max<uint64_t>(p.reader_block_size, 1)));
+      const unsigned depth = unsigned(std::clamp(chunks, 1.0, double(std::max(p.reader_queue_depth, 1u))));
+      const double reads = missing * double(m.expert_read_bytes) / (storage_gbs(d, p.reader_block_size, depth) * 1e9);
+      seconds += std::max(compute, reads);
     }
   }
   return seconds;

@@ -17,7 +17,11 @@ std::string bytes(double b) {
 
 std::string bar(double fraction, int width) {
   const int filled = int(std::clamp(fraction, 0.0, 1.0) * width + 0.5);
-  return "[" + std::string(size_t(filled), '#') + std::string(size_t(width - filled), '.') + "]";
+  std::string out(size_t(width) + 2, '.');  // built in place: GCC 12 warns (-Wrestrict, falsely) on the + chain
+  out.front() = '[';
+  out.back() = ']';
+  std::fill_n(out.begin() + 1, filled, '#');
+  return out;
 }
 
 }  // namespace
@@ -48,6 +52,12 @@ std::string render_entry(const WisdomEntry& e) {
   for (auto& c : d.compute)
     line(fmt::format("  {:>8} {:>14.1f} {:>14.2f} {:>14.2f} {:>15.2f} {:>16.2f}", c.threads, c.sgemm_gflops,
                      c.matvec_q8_gbs, c.matvec_q4_gbs, c.matvec_f16_gbs, c.matvec_bf16_gbs));
+  for (auto& c : d.compute) {
+    if (c.matmul_gflops.empty()) continue;
+    std::string rates;
+    for (auto& [format, gflops] : c.matmul_gflops) rates += fmt::format("  {} {:.1f}", format, gflops);
+    line(fmt::format("  prefill GEMM GFLOP/s ({} threads, 128 rows):{}", c.threads, rates));
+  }
   line(d.gpu.present ? fmt::format("  GPU      {}: {} ({} free), device memory {:.0f} GB/s, host-to-device {:.1f} GB/s",
                                    d.gpu.name, bytes(double(d.gpu.memory)), bytes(double(d.gpu.free_memory)),
                                    d.gpu.memory_gbs, d.gpu.h2d_gbs)

@@ -58,9 +58,12 @@ void measure_classes(const model::ModelWeights& m, ModelProfile& p) {
   uint64_t per_layer_inputs = bytes(m.embed_per_layer) + bytes(m.per_layer_model_projection) +
                               m.per_layer_projection_norm.size() * 4;
   for (auto& L : m.layers) {
-    // The mixer: attention's qkv and o, or a Gated DeltaNet's fused in-projection, out_proj and its small vectors.
+    // The mixer: attention's qkv and o, or a Gated DeltaNet's fused in-projection, out_proj and its small vectors,
+    // or MLA's [q (a) | kv_a], q_b and the f32 halves of kv_b.
     attention += bytes(L.qkv) + bytes(L.linear_in) + bytes(L.o) + (L.qkv_bias.size() + L.o_bias.size()) * 4 +
-                 (L.conv.size() + L.decay_rate.size() + L.dt_bias.size() + L.gated_norm.size()) * 4;
+                 (L.conv.size() + L.decay_rate.size() + L.dt_bias.size() + L.gated_norm.size()) * 4 +
+                 bytes(L.mla_in) + bytes(L.q_b) + L.kv_b_key.size() + L.kv_b_value.size();
+    norms += (L.q_a_norm.size() + L.kv_a_norm.size()) * 4;
     per_layer_inputs += bytes(L.per_layer_input_gate) + bytes(L.per_layer_projection) +
                         L.post_per_layer_input_norm.size() * 4;
     norms += (L.pre_feedforward_norm.size() + L.post_feedforward_norm.size() + L.post_feedforward_norm_1.size() +

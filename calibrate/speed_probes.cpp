@@ -1,5 +1,6 @@
 // calibrate/speed_probes.cpp — RAM bandwidth per NUMA node (runtime/kernels/bandwidth.h on a pool bound to the node)
-// and compute by thread count: OpenBLAS SGEMM (prefill's batched GEMM) and our q8_0/q4/f16/bf16 matvec (decode).
+// and compute by thread count: OpenBLAS SGEMM, our q8_0/q4/f16/bf16 matvec (decode) and the engine's own matmul per
+// weight format (prefill).
 #include <cblas.h>
 #include <malloc.h>
 #include <numa.h>
@@ -21,6 +22,10 @@ namespace tierlm::calibrate {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Activation rows of the prefill GEMM probe: a short prompt's chunk (the engine's f16/bf16 GEMM kernel takes over
+// from per-row matvecs above 16 rows).
+constexpr int64_t kGemmProbeRows = 128;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -90,7 +95,7 @@ std::vector<ComputeSample> probe_compute(const Topology& topology, const ProbeOp
   const std::vector<int> counts = thread_counts(topology.cores);
   const double slice = options.seconds_per_probe / double(counts.size() * 5);
   tiering::Ledger ledger;
-  const size_t total = counts.size() * 5 + 1;
+  const size_t total = counts.size() * 6 + 1;
   size_t done = 0;
   auto progress = [&] {
     if (options.progress) options.progress("compute", done, total);
@@ -112,8 +117,9 @@ std::vector<ComputeSample> probe_compute(const Topology& topology, const ProbeOp
   for (auto& c : topology.caches) llc = std::max(llc, c.bytes);
   const uint64_t wanted = std::max<uint64_t>(4 * llc, 256ull << 20);
   const uint64_t source_bytes = uint64_t(rows * cols) * sizeof(float), gemm_bytes = uint64_t(3) * n * n * sizeof(float);
-  // The q8, q4, f16 and bf16 originals (about 1.4x the f32 source together) stay while one format's copies stream.
-  const uint64_t fixed = source_bytes * 3 / 2 + gemm_bytes;
+  // The f32, q8, q4, f16, bf16, MLX q4 and MXFP4 originals (about 2.6x the f32 source together) and the GEMM probe's
+  // activations stay while one format's copies stream.
+  const uint64_t fixed = source_bytes * 21 / 8 + gemm_bytes + uint64_t(kGemmProbeRows) * uint64_t(rows + cols) * 4;
   const uint64_t stream_bytes = std::min(wanted, budget > fixed ? budget - fixed : source_bytes / 4);
   if (stream_bytes < wanted)
     spdlog::info("[calibrate] matvec probe streams {:.0f} MiB per format (wanted {:.0f} MiB: 4x the {:.0f} MiB "
@@ -135,7 +141,21 @@ std::vector<ComputeSample> probe_compute(const Topology& topology, const ProbeOp
   kernels::Weight q4_original = original(kernels::WeightFormat::q4);
   kernels::Weight f16_original = original(kernels::WeightFormat::f16);
   kernels::Weight bf16_original = original(kernels::WeightFormat::bf16);
+  kernels::Weight f32_original = original(kernels::WeightFormat::f32);
   source.reset();
+  // MLX affine 4-bit (group 64, bf16 scales and biases) and MXFP4 from arbitrary codes: the kernels' speed does not
+  // depend on the values (the MXFP4 scales are 2^0, so every product is finite).
+  kernels::Weight mlx_original, mxfp4_original;
+  {
+    tiering::LedgerBuffer codes(ledger, tiering::accounts::scratch, size_t(rows * cols / 2));  // 4 bits per weight
+    uint32_t* words = codes.as<uint32_t>();
+    for (int64_t i = 0; i < rows * cols / 8; ++i) words[i] = (state = state * 1664525u + 1013904223u);
+    std::vector<uint16_t> affine(size_t(rows * cols / 64), 0x3c00);  // bf16 1/128
+    mlx_original = kernels::make_mlx_weight(words, affine.data(), affine.data(), kernels::SourceType::bf16, rows, cols,
+                                            64, 4, ledger, tiering::accounts::scratch);
+    std::vector<uint8_t> e8m0(size_t(rows * cols / 32), 127);
+    mxfp4_original = kernels::make_mxfp4_weight(words, e8m0.data(), rows, cols, ledger, tiering::accounts::scratch);
+  }
   // Views of `first` and its copies, together at least stream_bytes.
   std::vector<kernels::Weight> copies;
   auto stream_of = [&](const kernels::Weight& first) {
@@ -203,7 +223,6 @@ std::vector<ComputeSample> probe_compute(const Topology& topology, const ProbeOp
   }
   openblas_set_num_threads(blas_threads);
   gemm.reset();
-  q8_original = kernels::Weight{};
   copies.clear();
   malloc_trim(0);  // the q8 copies' heap pages go back before the q4 copies are made
   {
@@ -230,7 +249,36 @@ std::vector<ComputeSample> probe_compute(const Topology& topology, const ProbeOp
     }
   }
   copies.clear();
-  malloc_trim(0);  // the copies came from the heap: give them back before the next probe or the model profile
+  malloc_trim(0);
+  // Prefill's GEMM as the engine runs it: kernels::matmul of kGemmProbeRows activation rows by one weight of each
+  // format (OpenBLAS for f32, our f16/bf16 GEMM kernel, the packed q8_0/q4 matmul, the MLX affine and MXFP4
+  // kernels). At that many rows each weight byte feeds hundreds of flops, so the weight fits or not in the cache
+  // changes little: one weight, not a stream of copies.
+  {
+    tiering::LedgerBuffer activations(ledger, tiering::accounts::scratch,
+                                      size_t(kGemmProbeRows) * size_t(rows + cols) * sizeof(float));
+    float* xs = activations.as<float>();
+    float* ys = xs + size_t(kGemmProbeRows) * size_t(cols);
+    for (int64_t i = 0; i < kGemmProbeRows * cols; ++i) xs[i] = float((i * 7) % 13) * 0.125f - 0.75f;
+    const double flops = 2.0 * double(kGemmProbeRows) * double(rows) * double(cols) / 1e9;
+    const double flops16 = 2.0 * 16 * double(rows) * double(cols) / 1e9;
+    const std::pair<const char*, const kernels::Weight*> formats[] = {
+        {"f32", &f32_original}, {"f16", &f16_original}, {"bf16", &bf16_original}, {"q8_0", &q8_original},
+        {"q4", &q4_original},   {"mlx_q4", &mlx_original}, {"mxfp4", &mxfp4_original}};
+    for (ComputeSample& s : result) {
+      kernels::ThreadPool pool(s.threads);
+      openblas_set_num_threads(s.threads);
+      for (auto [name, weight] : formats) {
+        s.matmul_gflops[name] = best_rate(slice / 2, flops, [&] {
+          kernels::matmul(weight->view, xs, kGemmProbeRows, ys, pool);
+        });
+        s.matmul16_gflops[name] = best_rate(slice / 4, flops16, [&] { kernels::matmul(weight->view, xs, 16, ys, pool); });
+      }
+      ++done;
+      progress();
+    }
+    openblas_set_num_threads(blas_threads);
+  }
   return result;
 }
 

@@ -25,6 +25,8 @@ void ExpertTierCounters::refresh() {
   c.prefetch_wasted = t.prefetch_wasted;
   c.evictions = t.evictions;
   c.read_stall_seconds = t.read_stall_seconds;
+  c.conversions = t.conversions;
+  c.conversion_seconds = t.conversion_seconds;
   c.bytes_by_tier["disk"] = disk_bytes_;
   std::lock_guard lock(mutex_);
   copy_ = std::move(c);

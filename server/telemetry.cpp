@@ -167,6 +167,9 @@ json::object Telemetry::health() const {
   tier["cache_misses"] = t.cache_misses;
   tier["cache_hit_rate"] = t.hit_rate();
   tier["read_stall_seconds"] = t.read_stall_seconds;
+  // Per miss besides the read wait: converting the read bytes into the slot format (0 for a packed expert file).
+  tier["conversions"] = t.conversions;
+  tier["conversion_seconds"] = t.conversion_seconds;
   // Lookahead prefetch (runtime/engine/moe.cpp): reads started, requests they served, reads evicted unused.
   tier["prefetches"] = t.prefetches;
   tier["prefetch_hits"] = t.prefetch_hits;
@@ -280,6 +283,9 @@ std::string Telemetry::metrics() const {
   e.sample("tierlm_expert_cache_misses_total", double(t.cache_misses));
   e.family("tierlm_expert_read_stall_seconds_total", "counter", "Time the forward pass waited for expert reads.");
   e.sample("tierlm_expert_read_stall_seconds_total", t.read_stall_seconds);
+  e.family("tierlm_expert_conversion_seconds_total", "counter",
+           "Time the forward pass spent converting read experts into the slot format.");
+  e.sample("tierlm_expert_conversion_seconds_total", t.conversion_seconds);
 
   const auto g = gpu();
   e.family("tierlm_gpu_layers", "gauge", "Model layers running on the GPU (0: CPU only; the GPU metrics are absent).");

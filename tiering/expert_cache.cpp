@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -203,7 +204,13 @@ void ExpertCache::request(int64_t layer, std::span<const int32_t> experts) {
 void ExpertCache::finish(Slot& s) {
   if (s.state != State::loading) return;
   reader_.wait(s.ticket);
-  store_.finish(s.key / store_.experts(), s.key % store_.experts(), s.staging.data(), s.block.data(), scratch_ledger_);
+  if (store_.encoding() != ExpertEncoding::packed) {
+    const auto start = std::chrono::steady_clock::now();
+    store_.finish(s.key / store_.experts(), s.key % store_.experts(), s.staging.data(), s.block.data(),
+                  scratch_ledger_);
+    counters_.conversion_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++counters_.conversions;
+  }
   s.state = State::ready;
 }
 

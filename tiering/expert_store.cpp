@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "runtime/kernels/fp8.h"
+#include "runtime/kernels/mlx_repack.h"
 
 namespace tierlm::tiering {
 
@@ -91,6 +92,7 @@ uint64_t ExpertStore::conversion_bytes() const {
   // mxfp4: the copies, the weights (widened to f32 rows and converted for another slot format), the bias rows.
   if (encoding_ == ExpertEncoding::mxfp4)
     return 2 * staging_bytes_ + slot_.bytes + uint64_t(3 * slot_.hidden * slot_.intermediate) * 4 + 12 * 64;
+  if (encoding_ == ExpertEncoding::mlx) return 0;  // repacked from staging straight into the slot
   return staging_bytes_ + slot_.bytes + 6 * 64;
 }
 
@@ -174,16 +176,26 @@ void ExpertStore::finish(int64_t layer, int64_t expert, const void* staging, voi
     finish_transposed(layer, expert, ext, gather({0}), gather({1}), gather({2}), gather({3}), slot, ledger);
     return;
   }
-  LedgerBuffer gu_w = gather({0, 3}), gu_s = gather({1, 4}), gu_b = gather({2, 5});
-  LedgerBuffer d_w = gather({6}), d_s = gather({7}), d_b = gather({8});
+  // MLX: the nine extents are repacked from the staging block straight into the slot (no scratch, no copies):
+  // gate then up into gate_up's panels (I is a multiple of the group size, so of the 16-row panel), down into down's.
   const int bits = slot_.bits, group = slot_.group_size;
-  if (gu_w.size() != uint64_t(2 * I * H * bits / 8) || d_w.size() != uint64_t(H * I * bits / 8))
-    throw ReaderError(fmt::format("expert {}.{}: MLX tensor sizes do not match the expert shape", layer, expert));
-  kernels::Weight gu = kernels::make_mlx_weight(gu_w.data(), gu_s.data(), gu_b.data(), source_type_, 2 * I, H, group,
-                                                bits, ledger, accounts::scratch);
-  kernels::Weight d = kernels::make_mlx_weight(d_w.data(), d_s.data(), d_b.data(), source_type_, H, I, group, bits,
-                                               ledger, accounts::scratch);
-  slot_.store(gu, d, slot);
+  const uint64_t scale_bytes = source_type_ == SourceType::f32 ? 4 : 2;
+  const uint64_t gate_words = uint64_t(I * H * bits / 8), gate_scales = uint64_t(I * (H / group)) * scale_bytes;
+  const uint64_t down_words = uint64_t(H * I * bits / 8), down_scales = uint64_t(H * (I / group)) * scale_bytes;
+  const uint64_t want[9] = {gate_words, gate_scales, gate_scales, gate_words,  gate_scales,
+                            gate_scales, down_words, down_scales, down_scales};
+  for (size_t i = 0; i < 9; ++i)
+    if (ext[i].length != want[i])
+      throw ReaderError(fmt::format("expert {}.{}: MLX tensor sizes do not match the expert shape", layer, expert));
+  auto source = [&](size_t i) { return base + staged[i].data_offset; };
+  auto part = [&](int i) { return static_cast<std::byte*>(slot) + slot_.parts[i].offset; };
+  const kernels::MlxPackTarget gate_up{part(0), part(1), part(2), 2 * I, 0};
+  kernels::pack_mlx_rows(source(0), source(1), source(2), source_type_, I, H, group, bits, gate_up);
+  kernels::MlxPackTarget up = gate_up;
+  up.first_row = I;
+  kernels::pack_mlx_rows(source(3), source(4), source(5), source_type_, I, H, group, bits, up);
+  kernels::pack_mlx_rows(source(6), source(7), source(8), source_type_, H, I, group, bits,
+                         {part(3), part(4), part(5), H, 0});
 }
 
 void ExpertStore::finish_transposed(int64_t layer, int64_t expert, std::span<const Extent> ext,

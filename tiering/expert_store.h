@@ -13,7 +13,7 @@
 //           blocks and scales land in an mxfp4 slot unchanged (4.25 bits per weight), or are widened for another
 //           slot format.
 // For dense and mlx the reads cover 4 KiB aligned ranges into a staging block, then finish() converts them into the
-// slot format (through kernels::make_weight / make_mlx_weight).
+// slot format: dense through kernels::make_weight, mlx repacked straight into the slot by kernels::pack_mlx_rows.
 // Owns: extents, file list, slot layout. Never: read files itself (ExpertReader does), or allocate slots.
 #pragma once
 

@@ -55,5 +55,5 @@ const h = await health();
 console.log(JSON.stringify({
     engine: "tierlm", decode_tokens: decodeTokens, decode_seconds: +decodeSeconds.toFixed(3),
     decode_tps: +(decodeTokens / decodeSeconds).toFixed(3), decode: total, requests,
-    memory: h.memory, health_tiering: h.tiering
+    memory: h.memory, health_tiering: h.tiering, kv: h.kv ?? null
 }));

@@ -69,33 +69,41 @@ def gpt_oss(c):
     return t
 
 
-def deepseek_v3(c):
+def deepseek(c):
+    """deepseek_v3 (FP8 with block scales, q LoRA, score correction bias) and deepseek_v2 (bf16, q_proj when
+    q_lora_rank is null, a plain softmax gate)."""
     H, V, E = c["hidden_size"], c["vocab_size"], c["n_routed_experts"]
     L = c["num_hidden_layers"] + c.get("num_nextn_predict_layers", 0)
     nh, I, Im = c["num_attention_heads"], c["intermediate_size"], c["moe_intermediate_size"]
     qk = c["qk_nope_head_dim"] + c["qk_rope_head_dim"]
+    lin = fp8 if "quantization_config" in c else (lambda prefix, shape: bf16(prefix + ".weight", shape))
     t = bf16("model.embed_tokens.weight", [V, H]) + bf16("lm_head.weight", [V, H]) + bf16("model.norm.weight", [H])
     for l in range(L):
         p = "model.layers.%d." % l
         t += bf16(p + "input_layernorm.weight", [H]) + bf16(p + "post_attention_layernorm.weight", [H])
-        t += fp8(p + "self_attn.q_a_proj", [c["q_lora_rank"], H])
-        t += bf16(p + "self_attn.q_a_layernorm.weight", [c["q_lora_rank"]])
-        t += fp8(p + "self_attn.q_b_proj", [nh * qk, c["q_lora_rank"]])
-        t += fp8(p + "self_attn.kv_a_proj_with_mqa", [c["kv_lora_rank"] + c["qk_rope_head_dim"], H])
+        if c.get("q_lora_rank"):
+            t += lin(p + "self_attn.q_a_proj", [c["q_lora_rank"], H])
+            t += bf16(p + "self_attn.q_a_layernorm.weight", [c["q_lora_rank"]])
+            t += lin(p + "self_attn.q_b_proj", [nh * qk, c["q_lora_rank"]])
+        else:
+            t += lin(p + "self_attn.q_proj", [nh * qk, H])
+        t += lin(p + "self_attn.kv_a_proj_with_mqa", [c["kv_lora_rank"] + c["qk_rope_head_dim"], H])
         t += bf16(p + "self_attn.kv_a_layernorm.weight", [c["kv_lora_rank"]])
-        t += fp8(p + "self_attn.kv_b_proj", [nh * (c["qk_nope_head_dim"] + c["v_head_dim"]), c["kv_lora_rank"]])
-        t += fp8(p + "self_attn.o_proj", [H, nh * c["v_head_dim"]])
+        t += lin(p + "self_attn.kv_b_proj", [nh * (c["qk_nope_head_dim"] + c["v_head_dim"]), c["kv_lora_rank"]])
+        t += lin(p + "self_attn.o_proj", [H, nh * c["v_head_dim"]])
         if l < c["first_k_dense_replace"]:
             for n, s in (("gate_proj", [I, H]), ("up_proj", [I, H]), ("down_proj", [H, I])):
-                t += fp8(p + "mlp." + n, s)
+                t += lin(p + "mlp." + n, s)
             continue
-        t += [(p + "mlp.gate.weight", "BF16", [E, H]), (p + "mlp.gate.e_score_correction_bias", "F32", [E])]
+        t += [(p + "mlp.gate.weight", "BF16", [E, H])]
+        if c["model_type"] == "deepseek_v3":
+            t += [(p + "mlp.gate.e_score_correction_bias", "F32", [E])]
         S = Im * c["n_shared_experts"]
         for n, s in (("gate_proj", [S, H]), ("up_proj", [S, H]), ("down_proj", [H, S])):
-            t += fp8(p + "mlp.shared_experts." + n, s)
+            t += lin(p + "mlp.shared_experts." + n, s)
         for e in range(E):
             for n, s in (("gate_proj", [Im, H]), ("up_proj", [Im, H]), ("down_proj", [H, Im])):
-                t += fp8(p + "mlp.experts.%d.%s" % (e, n), s)
+                t += lin(p + "mlp.experts.%d.%s" % (e, n), s)
     return t
 
 
@@ -162,7 +170,7 @@ def qwen3_5_moe(c):
     return t
 
 
-ARCHITECTURES = {"qwen3_moe": qwen3_moe, "gpt_oss": gpt_oss, "deepseek_v3": deepseek_v3, "gemma4": gemma4,
+ARCHITECTURES = {"qwen3_moe": qwen3_moe, "gpt_oss": gpt_oss, "deepseek_v3": deepseek, "deepseek_v2": deepseek, "gemma4": gemma4,
                  "qwen3_5_moe": qwen3_5_moe}
 SIZES = {"BF16": 2, "F16": 2, "F32": 4, "U32": 4, "U8": 1, "F8_E4M3": 1}
 SHARD_BYTES = 5 << 30

@@ -33,6 +33,7 @@
 
 #include "runtime/kernels/affine_f32.h"
 #include "runtime/kernels/kernel_isa.h"
+#include "runtime/kernels/mlx_repack.h"
 #include "runtime/kernels/mxfp4.h"
 #include "runtime/kernels/packed_codes.h"
 
@@ -324,33 +325,9 @@ Weight make_mlx_weight(const void* packed, const void* scales, const void* biase
   out.data = tiering::LedgerBuffer(ledger, account, sizes.data);
   out.scales = tiering::LedgerBuffer(ledger, account, sizes.scales);
   out.biases = tiering::LedgerBuffer(ledger, account, sizes.biases);
-  std::memset(out.data.data(), 0, sizes.data);
-  std::memset(out.scales.data(), 0, sizes.scales);
-  std::memset(out.biases.data(), 0, sizes.biases);
-
-  const int64_t words_per_row = cols * bits / 32;
-  const int per_word = 32 / bits;
-  const uint32_t mask = (1u << bits) - 1;
-  const int64_t groups = cols / group_size;
-  const int64_t panel_bytes = cols * kPanelRows * bits / 8;
-  const size_t es = source_size(scale_type);
-  const auto* words = static_cast<const uint32_t*>(packed);
-  std::vector<uint8_t> codes(static_cast<size_t>(cols));
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t k = 0; k < words_per_row; ++k) {
-      const uint32_t word = words[r * words_per_row + k];
-      for (int j = 0; j < per_word; ++j) codes[k * per_word + j] = static_cast<uint8_t>((word >> (j * bits)) & mask);
-    }
-    pack_row_codes(out.data.as<uint8_t>(), panel_bytes, bits, r, cols, codes.data());
-    const int64_t p = r / kPanelRows;
-    const int lane = static_cast<int>(r % kPanelRows);
-    for (int64_t g = 0; g < groups; ++g) {
-      const size_t dst = static_cast<size_t>((p * groups + g) * kPanelRows + lane) * es;
-      const size_t src = static_cast<size_t>(r * groups + g) * es;
-      std::memcpy(out.scales.as<uint8_t>() + dst, static_cast<const uint8_t*>(scales) + src, es);
-      std::memcpy(out.biases.as<uint8_t>() + dst, static_cast<const uint8_t*>(biases) + src, es);
-    }
-  }
+  // Every byte, padding rows included, is written by the repack.
+  pack_mlx_rows(packed, scales, biases, scale_type, rows, cols, group_size, bits,
+                {out.data.data(), out.scales.data(), out.biases.data(), rows, 0});
   v.data = out.data.data();
   v.scales = out.scales.data();
   v.biases = out.biases.data();

@@ -122,18 +122,22 @@ class Reader {
   std::string origin_;
 };
 
+// YaRN's magnitude correction (transformers' get_mscale, DeepSeek's yarn_get_mscale).
+double yarn_mscale(double factor, double mscale) { return factor <= 1 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0; }
+
 // YaRN's keys (transformers' _compute_yarn_parameters): beta_fast/slow, truncate, and the attention factor that
-// scales cos and sin: attention_factor when given, else 0.1 * mscale * ln(factor) + 1 (the mscale/mscale_all_dim
-// ratio when both are set). transformers scales by max_position_embeddings / original_max_position_embeddings in
-// place of factor when the two differ; parse_gpt_oss refuses that case by name.
+// scales cos and sin: attention_factor when given, else yarn_mscale(factor, 1) (the ratio yarn_mscale(factor, mscale)
+// / yarn_mscale(factor, mscale_all_dim) when both are set and nonzero). transformers 5 takes max_position_embeddings
+// / original_max_position_embeddings for a missing factor; tierlm asks for the factor instead.
 void yarn_from(const Reader& r, RopeConfig& rope) {
+  if (!r.get("factor")) r.fail("factor", "is missing (yarn)");
   rope.beta_fast = r.number_or("beta_fast", 32.0);
   rope.beta_slow = r.number_or("beta_slow", 1.0);
   rope.truncate = r.boolean_or("truncate", true);
-  auto mscale_of = [&](double m) { return rope.factor <= 1 ? 1.0 : 0.1 * m * std::log(rope.factor) + 1.0; };
   const double mscale = r.number_or("mscale", 0), mscale_all_dim = r.number_or("mscale_all_dim", 0);
-  rope.attention_factor = mscale != 0 && mscale_all_dim != 0 ? mscale_of(mscale) / mscale_of(mscale_all_dim)
-                                                             : mscale_of(1.0);
+  rope.attention_factor = mscale != 0 && mscale_all_dim != 0
+                              ? yarn_mscale(rope.factor, mscale) / yarn_mscale(rope.factor, mscale_all_dim)
+                              : yarn_mscale(rope.factor, 1.0);
   rope.attention_factor = r.number_or("attention_factor", rope.attention_factor);
   if (rope.beta_fast <= rope.beta_slow) r.fail("beta_fast", "must be larger than beta_slow");
   if (!r.get("original_max_position_embeddings")) r.fail("original_max_position_embeddings", "is missing (yarn)");
@@ -168,20 +172,21 @@ RopeConfig rope_from(const json::object& params, double theta, double partial, c
   return rope;
 }
 
+// transformers >= 5 writes "rope_parameters"; older configs (and most published models) "rope_scaling".
+const json::object* rope_parameters(const json::object& root) {
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    auto it = root.find(key);
+    if (it != root.end() && it->value().is_object()) return &it->value().as_object();
+  }
+  return nullptr;
+}
+
 RopeConfig parse_rope(const Reader& top, const json::object& root, const std::string& origin,
                       double default_partial_rotary, bool yarn_allowed = false) {
   RopeConfig rope;
   rope.theta = top.number_or("rope_theta", 10000.0);
   rope.partial_rotary_factor = top.number_or("partial_rotary_factor", default_partial_rotary);
-  // transformers >= 5 writes "rope_parameters"; older configs (and most published models) "rope_scaling".
-  const json::object* params = nullptr;
-  for (const char* key : {"rope_parameters", "rope_scaling"}) {
-    auto it = root.find(key);
-    if (it != root.end() && it->value().is_object()) {
-      params = &it->value().as_object();
-      break;
-    }
-  }
+  const json::object* params = rope_parameters(root);
   if (!params) return rope;
   return rope_from(*params, rope.theta, rope.partial_rotary_factor, origin + " (rope parameters)", false,
                    yarn_allowed);
@@ -458,7 +463,7 @@ void parse_gemma4(const Reader& r, const json::object& o, ModelConfig& c) {
 // DeepSeek-V3 / V2 (transformers 5.17 DeepseekV3Config / DeepseekV2Config and their modeling files): the MLA shape,
 // the router, shared experts and the layer plan. Defaults are the config classes'; what a checkpoint could set that
 // tierlm does not compute is refused by name.
-void parse_deepseek(const Reader& r, ModelConfig& c) {
+void parse_deepseek(const Reader& r, const json::object& o, ModelConfig& c) {
   const bool v3 = c.model_type == "deepseek_v3";
   MlaConfig& m = c.mla;
   auto positive = [&](const char* key, int64_t fallback) {
@@ -481,8 +486,14 @@ void parse_deepseek(const Reader& r, ModelConfig& c) {
   // turned into rotate_half at load by permuting the rope rows of the projections (runtime/model/mla_weights.h).
   if (v3 && !r.boolean_or("rope_interleave", true))
     r.fail("rope_interleave", "false is not supported (only the interleaved rope of the published checkpoints)");
-  // The YaRN mscale of the softmax scale would apply with rope_type yarn, which parse_rope refuses for now.
+  // DeepseekV2Attention / DeepseekV3Attention: with any rope type but default and a nonzero mscale_all_dim, the
+  // softmax scale is multiplied by yarn_mscale(factor, mscale_all_dim)^2 (on top of YaRN's factor on cos and sin).
   m.softmax_scale = 1.0 / std::sqrt(double(m.qk_head_dim()));
+  if (const json::object* rope = rope_parameters(o); rope && c.rope.type != "default") {
+    const double mscale_all_dim = Reader(*rope, "config.json (rope parameters)").number_or("mscale_all_dim", 0);
+    const double mscale = mscale_all_dim != 0 ? yarn_mscale(c.rope.factor, mscale_all_dim) : 1.0;
+    m.softmax_scale *= mscale * mscale;
+  }
   if (r.boolean_or("attention_bias", false))
     r.fail("attention_bias", fmt::format("(true) is not supported for {} (it changes the model's math and tierlm "
                                          "does not implement it)", c.model_type));
@@ -772,7 +783,7 @@ ModelConfig parse_config(const std::string& text, const std::string& origin) {
     r.fail("hidden_act", fmt::format("'{}' is not supported (supported: silu)", c.hidden_act));
   if (!gemma4) {
     // qwen3_5 configs default partial_rotary_factor to 0.25 (Qwen3_5TextConfig.__post_init__).
-    c.rope = parse_rope(r, o, text_origin, c.arch.linear_attention ? 0.25 : 1.0, c.arch.gpt_oss);
+    c.rope = parse_rope(r, o, text_origin, c.arch.linear_attention ? 0.25 : 1.0, c.arch.gpt_oss || c.arch.mla);
     const double f = c.rope.partial_rotary_factor;
     const int64_t rotary = int64_t(double(c.head_dim) * f);
     if (!(f > 0 && f <= 1) || rotary < 2 || rotary % 2 != 0)
@@ -819,7 +830,7 @@ ModelConfig parse_config(const std::string& text, const std::string& origin) {
     return c;
   }
   if (c.arch.mla) {
-    parse_deepseek(r, c);
+    parse_deepseek(r, o, c);
     warn_unread_keys(o, c.arch, text_origin);
     return c;
   }

@@ -27,7 +27,7 @@ import write_shards  # noqa: E402
 DEVICE = os.path.join(SOURCE, "profiles", "devices", "server-64gb.json")
 BUDGETS = [8, 16, 32, 64]
 # Published checkpoint sizes (GB, as the hub lists the safetensors), for the shape check.
-PUBLISHED_GB = {"qwen3-30b-a3b": 61.1, "gpt-oss-20b": 13.8, "gpt-oss-120b": 65.3, "deepseek-v3": 688.6,
+PUBLISHED_GB = {"qwen3-30b-a3b": 61.1, "gpt-oss-20b": 13.8, "gpt-oss-120b": 65.3, "deepseek-v3": 688.6, "deepseek-v2-lite": 31.4,
                 "gemma-4-26b-a4b": 51.6, "qwen3.5-122b-a10b-mlx-4bit": 69.6}
 failures = []
 

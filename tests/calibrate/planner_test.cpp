@@ -284,7 +284,8 @@ TEST(Planner, DefaultBatchIsHalvedUntilItsKvFits) {
 
 // prefill_seconds (fit's time to first token): a full chunk is the prediction's prefill rate; a second chunk costs
 // the first plus exactly the attention over the chunk more positions each of its rows sees (4 * heads * head_dim
-// flops per position and layer at the GEMM rate); a prompt shorter than the chunk pays the whole weight stream.
+// flops per position and layer at the GEMM rate); a prompt of a few rows pays the whole weight stream, so costs more
+// per token than a chunk.
 TEST(Planner, PrefillSecondsWalksChunksAndCountsAttention) {
   const DeviceProfile d = device("server-64gb");
   const ModelProfile m = llama_8b();
@@ -299,13 +300,61 @@ TEST(Planner, PrefillSecondsWalksChunksAndCountsAttention) {
   for (auto& c : d.compute)
     if (c.threads <= p.threads && (!sample || c.threads > sample->threads)) sample = &c;
   ASSERT_NE(sample, nullptr);
+  ASSERT_TRUE(sample->matmul_gflops.empty());  // this profile predates the GEMM probe: SGEMM at kGemmEfficiency
   const double gemm = sample->sgemm_gflops * kGemmEfficiency * 1e9;
   const double attention = 4.0 * double(m.heads * m.head_dim) * double(m.layers) * double(chunk) * double(chunk) / gemm;
   EXPECT_NEAR(prefill_seconds(d, m, p, 2 * chunk), 2 * one + attention, 1e-9 * one);
-  const double quarter = prefill_seconds(d, m, p, chunk / 4);
-  EXPECT_LT(quarter, one);
-  EXPECT_GT(quarter / double(chunk / 4), one / double(chunk));
+  const double few = prefill_seconds(d, m, p, 4);
+  EXPECT_LT(few, one);
+  EXPECT_GT(few / 4, one / double(chunk));
   EXPECT_EQ(prefill_seconds(d, m, p, 0), 0.0);
+}
+
+// With the engine's GEMM probed per format, the layers' dense flops run at that format's rate: doubling it takes
+// exactly half the dense GEMM time off a chunk (2 flops per weight of the attention projections and the MLP, known
+// from the shape), and the output head is not a GEMM (only the chunk's last row gets logits).
+TEST(Planner, PrefillUsesTheEnginesGemmRateOfTheWeightFormat) {
+  DeviceProfile d = device("server-64gb");
+  const ModelProfile m = llama_8b();
+  PlanRequest r;
+  r.budget_bytes = 16ull << 30;
+  const Plan p = make_plan(d, m, r);
+  const int64_t rows = p.prefill_chunk;
+  const double H = double(m.hidden), q = double(m.heads * m.head_dim), kv = double(m.kv_heads * m.head_dim);
+  const double layer_flops = 2.0 * double(m.layers) * ((q + 2 * kv) * H + H * q + 3 * H * double(m.intermediate));
+  auto at = [&](double gflops) {
+    for (auto& c : d.compute) {
+      c.matmul_gflops[m.weight_format] = gflops;
+      c.matmul_gflops["f32"] = 1000;
+    }
+    return prefill_seconds(d, m, p, rows);
+  };
+  const double slow = at(100), fast = at(200);
+  EXPECT_NEAR(slow - fast, double(rows) * layer_flops / 200e9, 1e-9 * slow);
+  // The head's logits once: a model whose vocabulary is 10x larger costs one head stream more per chunk, not rows x.
+  EXPECT_GT(slow, double(rows) * layer_flops / 100e9);
+  EXPECT_LT(slow, double(rows) * layer_flops / 100e9 * 1.02);  // the head per row would add 7.5%
+}
+
+// MoE prefill: the engine computes the experts in memory while the missing ones are read, so a layer costs the
+// longer of compute and reads. On a disk fast enough for the reads to hide behind compute, streaming half the
+// experts costs nothing more than having them all in RAM; on a slow one the reads set the time.
+TEST(Planner, MoePrefillOverlapsExpertReadsWithCompute) {
+  const ModelProfile m = qwen3_moe_30b();
+  auto prefill = [&](double storage_gbs, bool half_resident) {
+    DeviceProfile d = device("server-64gb");
+    for (auto& s : d.storage.sweep) s.gbs = storage_gbs;
+    PlanRequest r;
+    r.budget_bytes = 64ull << 30;
+    Plan p = make_plan(d, m, r);
+    if (half_resident)
+      for (auto& layer : p.resident_experts) layer.resize(layer.size() / 2);
+    return prefill_seconds(d, m, p, p.prefill_chunk);
+  };
+  const double all_in_ram = prefill(1000, false);
+  EXPECT_NEAR(prefill(1000, true), all_in_ram, 1e-9 * all_in_ram);  // reads hidden behind compute
+  const double slow = prefill(0.01, true);
+  EXPECT_GT(slow, 10 * all_in_ram);  // a 10 MB/s disk: the reads are the time
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
 // tests/calibrate/runtime_scratch_test.cpp — the plan's scratch account is what the engine allocates, and its weight
 // classes hold every loaded matrix: for each MoE family (Qwen3-MoE, Qwen3.5 with DeltaNet layers, Gemma 4 with wider
-// full layers and the dense MLP beside the experts), the measured profile's prediction.memory["scratch"] equals the
+// full layers and the dense MLP beside the experts, DeepSeek-V2/V3 with MLA), the measured profile's prediction.memory["scratch"] equals the
 // ledger's scratch after Forward is built for the plan's step rows (prefill chunk + batch), plus the gathered logits
 // of a decode batch. (Gemma-4-26B-A4B
-// served at defaults failed at start when the shape formula undercounted it by ~40 MiB: bench/results/headline.md.)
+// served at defaults failed at start when the shape formula undercounted it by ~40 MiB: bench/results/headline.md;
+// a DeepSeek-V2-Lite shape failed the same way while the measured classes left out MLA's projections.)
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -41,7 +42,7 @@ TEST_P(RuntimeScratch, PlanCountsWhatForwardAllocates) {
   r.budget_bytes = 1ull << 30;
   r.context = 256;
   r.batch = 4;
-  r.kv_codec = "f16";
+  r.kv_codec = back.layer_latent_floats.empty() ? "f16" : "f32";  // MLA keeps its latent in f32
   const Plan plan = make_plan(test_profiles::device("laptop-8gb"), back, r);
   ASSERT_EQ(plan.batch, 4);
 
@@ -62,7 +63,8 @@ TEST_P(RuntimeScratch, PlanCountsWhatForwardAllocates) {
 }
 
 INSTANTIATE_TEST_SUITE_P(MoeFamilies, RuntimeScratch,
-                         ::testing::Values("qwen3_moe", "qwen3_5_moe", "gemma4-moe", "gemma4-moe-mlx4"),
+                         ::testing::Values("qwen3_moe", "qwen3_5_moe", "gemma4-moe", "gemma4-moe-mlx4", "deepseek_v2",
+                                           "deepseek_v3"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& ch : name)

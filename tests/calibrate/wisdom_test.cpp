@@ -41,6 +41,8 @@ struct TempDir {
 WisdomEntry entry_for(const fs::path& model_dir) {
   WisdomEntry e;
   e.device = load_device_profile(std::string(TIERLM_SOURCE_DIR) + "/profiles/devices/desktop-16gb.json");
+  e.device.compute.front().matmul_gflops = {{"f16", 250.5}, {"q4", 180.25}};  // the engine's prefill GEMM probe
+  e.device.compute.front().matmul16_gflops = {{"f16", 120.5}};
   model::ModelConfig c;
   c.model_type = "llama";
   c.arch = *model::find_architecture("llama");
@@ -83,6 +85,9 @@ TEST(Wisdom, RoundTripsThroughTheFile) {
               1e-12 * a.prediction.decode_tokens_per_second);
   EXPECT_EQ(b.rationale.size(), a.rationale.size());
   EXPECT_EQ(back.entries[0].device.fingerprint(), w.entries[0].device.fingerprint());
+  EXPECT_EQ(back.entries[0].device.compute.front().matmul_gflops, w.entries[0].device.compute.front().matmul_gflops);
+  EXPECT_EQ(back.entries[0].device.compute.front().matmul16_gflops,
+            w.entries[0].device.compute.front().matmul16_gflops);
   EXPECT_EQ(back.entries[0].model.classes.size(), w.entries[0].model.classes.size());
   // Upsert replaces the entry of the same device and model path.
   Wisdom again = back;

@@ -1,4 +1,4 @@
-// The expert tier's counters reach /health and /metrics: an MoE fixture model served by the scheduler, with
+// The expert tier's counters (hits, misses, bytes, prefetches, conversion time) reach /health and /metrics: an MoE fixture model served by the scheduler, with
 // ExpertTierCounters refreshed on the engine thread (SchedulerOptions::after_step) and read by Telemetry.
 #include "server/expert_tier_counters.h"
 
@@ -84,6 +84,14 @@ TEST(ExpertTierCounters, MoeTierCountersReachHealthAndMetrics) {
   EXPECT_NE(metrics.find("tierlm_disk_read_bytes_total " + fmt::format("{}", double(t.disk_bytes_read))),
             std::string::npos);
   EXPECT_NE(metrics.find("tierlm_memory_tier_bytes{tier=\"disk\"}"), std::string::npos);
+  // Every miss's read was converted into the slot format (the fixture's bf16 experts) once, on the engine thread,
+  // and /health and /metrics say how long that took beside the read stall.
+  EXPECT_EQ(t.conversions, t.cache_misses);
+  EXPECT_GT(t.conversion_seconds, 0.0);
+  EXPECT_EQ(h.at("tiering").at("conversions").to_number<double>(), double(t.conversions));
+  EXPECT_EQ(h.at("tiering").at("conversion_seconds").as_double(), t.conversion_seconds);
+  EXPECT_NE(metrics.find("tierlm_expert_conversion_seconds_total " + fmt::format("{}", t.conversion_seconds)),
+            std::string::npos);
   TelemetryCursor cursor;
   auto snap = telemetry.snapshot(cursor);
   EXPECT_TRUE(snap.at("tiering_available").as_bool());

@@ -1,10 +1,12 @@
 // ExpertReader, ExpertStore and ExpertCache against exact oracles: bytes read equal the file's bytes (O_DIRECT,
 // split into blocks, several in flight, and the buffered fallback on ramfs, which refuses O_DIRECT); MLX stacked
-// switch_mlp slices equal per-expert MLX tensors; LRU and frequency-aware eviction pick the victims the policy says.
+// switch_mlp slices equal per-expert MLX tensors, and a miss repacks them into the slot exactly with no scratch; LRU and frequency-aware eviction pick the victims the policy says.
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
+#include <cstring>
 #include <fstream>
 #include <random>
 
@@ -96,31 +98,65 @@ model::ModelConfig mlx_config() {
   return c;
 }
 
+// One MLX projection stacked over E experts: uint32 codes, f16 scales in [0.5, 1) and biases in (-1, -0.5], group 32.
+struct MlxProjection {
+  std::string name;
+  int64_t rows, cols;
+  std::string words, scales, biases;
+};
+
+std::vector<MlxProjection> mlx_projections(int64_t E, int64_t H, int64_t I) {
+  std::vector<MlxProjection> out;
+  uint64_t seed = 10;
+  for (auto [name, rows, cols] : {std::tuple{"gate_proj", I, H}, {"up_proj", I, H}, {"down_proj", H, I}}) {
+    MlxProjection p{name, rows, cols, random_bytes(size_t(E * rows * cols / 2), seed++), {}, {}};
+    p.scales.assign(size_t(E * rows * cols / 32) * 2, '\0');
+    p.biases = p.scales;
+    for (size_t i = 0; i < p.scales.size(); i += 2) {
+      p.scales[i + 1] = 0x38;
+      p.scales[i] = char(i);
+      p.biases[i + 1] = char(0xB8);
+      p.biases[i] = char(i * 3);
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+std::vector<uint8_t> slice(const std::string& x, size_t from, size_t n) {
+  return std::vector<uint8_t>(x.begin() + from, x.begin() + from + n);
+}
+
+std::vector<test::TestTensor> stacked_tensors(const std::vector<MlxProjection>& projections, int64_t E) {
+  std::vector<test::TestTensor> out;
+  for (const MlxProjection& p : projections) {
+    const std::string base = "model.layers.0.mlp.switch_mlp." + p.name;
+    out.push_back({base + ".weight", "U32", {E, p.rows, p.cols / 8}, slice(p.words, 0, p.words.size())});
+    out.push_back({base + ".scales", "F16", {E, p.rows, p.cols / 32}, slice(p.scales, 0, p.scales.size())});
+    out.push_back({base + ".biases", "F16", {E, p.rows, p.cols / 32}, slice(p.biases, 0, p.biases.size())});
+  }
+  return out;
+}
+
+// f16 (normal numbers only, as the fixture's scales and biases are) to float, as IEEE defines it.
+float f16_value(const std::string& bytes, size_t index) {
+  const unsigned h = uint8_t(bytes[2 * index]) | unsigned(uint8_t(bytes[2 * index + 1])) << 8;
+  const float magnitude = std::ldexp(1.0f + float(h & 0x3FF) / 1024.0f, int((h >> 10) & 0x1F) - 15);
+  return h & 0x8000 ? -magnitude : magnitude;
+}
+
 TEST(ExpertStore, MlxSwitchMlpSlicesEqualPerExpertTensors) {
   const auto c = mlx_config();
   const int64_t E = 4, H = 64, I = 64;
-  std::vector<test::TestTensor> stacked, per_expert;
-  uint64_t seed = 10;
-  for (auto [name, rows, cols] : {std::tuple{"gate_proj", I, H}, {"up_proj", I, H}, {"down_proj", H, I}}) {
-    const std::string w = random_bytes(size_t(E * rows * cols / 2), seed++);
-    std::string s(size_t(E * rows * cols / 32) * 2, '\0'), b = s;
-    for (size_t i = 0; i < s.size(); i += 2) {  // f16 scales in [0.5, 1), biases in (-1, -0.5]
-      s[i + 1] = 0x38;
-      s[i] = char(i);
-      b[i + 1] = char(0xB8);
-      b[i] = char(i * 3);
-    }
-    auto bytes = [](const std::string& x, size_t from, size_t n) { return std::vector<uint8_t>(x.begin() + from, x.begin() + from + n); };
-    const std::string base = std::string("model.layers.0.mlp.switch_mlp.") + name;
-    stacked.push_back({base + ".weight", "U32", {E, rows, cols / 8}, bytes(w, 0, w.size())});
-    stacked.push_back({base + ".scales", "F16", {E, rows, cols / 32}, bytes(s, 0, s.size())});
-    stacked.push_back({base + ".biases", "F16", {E, rows, cols / 32}, bytes(b, 0, b.size())});
+  const auto projections = mlx_projections(E, H, I);
+  std::vector<test::TestTensor> stacked = stacked_tensors(projections, E), per_expert;
+  for (const MlxProjection& p : projections) {
     for (int64_t e = 0; e < E; ++e) {
-      const std::string pe = "model.layers.0.mlp.experts." + std::to_string(e) + "." + name;
-      const size_t wn = w.size() / E, sn = s.size() / E;
-      per_expert.push_back({pe + ".weight", "U32", {rows, cols / 8}, bytes(w, size_t(e) * wn, wn)});
-      per_expert.push_back({pe + ".scales", "F16", {rows, cols / 32}, bytes(s, size_t(e) * sn, sn)});
-      per_expert.push_back({pe + ".biases", "F16", {rows, cols / 32}, bytes(b, size_t(e) * sn, sn)});
+      const std::string pe = "model.layers.0.mlp.experts." + std::to_string(e) + "." + p.name;
+      const size_t wn = p.words.size() / E, sn = p.scales.size() / E;
+      per_expert.push_back({pe + ".weight", "U32", {p.rows, p.cols / 8}, slice(p.words, size_t(e) * wn, wn)});
+      per_expert.push_back({pe + ".scales", "F16", {p.rows, p.cols / 32}, slice(p.scales, size_t(e) * sn, sn)});
+      per_expert.push_back({pe + ".biases", "F16", {p.rows, p.cols / 32}, slice(p.biases, size_t(e) * sn, sn)});
     }
   }
   test::TempDir dir;
@@ -145,6 +181,49 @@ TEST(ExpertStore, MlxSwitchMlpSlicesEqualPerExpertTensors) {
     rb.wait(rb.submit(b.plan(0, e, bb.data(), sb.data())));
     b.finish(0, e, sb.data(), bb.data(), ledger);
     EXPECT_EQ(std::memcmp(ba.data(), bb.data(), ba.size()), 0) << "expert " << e;
+  }
+}
+
+// A miss repacks the nine MLX extents from the staging block straight into the slot: every weight of gate, up and
+// down dequantizes to scale * code + bias of the file's own bytes (exact), over a slot holding another expert's
+// bytes before, and no scratch is charged (the store reserves none).
+TEST(ExpertStore, MlxMissRepacksIntoTheSlotExactlyWithoutScratch) {
+  const auto c = mlx_config();
+  const int64_t E = 4, H = 64, I = 64;
+  const auto projections = mlx_projections(E, H, I);
+  test::TempDir dir;
+  test::write_bytes(dir / "stacked.safetensors", test::build_file(stacked_tensors(projections, E)));
+  const auto index = model::TensorIndex::open_file(dir / "stacked.safetensors");
+  const auto store = model::expert_store_from_safetensors(index, c, std::nullopt);
+  EXPECT_EQ(store.conversion_bytes(), 0u);
+  tiering::Ledger ledger;
+  tiering::ExpertReader reader(store.files());
+  tiering::LedgerBuffer staging(ledger, "t", store.staging_bytes(), 4096);
+  tiering::LedgerBuffer block(ledger, "t", store.layout().bytes, 4096);
+  std::memset(block.data(), 0xAB, block.size());
+  tiering::Ledger scratch;
+  std::vector<float> row(size_t(std::max(H, I)));
+  for (int64_t e = E - 1; e >= 0; --e) {
+    reader.wait(reader.submit(store.plan(0, e, block.data(), staging.data())));
+    store.finish(0, e, staging.data(), block.data(), scratch);
+    EXPECT_EQ(scratch.peak(), 0u);
+    const tiering::ExpertViews v = store.layout().views(block.data());
+    for (int m = 0; m < 3; ++m) {
+      const MlxProjection& p = projections[size_t(m)];
+      const kernels::WeightView& w = m == 2 ? v.down : v.gate_up;
+      const int64_t row0 = m == 1 ? I : 0;
+      for (int64_t r = 0; r < p.rows; ++r) {
+        kernels::dequantize_row(w, row0 + r, row.data());
+        for (int64_t col = 0; col < p.cols; ++col) {
+          const int64_t element = (e * p.rows + r) * p.cols + col;
+          const uint8_t byte = uint8_t(p.words[size_t(element / 2)]);
+          const int code = element % 2 ? byte >> 4 : byte & 0x0F;
+          const size_t group = size_t((e * p.rows + r) * (p.cols / 32) + col / 32);
+          const float want = f16_value(p.scales, group) * float(code) + f16_value(p.biases, group);
+          ASSERT_FLOAT_EQ(row[size_t(col)], want) << p.name << " expert " << e << " row " << r << " col " << col;
+        }
+      }
+    }
   }
 }
 

@@ -39,14 +39,16 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "tools/peer/synthetic_shards.h"
+#include "tools/peer/synthetic_routing.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using tierlm::peer::Rng;
 
-constexpr float kOutputScale = 0.2f;                // o_proj / down_proj std relative to 1/sqrt(in)
+constexpr uint64_t kShardLimit = 5'000'000'000ull;  // the published 20b: three shards of <= 5 GB
+
+using tierlm::peer::kOutputScale;  // o_proj / down_proj std relative to 1/sqrt(in)
 constexpr float kBiasStd = 0.02f;
 constexpr float kE2M1Rms = 2.926f;  // rms of the 16 E2M1 values {0, .5, 1, 1.5, 2, 3, 4, 6} and their negatives
 
@@ -171,10 +173,7 @@ class Generator {
 
  private:
   float router_bias(int64_t layer, int64_t expert) {
-    std::vector<int32_t> rank(size_t(s_.experts));
-    std::iota(rank.begin(), rank.end(), 0);
-    std::mt19937_64 perm(seed_ * 31 + uint64_t(layer));
-    std::shuffle(rank.begin(), rank.end(), perm);
+    const std::vector<int32_t> rank = tierlm::peer::expert_ranks(seed_, layer, s_.experts);
     return float(-zipf_ * std::log(double(rank[size_t(expert)] + 1)));
   }
 
@@ -239,18 +238,19 @@ void write_config(const fs::path& dir, const Shape& s) {
 }
 
 uint64_t write_shards(const fs::path& dir, const std::vector<Tensor>& tensors, Generator& gen) {
-  std::vector<tierlm::peer::ShardTensor> entries;
-  for (const auto& t : tensors) entries.push_back({t.name, t.dtype, t.shape, t.bytes()});
-  tierlm::peer::ShardOptions o;
-  o.format = "pt";
-  // transformers' convert_gpt_oss_weights_to_hf numbers shards 0..n-1 "of" n-1 (quant-layouts.md section 1a).
-  o.file_name = [](size_t i, size_t n) {
-    return fmt::format("model-{:05d}-of-{:05d}.safetensors", i, std::max<size_t>(n, 2) - 1);
+  struct Entry {
+    std::string name, dtype;
+    std::vector<int64_t> shape;
+    uint64_t bytes;
+    const Tensor* tensor;
   };
-  o.log_prefix = "synthetic_gpt_oss";
-  return tierlm::peer::write_shards(dir, entries, o, [&](size_t i, const tierlm::peer::ShardSink& sink) {
-    gen.produce(tensors[i], sink);
-  });
+  std::vector<Entry> entries;
+  for (const auto& t : tensors) entries.push_back({t.name, t.dtype, t.shape, t.bytes(), &t});
+  // transformers' convert_gpt_oss_weights_to_hf numbers shards 0..n-1 "of" n-1 (quant-layouts.md section 1a).
+  return tierlm::peer::write_shards(
+      dir, entries, kShardLimit, "pt", "synthetic_gpt_oss",
+      [&](const Entry& e, auto&& sink) { gen.produce(*e.tensor, sink); },
+      [](size_t i, size_t n) { return fmt::format("model-{:05d}-of-{:05d}.safetensors", i, std::max<size_t>(n, 2) - 1); });
 }
 
 }  // namespace

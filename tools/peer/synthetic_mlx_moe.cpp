@@ -7,12 +7,7 @@
 // tierlm reads this folder, gguf_export --from-mlx repacks the same codes for llama.cpp.
 //
 // Routing shaped like a trained model's (the router is not bypassed; the bench runs the real router):
-//   popularity  channel 0 of the residual stream is a constant "massive activation": every embedding row has
-//               kMassive there, and no layer writes it (row 0 of every o_proj and expert down_proj is zero), so
-//               after each RMSNorm x[0] is a token-independent positive value c_l. Router column 0 holds
-//               zipf * log-rank-score(e) / c_l (a fixed random permutation of ranks per layer): the logit of expert
-//               e gets a constant -zipf * ln(rank + 1) on top of the token-dependent x . r_e (unit std), which
-//               makes the chosen experts' popularity Zipf-like with exponent ~zipf.
+//   popularity  the "massive activation" skew of tools/peer/synthetic_routing.h (Zipf-like, exponent ~zipf).
 //   reuse       consecutive tokens share what attention carries (the mean of the context's values), so a token
 //               repeats some of the previous token's experts beyond what popularity alone gives; measured, not set.
 //   Both measured by bench/routing_stats (per-layer share of the top 10% experts, overlap with the previous token).
@@ -35,19 +30,18 @@
 #include <fmt/format.h>
 
 #include "runtime/kernels/kernel_isa.h"
-#include "tools/peer/synthetic_shards.h"
+#include "tools/peer/synthetic_routing.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using tierlm::kernels::f32_to_bf16;
-using tierlm::peer::Rng;
 
 constexpr int64_t kGroup = 64, kBits = 4;
 constexpr uint64_t kShardLimit = 5'000'000'000ull;  // mlx-lm's MAX_FILE_SIZE_GB
-constexpr float kMassive = 8.0f;                      // residual channel 0 (see the file comment)
-constexpr float kOutputScale = 0.2f;  // o_proj / down_proj std relative to 1/sqrt(cols)
-constexpr float kGrowth = 0.03f;      // estimated growth of the residual's mean square per layer (kOutputScale^2 x ~0.75)
+using tierlm::peer::kMassive;
+using tierlm::peer::kOutputScale;
+using tierlm::peer::Rng;
 
 struct Shape {
   int64_t vocab = 151936, hidden = 2048, layers = 48, heads = 32, kv_heads = 4, head_dim = 128;
@@ -215,22 +209,10 @@ class Generator {
     }
   }
 
-  // Router row of expert e: N(0, 1/sqrt(H)) so x . r_e has unit std for an RMS-normalized x, and column 0 the
-  // popularity term -zipf * ln(rank + 1) / c, c = kMassive / rms(h): the residual's mean square is ~1 + kMassive^2 / H
-  // from the embedding plus kGrowth per layer before it.
+  // Router row of expert e: tools/peer/synthetic_routing.h's, with this layer's popularity ranks.
   void router_row(int64_t layer, int64_t e, Rng& rng, std::vector<float>& row) {
-    const int64_t H = s_.hidden;
-    if (rank_layer_ != layer) {
-      rank_.resize(size_t(s_.experts));
-      std::iota(rank_.begin(), rank_.end(), 0);
-      std::mt19937_64 perm(seed_ * 31 + uint64_t(layer));
-      std::shuffle(rank_.begin(), rank_.end(), perm);
-      rank_layer_ = layer;
-    }
-    const float sigma = 1.0f / std::sqrt(float(H));
-    for (int64_t j = 0; j < H; ++j) row[size_t(j)] = sigma * rng.normal();
-    const float c = kMassive / std::sqrt(1.0f + kMassive * kMassive / float(H) + kGrowth * float(layer));
-    row[0] = float(-zipf_ * std::log(double(rank_[size_t(e)] + 1))) / c;
+    if (rank_layer_ != layer) rank_ = tierlm::peer::expert_ranks(seed_, layer, s_.experts), rank_layer_ = layer;
+    tierlm::peer::router_row(s_.hidden, layer, rank_[size_t(e)], zipf_, rng, row.data());
   }
 
   Shape s_;
@@ -281,19 +263,6 @@ void write_config(const fs::path& dir, const Shape& s) {
   if (!out) throw std::runtime_error("cannot write " + (dir / "config.json").string());
 }
 
-void write_shards(const fs::path& dir, const std::vector<Tensor>& tensors, Generator& gen) {
-  std::vector<tierlm::peer::ShardTensor> entries;
-  for (const auto& t : tensors) entries.push_back({t.name, t.dtype, t.shape, t.bytes});
-  tierlm::peer::ShardOptions o;
-  o.limit = kShardLimit;
-  o.format = "mlx";
-  o.file_name = [](size_t i, size_t n) { return fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, n); };
-  o.log_prefix = "synthetic_mlx_moe";
-  tierlm::peer::write_shards(dir, entries, o, [&](size_t i, const tierlm::peer::ShardSink& sink) {
-    gen.produce(tensors[i], sink);
-  });
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -320,7 +289,8 @@ int main(int argc, char** argv) {
     for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
       if (fs::exists(tokenizer / f)) fs::copy_file(tokenizer / f, dir / f, fs::copy_options::overwrite_existing);
     Generator gen(shape, zipf, seed);
-    write_shards(dir, tensors_of(shape), gen);
+    tierlm::peer::write_shards(dir, tensors_of(shape), kShardLimit, "mlx", "synthetic_mlx_moe",
+                               [&](const Tensor& t, auto&& sink) { gen.produce(t, sink); });
     std::fprintf(stderr, "synthetic_mlx_moe: wrote %s (%lld layers)\n", dir.c_str(), static_cast<long long>(shape.layers));
     return 0;
   } catch (const std::exception& e) {

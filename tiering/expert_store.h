@@ -78,6 +78,7 @@ class ExpertStore {
                          const LedgerBuffer& down, const LedgerBuffer& gate_up_bias, const LedgerBuffer& down_bias,
                          void* slot, Ledger& ledger) const;
   void finish_mxfp4(int64_t layer, int64_t expert, std::span<const Extent> ext,
+                    const std::function<const std::byte*(size_t)>& staged_at,
                     const std::function<LedgerBuffer(size_t)>& gather, void* slot, Ledger& ledger) const;
   void store_biases(const LedgerBuffer& gate_up_bias, const LedgerBuffer& down_bias, void* slot,
                     Ledger& ledger) const;

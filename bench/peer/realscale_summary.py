@@ -7,9 +7,13 @@ precision (prefetch reads that served a request / prefetch reads) and recall (re
 that needed a read: prefetch hits + misses), read stall per token, and the memory held (cgroup peak vs limit: page cache
 included, so it reaches the limit whenever a process reads files through it; the process's RSS at the end; ledger peak
 vs budget). The compute and disk rates come from the calibration of the same run (wisdom model profile timings
-at the plan's thread count): compute = 1 / step_seconds, disk bandwidth = expert read bytes / miss_batch_seconds.
+at the plan's thread count): compute = 1 / step_seconds; disk bandwidth = the run's disk_bound step (expert_disk_bound:
+the tier's reads of the model's own expert extents, no conversion) when it has one, else expert read bytes /
+miss_batch_seconds (calibrate's timing of top-k concurrent misses, which includes the tier's per-miss conversion);
+both are shown when both exist.
 
 Usage: realscale_summary.py RESULTS.jsonl WORK_DIR
+       realscale_summary.py --reader WISDOM   (prints the plan's reader queue depth and block size)
 """
 import json
 import sys
@@ -44,11 +48,20 @@ def rates(wisdom_path, threads):
     return compute, bandwidth, timing, read_bytes
 
 
+def reader(wisdom_path):
+    w = json.load(open(wisdom_path))
+    r = find(w["entries"][-1] if "entries" in w else w, ["queue_depth", "block_size", "direct"])
+    return r["queue_depth"], r["block_size"]
+
+
 def load_flag(load):
     return f"{load[0]:.1f}/{load[1]:.1f}" + (" (>4)" if max(load) > 4 else "")
 
 
 def main():
+    if sys.argv[1] == "--reader":
+        print(*reader(sys.argv[2]))
+        return
     rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
     work = sys.argv[2]
     out = []
@@ -63,12 +76,14 @@ def main():
         mine = [r for r in rows if r.get("limit_gib") == limit]
         llama = next((r for r in mine if r["step"] == "llama.cpp"), None)
         cal = next((r for r in mine if r["step"] == "calibrate"), None)
+        measured = next((r for r in mine if r["step"] == "disk_bound"), None)
         llama_tps = llama["result"]["decode_tps"] if llama else None
         for r in [x for x in mine if x["step"] == "serve"]:
             res = r["result"]
             d = res["decode"]
             n = max(1, res["decode_tokens"])
-            compute, bandwidth, timing, read_bytes = rates(f"{work}/wisdom-{limit}g.json", r["threads"])
+            compute, tier_bandwidth, timing, read_bytes = rates(f"{work}/wisdom-{limit}g.json", r["threads"])
+            bandwidth = measured["result"]["gb_per_s"] * 1e9 if measured else tier_bandwidth
             per_token = d["disk_bytes_read"] / n
             disk = bandwidth / per_token if per_token > 0 else float("inf")
             bound = min(compute, disk)
@@ -87,7 +102,10 @@ def main():
                 f"{mem['ledger_budget_bytes'] / GIB:.2f} GiB | "
                 f"{load_flag(r['load'])} |")
             notes.append(f"{limit} GiB prefetch {r['prefetch']}: threads {r['threads']}, timing {timing}, disk "
-                         f"bandwidth {bandwidth / 1e9:.2f} GB/s (expert read {read_bytes} B), "
+                         f"bandwidth {bandwidth / 1e9:.3f} GB/s"
+                         + (f" (expert_disk_bound; calibrate's miss timing gives {tier_bandwidth / 1e9:.3f} GB/s, "
+                            f"disk bound {tier_bandwidth / per_token if per_token else 0:.2f} tok/s)" if measured else "")
+                         + f" (expert read {read_bytes} B), "
                          f"decode {res['decode_tokens']} tokens over {len(res['requests'])} requests, per request "
                          + ", ".join(f"{q['decode_tps']:.2f}" for q in res["requests"]) + " tok/s")
         if llama:
@@ -97,6 +115,12 @@ def main():
                        f"{llama['cgroup_peak'] / GIB:.2f} / {limit} GiB | - | {load_flag(llama['load'])} |")
             notes.append(f"{limit} GiB llama.cpp: {res['decode_tokens']} tokens after a {res['prompt_tokens']}-token "
                          f"prompt, threads {res['threads']}, load {res['load_s']} s")
+        if measured:
+            b = measured["result"]
+            notes.append(f"{limit} GiB disk bound: expert_disk_bound depth {measured['depth']}, block "
+                         f"{measured['block']}, {b['seconds']:.0f} s: {b['gb_per_s']:.3f} GB/s, "
+                         f"{b['experts_per_s']:.1f} experts/s of {b['bytes_per_expert']} B, cold bound (every routed "
+                         f"expert a miss) {b['cold_bound_tok_s']:.3f} tok/s, load {load_flag(measured['load'])}")
         if cal:
             notes.append(f"{limit} GiB calibrate: {cal['seconds']:.0f} s, cgroup peak {cal['cgroup_peak'] / GIB:.2f} GiB, "
                          f"load {load_flag(cal['load'])}")

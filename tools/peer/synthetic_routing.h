@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -67,10 +68,12 @@ inline void router_row(int64_t hidden, int64_t layer, int32_t rank, double zipf,
 
 // Writes `tensors` (each with name, dtype, shape, bytes) as model-0000i-of-0000n.safetensors shards of at most
 // `shard_limit` bytes (a larger tensor gets a shard of its own) plus model.safetensors.index.json; produce(t, sink)
-// streams one tensor's bytes into sink(const void*, size_t). Returns the bytes of tensor data written.
+// streams one tensor's bytes into sink(const void*, size_t); file_name(i, n), when given, names shard i (0-based) of
+// n instead. Returns the bytes of tensor data written.
 template <class Tensor, class Produce>
 uint64_t write_shards(const std::filesystem::path& dir, const std::vector<Tensor>& tensors, uint64_t shard_limit,
-                      const char* format, const char* tool, Produce&& produce) {
+                      const char* format, const char* tool, Produce&& produce,
+                      const std::function<std::string(size_t, size_t)>& file_name = nullptr) {
   std::vector<std::vector<const Tensor*>> shards(1);
   uint64_t size = 0;
   for (const auto& t : tensors) {
@@ -81,7 +84,8 @@ uint64_t write_shards(const std::filesystem::path& dir, const std::vector<Tensor
   std::string weight_map;
   uint64_t total = 0;
   for (size_t i = 0; i < shards.size(); ++i) {
-    const std::string file = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
+    const std::string file = file_name ? file_name(i, shards.size())
+                                       : fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
     std::string header = fmt::format(R"({{"__metadata__":{{"format":"{}"}})", format);
     uint64_t offset = 0;
     for (const Tensor* t : shards[i]) {

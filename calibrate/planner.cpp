@@ -634,12 +634,27 @@ Plan plan_for_batch(const DeviceProfile& d, const ModelProfile& m, const PlanReq
                          {{"mem_total", double(d.memory.total)}, {"mem_available", double(d.memory.available)},
                           {"limit", double(d.memory.limit())}, {"usable", double(usable)}}});
 
-  // Threads: the fewest that reach 97% of the best matvec rate in the experts'/weights' format (decode is
-  // bandwidth-bound; more threads than that only contend).
+  // Threads: where calibrate timed this model's decode step at several thread counts, the fewest within 3% of the
+  // fastest step (the model's own measurement: a format without a matvec probe of its own, MXFP4 for one, can
+  // scale differently from the probed ones); otherwise the fewest that reach 97% of the best matvec rate in the
+  // experts'/weights' format (decode is bandwidth-bound; more threads than that only contend).
   const std::string hot_format = m.moe() ? m.expert_format : m.weight_format;
+  std::map<int, double> timed_steps;
+  for (auto& t : m.timings)
+    if (t.step_seconds > 0 && t.threads >= 1 && t.threads <= d.topology.cores) timed_steps[t.threads] = t.step_seconds;
   if (request.threads) {
     p.threads = *request.threads;
     p.rationale.push_back({"threads", std::to_string(p.threads), "given", {}});
+  } else if (timed_steps.size() >= 2) {
+    double fastest = timed_steps.begin()->second;
+    for (auto& [threads, step] : timed_steps) fastest = std::min(fastest, step);
+    std::map<std::string, double> ms;
+    p.threads = 0;
+    for (auto& [threads, step] : timed_steps) {  // ascending thread counts: the first within 3% is the fewest
+      ms[fmt::format("step_seconds@{}", threads)] = step;
+      if (p.threads == 0 && step <= 1.03 * fastest) p.threads = threads;
+    }
+    p.rationale.push_back({"threads", std::to_string(p.threads), "fewest threads within 3% of the fastest measured decode step", ms});
   } else {
     double best = 0;
     for (auto& c : d.compute) best = std::max(best, matvec_gbs(d, c.threads, hot_format));

@@ -282,6 +282,35 @@ TEST(Planner, DefaultBatchIsHalvedUntilItsKvFits) {
   EXPECT_TRUE(said);
 }
 
+// Threads from the model's own timed decode steps where calibrate measured several thread counts: the fewest within
+// 3% of the fastest (gpt-oss-20b's MXFP4 step was 322 ms on 1 thread and 189 ms on 2 while the q8 matvec probe,
+// the fallback, said 1 thread was enough); without timings the matvec probe decides.
+TEST(Planner, ThreadsFollowTheModelsTimedDecodeSteps) {
+  const DeviceProfile d = device("desktop-16gb");
+  ASSERT_GE(d.topology.cores, 2);
+  ModelProfile m = qwen3_moe_30b();
+  PlanRequest r;
+  r.budget_bytes = 16ull << 30;
+  auto timing = [](int threads, double step) {
+    ModelTiming t;
+    t.threads = threads;
+    t.step_seconds = step;
+    return t;
+  };
+  m.timings = {timing(1, 0.322), timing(2, 0.189)};
+  EXPECT_EQ(make_plan(d, m, r).threads, 2);
+  m.timings = {timing(1, 0.190), timing(2, 0.189)};  // within 3%: the fewer
+  EXPECT_EQ(make_plan(d, m, r).threads, 1);
+  m.timings = {timing(1, 0.190), timing(64, 0.01)};  // a thread count this device lacks is not a candidate
+  m.timings.push_back(timing(2, 0.250));
+  EXPECT_EQ(make_plan(d, m, r).threads, 1);
+  m.timings.clear();
+  const Plan probe_only = make_plan(d, m, r);
+  bool said = false;
+  for (auto& why : probe_only.rationale) said |= why.decision == "threads" && why.because.find("matvec") != std::string::npos;
+  EXPECT_TRUE(said);
+}
+
 // prefill_seconds (fit's time to first token): a full chunk is the prediction's prefill rate; a second chunk costs
 // the first plus exactly the attention over the chunk more positions each of its rows sees (4 * heads * head_dim
 // flops per position and layer at the GEMM rate); a prompt of a few rows pays the whole weight stream, so costs more

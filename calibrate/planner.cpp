@@ -98,6 +98,21 @@ double expert_flops_per_token(const ModelProfile& m) {
   return 2.0 * double(m.top_k) * 3 * double(m.hidden) * double(m.moe_intermediate);
 }
 
+// The SGEMM probe at kGemmEfficiency, flops/s: what prefill's GEMMs get where no better measurement applies.
+double sgemm_flops(const DeviceProfile& d, int threads) {
+  const ComputeSample* c = sample_for_threads(d, threads);
+  return std::max(c ? c->sgemm_gflops : 1.0, 0.1) * kGemmEfficiency * 1e9;
+}
+
+// Storage bytes/s for `experts` expert reads requested together: the reader's block size at the queue depth their
+// blocks fill (at most the reader's depth).
+double expert_read_bw(const DeviceProfile& d, const ModelProfile& m, const Plan& p, double experts) {
+  const double blocks =
+      experts * std::ceil(double(m.expert_read_bytes) / double(std::max<uint64_t>(p.reader_block_size, 1)));
+  const unsigned depth = unsigned(std::clamp(blocks, 1.0, double(std::max(p.reader_queue_depth, 1u))));
+  return storage_gbs(d, p.reader_block_size, depth) * 1e9;
+}
+
 // Prefill's GEMM rate for a weight format at `rows` activation rows, flops/s: the engine's matmul as calibrate
 // probed it at 16 and 128 rows (ComputeSample::matmul16_gflops, matmul_gflops), interpolated in log(rows) between
 // them and flat outside; a profile without that probe, or a format it lacks, takes the SGEMM probe at
@@ -114,7 +129,7 @@ double gemm_flops(const DeviceProfile& d, int threads, const std::string& format
       return std::exp(std::log(few->second) * (1 - t) + std::log(many->second) * t) * 1e9;
     }
   }
-  return std::max(c ? c->sgemm_gflops : 1.0, 0.1) * kGemmEfficiency * 1e9;
+  return sgemm_flops(d, threads);
 }
 
 struct ExpertKey {
@@ -395,10 +410,8 @@ StepCost evaluate(const DeviceProfile& d, const ModelProfile& m, const Plan& p, 
     const double host_requests = distinct_cpu + distinct_gpu * (1.0 - pr.gpu_expert_hit_rate);
     const double misses = host_requests * (1.0 - pr.expert_hit_rate);
     pr.miss_bytes_per_token = misses * double(m.expert_read_bytes) / double(B);
-    const double chunks = std::ceil(double(m.expert_read_bytes) / double(p.reader_block_size));
     const double per_layer = std::max(1.0, misses / double(m.moe_layers));
-    const unsigned depth = unsigned(std::clamp(chunks * per_layer, 1.0, double(p.reader_queue_depth)));
-    const double storage_bw = storage_gbs(d, p.reader_block_size, depth) * 1e9;
+    const double storage_bw = expert_read_bw(d, m, p, per_layer);
     if (costs.measured) {
       t["experts"] = distinct_cpu * costs.expert;
       // Routing: the router, and for single-sequence decode with prefetch the next layer's router once more.
@@ -484,8 +497,7 @@ double prefill_seconds(const DeviceProfile& d, const ModelProfile& m, const Plan
   // 2048 x 1024 expert: 155 GFLOP/s against 743 on 4096 x 4096 at 128 rows, this VM). They keep the SGEMM probe at
   // kGemmEfficiency plus one stream of each touched expert, which measured MoE prefill matched (1.06-1.14 at load
   // 0.7, bench/results/fit-accuracy.md).
-  const ComputeSample* cs = sample_for_threads(d, p.threads);
-  const double expert_gemm = std::max(cs ? cs->sgemm_gflops : 1.0, 0.1) * kGemmEfficiency * 1e9;
+  const double expert_gemm = sgemm_flops(d, p.threads);
   const uint64_t head = gpu_head_bytes(m);
   const double layer_bytes = std::max(0.0, double(m.dense_read_per_token()) - double(head));
   const int64_t chunk = std::max<int64_t>(p.prefill_chunk, 1);
@@ -499,16 +511,12 @@ double prefill_seconds(const DeviceProfile& d, const ModelProfile& m, const Plan
     if (!m.moe()) continue;
     for (size_t l = 0; l < m.expert_frequency.size(); ++l) {
       std::vector<double> f = m.expert_frequency[l];
-      const double touched = std::max(distinct_experts(f, rows), 1e-9);
       const double compute = double(rows) * expert_flops_per_token(m) / expert_gemm +
-                             touched * double(m.expert_payload_bytes) / expert_bw;
+                             distinct_experts(f, rows) * double(m.expert_payload_bytes) / expert_bw;
       if (l < p.resident_experts.size())
         for (int32_t e : p.resident_experts[l]) f[size_t(e)] = 0;
       const double missing = distinct_experts(f, rows);
-      const double chunks =
-          missing * std::ceil(double(m.expert_read_bytes) / double(std::max<uint64_t>(p.reader_block_size, 1)));
-      const unsigned depth = unsigned(std::clamp(chunks, 1.0, double(std::max(p.reader_queue_depth, 1u))));
-      const double reads = missing * double(m.expert_read_bytes) / (storage_gbs(d, p.reader_block_size, depth) * 1e9);
+      const double reads = missing * double(m.expert_read_bytes) / expert_read_bw(d, m, p, missing);
       seconds += std::max(compute, reads);
     }
   }

@@ -31,6 +31,7 @@ WisdomEntry calibrate_model(const CalibrateOptions& o) {
   mp.progress = o.progress;
   for (auto& c : entry.device.compute) mp.timing_threads.push_back(c.threads);  // every count the planner may pick
   mp.timing_seconds = o.quick ? 0.15 : 0.4;
+  mp.kv_quality_seconds = o.quick ? 10 : 60;
   RouterTrace trace;
   mp.trace = &trace;
   entry.model = measure_model_profile(o.model_dir, mp);

@@ -8,6 +8,7 @@
 
 #include "calibrate/device_profile.h"
 #include "calibrate/json_fields.h"
+#include "runtime/kv/codec.h"
 #include "tiering/expert_layout.h"
 
 namespace tierlm::calibrate {
@@ -245,6 +246,11 @@ bj::value to_json(const ModelProfile& p) {
   o["frequency_source"] = p.frequency_source;
   o["traced_prompts"] = p.traced_prompts;
   o["traced_tokens"] = p.traced_tokens;
+  if (!p.kv_perplexity_increase.empty()) {
+    bj::object q;
+    for (auto& [codec, increase] : p.kv_perplexity_increase) q[codec] = increase;
+    o["kv_quality"] = bj::object{{"tokens", p.kv_quality_tokens}, {"perplexity_increase", q}};
+  }
   return o;
 }
 
@@ -316,6 +322,17 @@ ModelProfile model_profile_from_json(const bj::value& v) {
       const auto* n = b.if_int64();
       if (!n || *n < 0) throw std::runtime_error(what + ".layer_recurrent_bytes: sizes must be integers >= 0");
       p.layer_recurrent_bytes.push_back(uint64_t(*n));
+    }
+  }
+  if (o.contains("kv_quality")) {
+    const auto& q = object(field(o, "kv_quality", what), what + ".kv_quality");
+    p.kv_quality_tokens = integer(q, "tokens", what + ".kv_quality");
+    for (auto& [codec, increase] : object(field(q, "perplexity_increase", what), what + ".kv_quality.perplexity_increase")) {
+      kv::parse_codec(std::string(codec));  // throws on an unknown codec name
+      const double* d = increase.if_double();
+      const int64_t* i = increase.if_int64();
+      if (!d && !i) throw std::runtime_error(what + ".kv_quality.perplexity_increase: values must be numbers");
+      p.kv_perplexity_increase[std::string(codec)] = d ? *d : double(*i);
     }
   }
   if (o.contains("timings"))

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,11 @@ struct ModelProfile {
   std::string frequency_source;  // "router traces: N prompts, T tokens" or "uniform (...)"
   int64_t traced_prompts = 0, traced_tokens = 0;
   std::vector<ModelTiming> timings;  // empty: the planner falls back to its constants
+  // KV codec quality measured on this model (measure_kv_quality): each lossy codec's perplexity increase over the
+  // exact f32 cache on profiles/text/kv-quality.txt (0.008 = +0.8%). The planner picks a turbo codec by itself only
+  // where it is measured at most kKvMaxPerplexityIncrease; empty: not measured (a config-only profile, --quick).
+  std::map<std::string, double> kv_perplexity_increase;
+  int64_t kv_quality_tokens = 0;      // tokens the perplexities were measured on
 
   bool moe() const { return experts > 0; }
   // Everything held in memory whatever the plan (all classes but the routed experts).
@@ -117,6 +123,7 @@ struct ModelProfileOptions {
   // timing_seconds.
   std::vector<int> timing_threads;
   double timing_seconds = 0.3;
+  double kv_quality_seconds = 60;      // the KV codec quality pass (calibrate/kv_quality.h); 0: skipped
 };
 
 // Loads the model (dense part; experts stay on disk), measures the bytes of each class from the loaded weights and

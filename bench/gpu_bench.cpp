@@ -9,6 +9,11 @@
 //        gpu_bench --first-use FORMAT [--prompt N] [--long N]: a process's first prompt on the 1B shape (run it as a
 //        fresh process per format): the GpuLayers setup phases, the first and the steady prefill of N tokens (wall
 //        and per-operation device time), and a steady prefill of --long tokens.
+//        gpu_bench --model HF_DIR [--formats f16,q8_0,q4] [--prompt N] [--long N] [--decode N]: the peer run
+//        (bench/peer/llamacpp_cuda.sh runs llama-bench on GGUFs written from the same folder): loads the folder in
+//        each format, every layer and the head on the GPU, and prints one JSON line per format: steady prefill
+//        tok/s of N and --long tokens (median of 3 after a warm-up, as llama-bench's pp), decode tok/s of --decode
+//        greedy steps from position 8 (as llama-bench's tg at depth 0), and the d2d roofline of the same run.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -156,14 +161,84 @@ int first_use(kernels::WeightFormat format, int64_t prompt, int64_t long_prompt)
   return 0;
 }
 
+// The peer run on an HF folder (see the usage above).
+int peer(const std::string& dir, const std::string& formats, int64_t prompt, int64_t long_prompt, int decode) {
+  const auto probe = gpu::probe_gpu(false);
+  const double roofline = probe->d2d_bytes_per_second;
+  std::printf("{\"device\":\"%s\",\"d2d_gbps\":%.1f}\n", probe->name.c_str(), roofline / 1e9);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  for (size_t at = 0; at < formats.size();) {
+    const size_t comma = std::min(formats.find(',', at), formats.size());
+    const std::string format = formats.substr(at, comma - at);
+    at = comma + 1;
+    tiering::Ledger ledger;
+    model::LoadOptions lo;
+    lo.ledger = &ledger;
+    lo.weight_format = kernels::parse_format(format);
+    const model::ModelWeights w = model::load_model(dir, lo);
+    const int64_t chunk = std::max(prompt, long_prompt), context = chunk + decode + 64;
+    gpu::GpuOptions o;
+    o.layers = w.config.num_layers;
+    auto g = std::make_shared<gpu::GpuLayers>(w, o, chunk, context);
+    kernels::ThreadPool pool(4);
+    engine::Forward forward(w, pool, ledger, chunk, context);
+    forward.use_gpu(g);
+    // Token ids spread over the vocabulary (tierlm_peer's prompt).
+    std::vector<int32_t> tokens(static_cast<size_t>(chunk));
+    for (int64_t i = 0; i < chunk; ++i) tokens[size_t(i)] = int32_t(300 + (i * 7919) % (w.config.vocab_size - 300));
+    std::vector<float> logits(static_cast<size_t>(w.config.vocab_size));
+    int32_t greedy = -1;
+    auto run = [&](std::span<const int32_t> ids, int64_t pos, engine::KVCache& cache) {
+      const engine::BatchItem item{ids, pos, &cache, logits.data(), false, &greedy};
+      forward.run_batch(std::span(&item, 1));
+    };
+    double tps[2] = {0, 0};
+    for (int k = 0; k < 2; ++k) {
+      const int64_t n = k == 0 ? prompt : long_prompt;
+      if (n <= 0) continue;
+      std::vector<double> times;
+      for (int i = 0; i < 4; ++i) {  // the first is the warm-up
+        engine::KVCache cache(w.config, context, ledger);
+        const double t0 = now();
+        run(std::span(tokens.data(), size_t(n)), 0, cache);
+        if (i > 0) times.push_back(now() - t0);
+        g->forget(&cache);
+      }
+      tps[k] = double(n) / median(times);
+    }
+    std::vector<double> decode_tps;
+    for (int r = 0; r < 3; ++r) {
+      engine::KVCache cache(w.config, context, ledger);
+      run(std::span(tokens.data(), 8), 0, cache);
+      int64_t pos = 8;
+      for (int i = 0; i < 4; ++i, ++pos) run(std::span(&greedy, 1), pos, cache);
+      const double t0 = now();
+      for (int i = 0; i < decode; ++i, ++pos) run(std::span(&greedy, 1), pos, cache);
+      decode_tps.push_back(decode / (now() - t0));
+      g->forget(&cache);
+    }
+    const double d = median(decode_tps), bytes = double(g->weight_bytes());
+    std::printf("{\"engine\":\"tierlm\",\"format\":\"%s\",\"layers\":%lld,\"weight_bytes\":%.0f,"
+                "\"pp%lld\":%.1f,\"pp%lld\":%.1f,\"tg%d\":%.1f,\"of_roofline\":%.4f}\n",
+                format.c_str(), (long long)w.config.num_layers, bytes, (long long)prompt, tps[0],
+                (long long)long_prompt, tps[1], decode, d, bytes * d / roofline);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   bool quick = false, dense_only = false, chains = true, moe = true, matvec_ab = false;
   std::string formats = "bf16,q8_0,q4";
   int64_t table_prompt = 512;
-  std::string moe_dir = "/tmp/tierlm_gpu_bench_moe", first_use_format;
+  std::string moe_dir = "/tmp/tierlm_gpu_bench_moe", first_use_format, peer_dir;
   int64_t first_use_prompt = 180, first_use_long = 1800;
+  int peer_decode = 128;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--dense-only")) dense_only = true;  // bf16 llama only (for profilers)
@@ -176,11 +251,14 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--first-use") && i + 1 < argc) first_use_format = argv[++i];
     if (!std::strcmp(argv[i], "--prompt") && i + 1 < argc) first_use_prompt = std::atoll(argv[++i]);
     if (!std::strcmp(argv[i], "--long") && i + 1 < argc) first_use_long = std::atoll(argv[++i]);
+    if (!std::strcmp(argv[i], "--model") && i + 1 < argc) peer_dir = argv[++i];
+    if (!std::strcmp(argv[i], "--decode") && i + 1 < argc) peer_decode = std::atoi(argv[++i]);
   }
   if (!gpu::gpu_available()) {
     std::printf("gpu_bench: skipped, %s\n", gpu::gpu_unavailable_reason().c_str());
     return 0;
   }
+  if (!peer_dir.empty()) return peer(peer_dir, formats, first_use_prompt, first_use_long, peer_decode);
   if (!first_use_format.empty())
     return first_use(kernels::parse_format(first_use_format), first_use_prompt, first_use_long);
   const auto probe = gpu::probe_gpu(quick);
@@ -202,13 +280,16 @@ int main(int argc, char** argv) {
         {3072, 2048, 16, 1, 4}, {2048, 2048, 16, 0, 4}, {16384, 2048, 8, 1, 4}, {2048, 8192, 8, 2, 4},
         {128256, 2048, 2, 0, 4}}) {
     if (!chains) break;
-    // Packed formats twice: the tensor-core kernel ("mma") and the CUDA-core one ("cuda").
-    for (bool mma : {true, false}) {
-      if (format == 2 && !mma) continue;
-      if (const auto c = gpu::probe_kernel_chain(rows, cols, count, mode, format, mma))
+    // Packed formats on the tensor-core kernel ("mma", 1, 2 and 4 panels a block: "mma2", "mma4") and the
+    // CUDA-core one ("cuda").
+    for (int variant : {1, 2, 4, 0}) {
+      const bool mma = variant > 0;
+      if (format == 2 && variant != 1) continue;
+      static const char* const kNames[] = {"cuda", "mma", "mma2", "", "mma4"};
+      if (const auto c = gpu::probe_kernel_chain(rows, cols, count, mode, format, mma, variant))
         std::printf("    %-4s %-4s %6lld x %-5lld %-6s %8.2f / %8.2f us  (streaming %7.2f us: %5.1f%% / %5.1f%% of "
                     "roofline)\n",
-                    format == 2 ? "bf16" : format == 3 ? "q8_0" : "q4", format == 2 ? "" : mma ? "mma" : "cuda",
+                    format == 2 ? "bf16" : format == 3 ? "q8_0" : "q4", format == 2 ? "" : kNames[variant],
                     (long long)rows, (long long)cols, mode == 1 ? "normed" : mode == 2 ? "gated" : "", c->plain_us,
                     c->programmatic_us, 1e6 * c->bytes / roofline, 100.0 * 1e6 * c->bytes / roofline / c->plain_us,
                     100.0 * 1e6 * c->bytes / roofline / c->programmatic_us);
@@ -253,6 +334,7 @@ int main(int argc, char** argv) {
       int rows;
       bool host_logits;
       bool packed_mma = true;
+      int panels = 0;  // tensor-core kernel's panels a block (0: automatic); 4-bit weights then use it too
     };
     {  // warm-up (clocks, module load, cuBLAS heuristics), not reported
       gpu::GpuOptions o;
@@ -266,18 +348,28 @@ int main(int argc, char** argv) {
          {Variant{"all GPU (16/16 + head)", true, 0, false}, Variant{"all GPU, logits to host", true, 0, true},
           Variant{"all GPU, plain launches", false, 0, false},
           Variant{"all GPU, CUDA-core matvec", true, 0, false, false},
+          Variant{"all GPU, mma 1 panel", true, 0, false, true, 1},
+          Variant{"all GPU, mma 2 panels", true, 0, false, true, 2},
+          Variant{"all GPU, mma 4 panels", true, 0, false, true, 4},
           Variant{"all GPU (16/16 + head)", true, 0, false},
           Variant{"all GPU, logits to host", true, 0, true},
           Variant{"all GPU, plain launches", false, 0, false},
-          Variant{"all GPU, CUDA-core matvec", true, 0, false, false}}) {
+          Variant{"all GPU, CUDA-core matvec", true, 0, false, false},
+          Variant{"all GPU, mma 1 panel", true, 0, false, true, 1},
+          Variant{"all GPU, mma 2 panels", true, 0, false, true, 2},
+          Variant{"all GPU, mma 4 panels", true, 0, false, true, 4}}) {
       if (format != kernels::WeightFormat::bf16 && v.rows != 0) continue;
-      if (format != kernels::WeightFormat::q8_0 && !v.packed_mma) continue;  // 4-bit: CUDA cores by default
+      const bool packed = format == kernels::WeightFormat::q8_0 || format == kernels::WeightFormat::q4;
+      if (!packed && (!v.packed_mma || v.panels)) continue;
+      if (format == kernels::WeightFormat::q4 && !v.packed_mma) continue;  // 4-bit: CUDA cores by default
       if (matvec_ab && (v.host_logits || !v.programmatic)) continue;
       gpu::GpuOptions o;
       o.layers = w.config.num_layers;
       o.programmatic_launch = v.programmatic;
       o.dense_rows_per_block = v.rows;
       o.packed_mma = v.packed_mma;
+      o.packed_panels = v.panels;
+      if (v.panels) o.packed_mma_4bit = true;
       o.time_steps = true;
       auto g = std::make_shared<gpu::GpuLayers>(w, o, prompt, prompt + decode + 8);
       const Speed sp = measure(w, g, prompt, decode, threads, [&] { g->reset_profile(); }, v.host_logits);

@@ -280,16 +280,13 @@ int main(int argc, char** argv) {
         {3072, 2048, 16, 1, 4}, {2048, 2048, 16, 0, 4}, {16384, 2048, 8, 1, 4}, {2048, 8192, 8, 2, 4},
         {128256, 2048, 2, 0, 4}}) {
     if (!chains) break;
-    // Packed formats on the tensor-core kernel ("mma", 1, 2 and 4 panels a block: "mma2", "mma4") and the
-    // CUDA-core one ("cuda").
-    for (int variant : {1, 2, 4, 0}) {
-      const bool mma = variant > 0;
-      if (format == 2 && variant != 1) continue;
-      static const char* const kNames[] = {"cuda", "mma", "mma2", "", "mma4"};
-      if (const auto c = gpu::probe_kernel_chain(rows, cols, count, mode, format, mma, variant))
+    // Packed formats twice: the tensor-core kernel ("mma") and the CUDA-core one ("cuda").
+    for (bool mma : {true, false}) {
+      if (format == 2 && !mma) continue;
+      if (const auto c = gpu::probe_kernel_chain(rows, cols, count, mode, format, mma))
         std::printf("    %-4s %-4s %6lld x %-5lld %-6s %8.2f / %8.2f us  (streaming %7.2f us: %5.1f%% / %5.1f%% of "
                     "roofline)\n",
-                    format == 2 ? "bf16" : format == 3 ? "q8_0" : "q4", format == 2 ? "" : kNames[variant],
+                    format == 2 ? "bf16" : format == 3 ? "q8_0" : "q4", format == 2 ? "" : mma ? "mma" : "cuda",
                     (long long)rows, (long long)cols, mode == 1 ? "normed" : mode == 2 ? "gated" : "", c->plain_us,
                     c->programmatic_us, 1e6 * c->bytes / roofline, 100.0 * 1e6 * c->bytes / roofline / c->plain_us,
                     100.0 * 1e6 * c->bytes / roofline / c->programmatic_us);
@@ -334,7 +331,6 @@ int main(int argc, char** argv) {
       int rows;
       bool host_logits;
       bool packed_mma = true;
-      int panels = 0;  // tensor-core kernel's panels a block (0: automatic); 4-bit weights then use it too
     };
     {  // warm-up (clocks, module load, cuBLAS heuristics), not reported
       gpu::GpuOptions o;
@@ -348,28 +344,18 @@ int main(int argc, char** argv) {
          {Variant{"all GPU (16/16 + head)", true, 0, false}, Variant{"all GPU, logits to host", true, 0, true},
           Variant{"all GPU, plain launches", false, 0, false},
           Variant{"all GPU, CUDA-core matvec", true, 0, false, false},
-          Variant{"all GPU, mma 1 panel", true, 0, false, true, 1},
-          Variant{"all GPU, mma 2 panels", true, 0, false, true, 2},
-          Variant{"all GPU, mma 4 panels", true, 0, false, true, 4},
           Variant{"all GPU (16/16 + head)", true, 0, false},
           Variant{"all GPU, logits to host", true, 0, true},
           Variant{"all GPU, plain launches", false, 0, false},
-          Variant{"all GPU, CUDA-core matvec", true, 0, false, false},
-          Variant{"all GPU, mma 1 panel", true, 0, false, true, 1},
-          Variant{"all GPU, mma 2 panels", true, 0, false, true, 2},
-          Variant{"all GPU, mma 4 panels", true, 0, false, true, 4}}) {
+          Variant{"all GPU, CUDA-core matvec", true, 0, false, false}}) {
       if (format != kernels::WeightFormat::bf16 && v.rows != 0) continue;
-      const bool packed = format == kernels::WeightFormat::q8_0 || format == kernels::WeightFormat::q4;
-      if (!packed && (!v.packed_mma || v.panels)) continue;
-      if (format == kernels::WeightFormat::q4 && !v.packed_mma) continue;  // 4-bit: CUDA cores by default
+      if (format != kernels::WeightFormat::q8_0 && !v.packed_mma) continue;  // 4-bit: CUDA cores by default
       if (matvec_ab && (v.host_logits || !v.programmatic)) continue;
       gpu::GpuOptions o;
       o.layers = w.config.num_layers;
       o.programmatic_launch = v.programmatic;
       o.dense_rows_per_block = v.rows;
       o.packed_mma = v.packed_mma;
-      o.packed_panels = v.panels;
-      if (v.panels) o.packed_mma_4bit = true;
       o.time_steps = true;
       auto g = std::make_shared<gpu::GpuLayers>(w, o, prompt, prompt + decode + 8);
       const Speed sp = measure(w, g, prompt, decode, threads, [&] { g->reset_profile(); }, v.host_logits);

@@ -55,9 +55,6 @@ void matvec_gated(const MatrixRef& w, const float* gate_up, float* y, bool accum
 // TIERLM_GPU_PACKED_MMA=0) keeps them on the CUDA-core kernel (A/B runs). Default: 8-bit only (q4 measured ~1%
 // slower end to end on the tensor cores, H200), or TIERLM_GPU_PACKED_MMA=all.
 void set_packed_mma(bool on, bool four_bit = false);
-// 16-row panels one block of the tensor-core kernel computes from one staging of x: 1, 2 or 4 (0: automatic, see
-// packed_decode.cu; TIERLM_GPU_PACKED_PANELS sets it for A/B runs).
-void set_packed_panels(int panels);
 bool packed_mma_takes(const MatrixRef& w);
 void packed_mma_matvec(const MatrixRef& w, const float* x, int xmode, const float* norm_weight, float eps, float* y,
                        bool accumulate, cudaStream_t stream);

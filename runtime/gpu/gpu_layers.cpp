@@ -305,8 +305,6 @@ struct GpuLayers::Impl {
     if (!env_on("TIERLM_GPU_PACKED_MMA")) options.packed_mma = false;
     if (const char* v = std::getenv("TIERLM_GPU_PACKED_MMA"); v && std::string(v) == "all")
       options.packed_mma_4bit = true;
-    if (const char* v = std::getenv("TIERLM_GPU_PACKED_PANELS"); v && !options.packed_panels)
-      options.packed_panels = std::atoi(v);
     if (c.head_dim % 16 != 0 || c.head_dim > 256)
       throw std::invalid_argument("gpu: head_dim " + std::to_string(c.head_dim) +
                                   " is not supported (a multiple of 16, at most 256)");
@@ -849,7 +847,6 @@ struct GpuLayers::Impl {
     device::set_programmatic_launch(options.programmatic_launch);
     device::set_dense_rows_per_block(fused_matvec ? options.dense_rows_per_block : -1);
     device::set_packed_mma(options.packed_mma, options.packed_mma_4bit);
-    device::set_packed_panels(options.packed_panels);
     for (size_t b = 0; b < batch.size() && gpu_layers > 0; ++b) {
       int64_t first = max_context, last = -1;
       for (int64_t i = 0; i < n; ++i)

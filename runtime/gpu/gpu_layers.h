@@ -47,7 +47,6 @@ struct GpuOptions {
   // cores unless packed_mma_4bit (or TIERLM_GPU_PACKED_MMA=all): end to end that measured ~1% slower (H200, q4).
   bool packed_mma = true;
   bool packed_mma_4bit = false;
-  int packed_panels = 0;  // 16-row panels a block of the tensor-core kernel: 1, 2, 4 (0: automatic; A/B runs)
   // Head rows computed and staged at once (the logits staging holds this many rows, in VRAM and pinned RAM).
   // 0: as many as fit in 16 MiB (32 rows of a 128K vocabulary), at least 4, at most the chunk.
   int64_t head_rows_per_pass = 0;

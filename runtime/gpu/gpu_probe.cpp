@@ -155,7 +155,7 @@ std::optional<GpuProbe> probe_gpu(bool quick) {
 }
 
 std::optional<KernelChainProbe> probe_kernel_chain(int64_t rows, int64_t cols, int count, int mode, int format,
-                                                   bool packed_mma, int packed_panels) {
+                                                   bool packed_mma) {
   if (!gpu_available() || rows <= 0 || cols <= 0 || cols % 32 != 0 || count <= 0) return std::nullopt;
   if (format != 1 && format != 2 && format != 3 && format != 4) return std::nullopt;
   KernelChainProbe r;
@@ -183,7 +183,6 @@ std::optional<KernelChainProbe> probe_kernel_chain(int64_t rows, int64_t cols, i
   cudaStream_t stream;
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   device::set_packed_mma(packed_mma, true);
-  device::set_packed_panels(packed_panels);
   for (bool programmatic : {false, true}) {
     device::set_programmatic_launch(programmatic);
     (programmatic ? r.programmatic_us : r.plain_us) = graph_us_per_launch(stream, count, [&] {
@@ -211,7 +210,6 @@ std::optional<KernelChainProbe> probe_kernel_chain(int64_t rows, int64_t cols, i
   }
   device::set_programmatic_launch(true);
   device::set_packed_mma(true, false);
-  device::set_packed_panels(0);
   cudaStreamDestroy(stream);
   cudaFree(weights);
   cudaFree(x);
@@ -287,7 +285,7 @@ namespace tierlm::gpu {
 bool gpu_available() { return false; }
 std::string gpu_unavailable_reason() { return "built without CUDA (no CUDA toolkit was found at configure time)"; }
 std::optional<GpuProbe> probe_gpu(bool) { return std::nullopt; }
-std::optional<KernelChainProbe> probe_kernel_chain(int64_t, int64_t, int, int, int, bool, int) { return std::nullopt; }
+std::optional<KernelChainProbe> probe_kernel_chain(int64_t, int64_t, int, int, int, bool) { return std::nullopt; }
 std::optional<double> probe_attention(int64_t, int64_t, int64_t, int64_t, bool, int) { return std::nullopt; }
 
 }  // namespace tierlm::gpu

@@ -40,8 +40,7 @@ struct KernelChainProbe {
 // mode 0: y = W x; 1: y = W rmsnorm(x) (the norm fused into the kernel); 2: y = W (silu(g) * u) (gate fused).
 // packed_mma: packed formats (8- and 4-bit) on the tensor-core kernel (false: the CUDA-core one).
 std::optional<KernelChainProbe> probe_kernel_chain(int64_t rows, int64_t cols, int count = 16, int mode = 0,
-                                                   int format = 2, bool packed_mma = true,
-                                                   int packed_panels = 0);
+                                                   int format = 2, bool packed_mma = true);
 
 // Decode attention (one row, f16 device KV of `len` positions, heads / kv_heads / head_dim) replayed 16 times as
 // one CUDA graph: device microseconds per launch, fused (RoPE/KV store inside) or not, with phases skipped for

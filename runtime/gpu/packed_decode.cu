@@ -47,11 +47,6 @@ bool g_packed_mma_4bit = [] {
   const char* v = std::getenv("TIERLM_GPU_PACKED_MMA");
   return v && std::string(v) == "all";
 }();
-// 16-row panels a block (1, 2 or 4; 0: automatic); TIERLM_GPU_PACKED_PANELS for A/B runs.
-int g_packed_panels = [] {
-  const char* v = std::getenv("TIERLM_GPU_PACKED_PANELS");
-  return v ? std::atoi(v) : 0;
-}();
 
 __device__ __forceinline__ float2 load_scale_pair(const void* p, int type, int64_t i) {
   if (type == 0) return *reinterpret_cast<const float2*>(static_cast<const float*>(p) + i);
@@ -87,53 +82,44 @@ __device__ __forceinline__ void mma_step(float (&c)[4], uint2 w, __half2 offset,
 // XMODE: 0 x as is, 1 x rms-normed by norm_weight (the norm's scale applied to the totals), 2 x = silu(gate) * up
 // of a [gate | up] row of 2 * cols floats. Dynamic shared memory: per warp, hi and lo halves of its columns and
 // the f32 sum of each of its chunks (WARPS * chunks_per_warp * (32 * 4 + 4) bytes).
-// PANELS: 16-row panels a block computes from one staging of x (one x staging, one reduction and one launch slot
-// for PANELS panels); a warp walks its columns of panel 0, then of panel 1, ..., with its loads in flight across the
-// panel boundaries.
-template <int BITS, int XMODE, int WARPS, int PANELS>
+template <int BITS, int XMODE, int WARPS>
 __global__ void __launch_bounds__(WARPS * 32) packed_mma_matvec(MatrixRef w, const float* x, const float* norm_weight,
                                                               float eps, float* y, bool accumulate,
                                                               int chunks_per_warp) {
   extern __shared__ __align__(16) unsigned char mma_shared[];
-  __shared__ float partial[PANELS][WARPS][16];
+  __shared__ float partial[WARPS][16];
   __shared__ float warp_squares[WARPS];
   constexpr int kPairs = BITS == 8 ? 2 : 1;  // 8-byte words a lane reads per chunk
   // 32-column chunks whose weight words a lane has in flight (fewer in 1024-thread blocks: 64 registers a thread)
   constexpr int kMmaBatch = WARPS > 8 ? 2 : 4;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t cols = w.cols, panel0 = int64_t(blockIdx.x) * PANELS, groups = cols / w.group_size;
-  const int panels = int(min(int64_t(PANELS), (w.rows + 15) / 16 - panel0));
+  const int64_t cols = w.cols, panel = blockIdx.x, groups = cols / w.group_size;
   const int chunks = int(cols / 32), ch0 = warp * chunks_per_warp;
   const int mine = max(0, min(chunks_per_warp, chunks - ch0));
-  const int items = mine * panels;  // (panel, chunk) pairs of this warp, panel-major
-  const int64_t panel_bytes = cols * 16 * BITS / 8;
-  const uint8_t* data = static_cast<const uint8_t*>(w.data) + panel0 * panel_bytes;
+  const uint8_t* data = static_cast<const uint8_t*>(w.data) + panel * cols * 16 * BITS / 8;
   const bool affine = w.biases != nullptr;
   // Scales of rows 2g, 2g+1 of the chunk's group (group sizes are powers of two).
   const int group_shift = __ffs(w.group_size) - 1;
-  const int64_t scales_at = panel0 * groups * 16 + 2 * g;
+  const int64_t scales_at = panel * groups * 16 + 2 * g;
   // Per chunk: 8-bit: quads t and t+4 of its 8 (512 bytes); 4-bit: chunk t of its block (256 bytes).
-  auto load = [&](int j, uint2 (&words)[kPairs]) {
-    const int p = PANELS == 1 ? 0 : j / mine;
-    const int64_t ch = ch0 + (j - p * mine);
-    const uint8_t* base = data + p * panel_bytes;
+  auto load = [&](int i, uint2 (&words)[kPairs]) {
+    const int64_t ch = ch0 + i;
     if constexpr (BITS == 8) {
-      words[0] = __ldcs(reinterpret_cast<const uint2*>(base + (ch * 8 + t) * 64 + 8 * g));
-      words[1] = __ldcs(reinterpret_cast<const uint2*>(base + (ch * 8 + 4 + t) * 64 + 8 * g));
+      words[0] = __ldcs(reinterpret_cast<const uint2*>(data + (ch * 8 + t) * 64 + 8 * g));
+      words[1] = __ldcs(reinterpret_cast<const uint2*>(data + (ch * 8 + 4 + t) * 64 + 8 * g));
     } else {
-      words[0] = __ldcs(reinterpret_cast<const uint2*>(base + ch * 256 + t * 64 + 8 * g));
+      words[0] = __ldcs(reinterpret_cast<const uint2*>(data + ch * 256 + t * 64 + 8 * g));
     }
   };
   uint2 cur[kMmaBatch][kPairs], next[kMmaBatch][kPairs];
   let_next_kernel_start();
 #pragma unroll
   for (int b = 0; b < kMmaBatch; ++b)
-    if (b < items) load(b, cur[b]);
-  {  // the rest of the warp's columns (contiguous in each panel) toward L2: lane p, panel p
+    if (b < mine) load(b, cur[b]);
+  {  // the rest of the warp's columns (contiguous in the panel) toward L2
     constexpr int64_t kChunkBytes = BITS == 8 ? 512 : 256;
-    const int skip = lane == 0 ? min(kMmaBatch, mine) : 0;
-    if (lane < panels && mine > skip)
-      prefetch_l2_thread(data + lane * panel_bytes + (ch0 + skip) * kChunkBytes, uint32_t((mine - skip) * kChunkBytes));
+    if (lane == 0 && mine > kMmaBatch)
+      prefetch_l2_thread(data + (ch0 + kMmaBatch) * kChunkBytes, uint32_t((mine - kMmaBatch) * kChunkBytes));
   }
   wait_for_previous_kernel();
 
@@ -179,18 +165,14 @@ __global__ void __launch_bounds__(WARPS * 32) packed_mma_matvec(MatrixRef w, con
   const __half2 offset = __float2half2_rn(affine ? 1024.0f : 1152.0f);
   const __half* xb = g == 0 ? xh : xl;  // B column 0: hi, column 1: lo, columns 2-7: zero
   float acc0 = 0, acc1 = 0;              // panel rows 2g, 2g+1 (meaningful in lanes t == 0)
-  if (mine == 0 && t == 0)
-#pragma unroll
-    for (int p = 0; p < PANELS; ++p) partial[p][warp][2 * g] = partial[p][warp][2 * g + 1] = 0;
-  for (int i0 = 0; i0 < items; i0 += kMmaBatch) {
+  for (int i0 = 0; i0 < mine; i0 += kMmaBatch) {
 #pragma unroll
     for (int b = 0; b < kMmaBatch; ++b)
-      if (i0 + kMmaBatch + b < items) load(i0 + kMmaBatch + b, next[b]);
+      if (i0 + kMmaBatch + b < mine) load(i0 + kMmaBatch + b, next[b]);
 #pragma unroll
     for (int b = 0; b < kMmaBatch; ++b) {
-      const int j = i0 + b;
-      if (j < items) {
-        const int p = PANELS == 1 ? 0 : j / mine, i = j - p * mine;
+      const int i = i0 + b;
+      if (i < mine) {
         uint2 b_lo = make_uint2(0, 0), b_hi = make_uint2(0, 0);
         if (g < 2) {
           b_lo = *reinterpret_cast<const uint2*>(xb + i * 32 + 4 * t);
@@ -205,7 +187,7 @@ __global__ void __launch_bounds__(WARPS * 32) packed_mma_matvec(MatrixRef w, con
           mma_step(c, make_uint2(wd.x & 0x0f0f0f0fu, wd.y & 0x0f0f0f0fu), offset, b_lo.x, b_lo.y);
           mma_step(c, make_uint2((wd.x >> 4) & 0x0f0f0f0fu, (wd.y >> 4) & 0x0f0f0f0fu), offset, b_hi.x, b_hi.y);
         }
-        const int64_t at = scales_at + int64_t(p) * groups * 16 + int64_t(((ch0 + i) * 32) >> group_shift) * 16;
+        const int64_t at = scales_at + int64_t(((ch0 + i) * 32) >> group_shift) * 16;
         const float2 d = load_scale_pair(w.scales, w.scale_type, at);
         acc0 += d.x * (c[0] + c[1]);
         acc1 += d.y * (c[2] + c[3]);
@@ -215,13 +197,6 @@ __global__ void __launch_bounds__(WARPS * 32) packed_mma_matvec(MatrixRef w, con
           acc0 += m.x * s;
           acc1 += m.y * s;
         }
-        if (i == mine - 1) {  // the warp's last chunk of panel p
-          if (t == 0) {
-            partial[p][warp][2 * g] = acc0;
-            partial[p][warp][2 * g + 1] = acc1;
-          }
-          acc0 = acc1 = 0;
-        }
       }
     }
 #pragma unroll
@@ -229,58 +204,48 @@ __global__ void __launch_bounds__(WARPS * 32) packed_mma_matvec(MatrixRef w, con
 #pragma unroll
       for (int p = 0; p < kPairs; ++p) cur[b][p] = next[b][p];
   }
+  if (t == 0) {
+    partial[warp][2 * g] = acc0;
+    partial[warp][2 * g + 1] = acc1;
+  }
   if (XMODE == 1) {
     for (int o = 16; o > 0; o >>= 1) squares += __shfl_xor_sync(0xffffffffu, squares, o);
     if (lane == 0) warp_squares[warp] = squares;
   }
   __syncthreads();
-  if (threadIdx.x < 16 * panels) {
-    const int p = threadIdx.x / 16, r = threadIdx.x % 16;
+  if (threadIdx.x < 16) {
+    const int r = threadIdx.x;
     float total = 0;
-    for (int k = 0; k < WARPS; ++k) total += partial[p][k][r];
+    for (int k = 0; k < WARPS; ++k) total += partial[k][r];
     if (XMODE == 1) {
       float sum = 0;
       for (int k = 0; k < WARPS; ++k) sum += warp_squares[k];
       total *= rsqrtf(sum / float(cols) + eps);
     }
-    const int64_t row = (panel0 + p) * 16 + r;
+    const int64_t row = panel * 16 + r;
     if (row < w.rows) y[row] = accumulate ? y[row] + total : total;
   }
 }
 
 // Few panels (a short matrix such as o or down) get 32 warps a block, so the SMs still have loads enough in flight
 // (as the CUDA-core kernel).
-template <int XMODE, int WARPS, int PANELS>
+template <int XMODE, int WARPS>
 void launch_mma_warps(const MatrixRef& w, const float* x, const float* norm_weight, float eps, float* y,
                       bool accumulate, cudaStream_t stream) {
   const int chunks = int(w.cols / 32), per_warp = (chunks + WARPS - 1) / WARPS;
   const size_t shared = size_t(WARPS) * size_t(per_warp) * (32 * 2 * 2 + 4);
-  auto kernel = w.bits == 8 ? packed_mma_matvec<8, XMODE, WARPS, PANELS> : packed_mma_matvec<4, XMODE, WARPS, PANELS>;
-  const int64_t panels = (w.rows + 15) / 16;
-  launch(kernel, unsigned((panels + PANELS - 1) / PANELS), WARPS * 32, shared, stream, w, x, norm_weight, eps, y,
-         accumulate, per_warp);
-}
-
-template <int XMODE, int PANELS>
-void launch_mma_panels(const MatrixRef& w, const float* x, const float* norm_weight, float eps, float* y,
-                       bool accumulate, cudaStream_t stream) {
-  // Few blocks (a short matrix such as o or down): 32 warps a block, so the SMs still have loads enough in flight.
-  if ((w.rows + 15) / 16 / PANELS < 2 * 132)
-    launch_mma_warps<XMODE, 32, PANELS>(w, x, norm_weight, eps, y, accumulate, stream);
-  else
-    launch_mma_warps<XMODE, kMmaWarps, PANELS>(w, x, norm_weight, eps, y, accumulate, stream);
+  auto kernel = w.bits == 8 ? packed_mma_matvec<8, XMODE, WARPS> : packed_mma_matvec<4, XMODE, WARPS>;
+  launch(kernel, unsigned((w.rows + 15) / 16), WARPS * 32, shared, stream, w, x, norm_weight, eps, y, accumulate,
+         per_warp);
 }
 
 template <int XMODE>
 void launch_mma(const MatrixRef& w, const float* x, const float* norm_weight, float eps, float* y, bool accumulate,
                 cudaStream_t stream) {
-  const int panels = g_packed_panels > 0 ? g_packed_panels : 1;
-  if (panels >= 4)
-    launch_mma_panels<XMODE, 4>(w, x, norm_weight, eps, y, accumulate, stream);
-  else if (panels == 2)
-    launch_mma_panels<XMODE, 2>(w, x, norm_weight, eps, y, accumulate, stream);
+  if ((w.rows + 15) / 16 < 2 * 132)
+    launch_mma_warps<XMODE, 32>(w, x, norm_weight, eps, y, accumulate, stream);
   else
-    launch_mma_panels<XMODE, 1>(w, x, norm_weight, eps, y, accumulate, stream);
+    launch_mma_warps<XMODE, kMmaWarps>(w, x, norm_weight, eps, y, accumulate, stream);
 }
 
 }  // namespace
@@ -289,8 +254,6 @@ void set_packed_mma(bool on, bool four_bit) {
   g_packed_mma = on;
   g_packed_mma_4bit = four_bit;
 }
-
-void set_packed_panels(int panels) { g_packed_panels = panels; }
 
 bool packed_mma_takes(const MatrixRef& w) {
   const bool power_of_two = w.group_size >= 32 && (w.group_size & (w.group_size - 1)) == 0;

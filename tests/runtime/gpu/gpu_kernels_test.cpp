@@ -170,8 +170,7 @@ TEST(FewRowMatvec, MatchesHostMath) {
 // double math on the dequantized weights: y = W x, y = W rmsnorm(x) * w_norm, and y += W (silu(g) * u); row counts
 // that leave a partial panel, both block shapes of the CUDA-core kernel (few panels: 32 warps; many: 8), and a
 // 14336-column gated row (Llama-3-8B's intermediate size: 56 KiB of staged x, past the 48 KiB a kernel gets without
-// asking); each on the tensor-core kernel (x split into f16 hi + lo) with 1, 2 and 4 panels a block (300 rows: a
-// last block of 3 panels, the last one partial) and on the CUDA-core one.
+// asking); each on the tensor-core kernel (x split into f16 hi + lo) and on the CUDA-core one.
 TEST(PackedFusedDecode, MatchesHostMath) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(7);
@@ -180,8 +179,7 @@ TEST(PackedFusedDecode, MatchesHostMath) {
   for (WeightFormat f : {WeightFormat::q8_0, WeightFormat::q4})
     for (const Shape s : {Shape{300, 2048}, Shape{4300, 512}, Shape{200, 8192}, Shape{64, 14336}})
       for (int mode : {0, 1, 2})
-        for (int panels : {1, 2, 4, 0}) {  // 0: the CUDA-core kernel
-          const bool mma = panels > 0;
+        for (bool mma : {true, false}) {
           std::vector<float> table(size_t(s.rows * s.cols));
           for (float& v : table) v = d(rng) * 0.05f;
           tiering::Ledger ledger;
@@ -208,7 +206,6 @@ TEST(PackedFusedDecode, MatchesHostMath) {
           m.bits = w.view.bits;
           ASSERT_TRUE(gpu::device::decode_fusable(m));
           gpu::device::set_packed_mma(mma, /*four_bit=*/true);
-          gpu::device::set_packed_panels(panels);
           ASSERT_EQ(gpu::device::packed_mma_takes(m), mma);
           const Device<float> xd(x), nd(norm);
           Device<float> yd(y0);
@@ -220,7 +217,6 @@ TEST(PackedFusedDecode, MatchesHostMath) {
           else
             gpu::device::matvec_gated(m, xd.p, yd.p, true, nullptr);
           gpu::device::set_packed_mma(true, false);
-          gpu::device::set_packed_panels(0);
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
           std::vector<double> xt(static_cast<size_t>(s.cols));
           if (mode == 0) {
@@ -246,8 +242,7 @@ TEST(PackedFusedDecode, MatchesHostMath) {
           }
           EXPECT_LE(max_relative(yd.get(want.size()), want), 1e-4)
               << kernels::format_name(f) << " " << s.rows << "x" << s.cols
-              << (mode == 0 ? " plain" : mode == 1 ? " normed" : " gated") << (mma ? " tensor cores" : " CUDA cores")
-              << " panels " << panels;
+              << (mode == 0 ? " plain" : mode == 1 ? " normed" : " gated") << (mma ? " tensor cores" : " CUDA cores");
         }
 }
 

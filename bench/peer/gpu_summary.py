@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench/peer/gpu_summary.py — the Markdown table of a GPU peer run (bench/peer/llamacpp_cuda.sh's device script):
 reads the JSON lines of gpu_bench --model (tierlm) and llama-bench -o jsonl (llama.cpp) from one file, in the order
-they ran, and prints per shape and format the median of each engine's rounds: prefill tok/s at each prompt length,
+they ran, and prints per shape and format the median of each engine's rounds (for llama.cpp, of its repetitions): prefill tok/s at each prompt length,
 decode tok/s, tierlm's decode fraction of the d2d roofline measured in the same run, and the tierlm / llama.cpp ratios.
 
 Usage: gpu_summary.py PEER.jsonl   (lines that are not JSON, e.g. '=== tierlm 1b-l0 at 12 s', set the shape)
@@ -37,7 +37,8 @@ def main(path):
         elif "avg_ts" in d:
             fmt = LLAMA_TYPE.get(d["model_type"].split()[-1], d["model_type"])
             key = f"tg{d['n_gen']}" if d["n_gen"] else f"pp{d['n_prompt']}"
-            runs.setdefault((shape, fmt, "llama.cpp", key), []).append(d["avg_ts"])
+            # the median of llama-bench's repetitions (its mean weighs in a slow first repetition, seen at pp180)
+            runs.setdefault((shape, fmt, "llama.cpp", key), []).append(statistics.median(d["samples_ts"]))
     print(f"device: {device}, d2d roofline {', '.join(f'{v:.0f}' for v in d2d or [])} GB/s (each tierlm process "
           "measures its own; medians of the rounds)\n")
     metrics = sorted({k[3] for k in runs if k[3] != "of_roofline"}, key=lambda m: (m[:2] == "tg", int(m[2:])))

@@ -28,6 +28,9 @@ import torch
 import transformers
 from tokenizers import Tokenizer
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from train_step import train_step  # noqa: E402
+
 HELD_OUT = ("email", "xml", "json", "http", "concurrent")
 
 
@@ -93,14 +96,7 @@ def main():
         x = torch.stack([data[s:s + seq] for s in starts]).cuda()
         frac = max((time.time() - t0) / budget_s, step / max_steps)
         lr = 3e-3 * min(1.0, (step + 1) / 100) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * frac)))
-        for pg in opt.param_groups:
-            pg["lr"] = lr
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(x, labels=x).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        loss = train_step(model, opt, x, lr)
         if step % 200 == 0:
             print(f"step {step} loss {loss.item():.3f} ({time.time() - t0:.0f}s)", flush=True)
         step += 1

@@ -92,9 +92,10 @@ class GpuLayers {
   // the decode graphs run once on a sequence of its own, so that the first prompt runs at steady speed.
   GpuLayers(const model::ModelWeights& weights, const GpuOptions& options, int64_t max_chunk, int64_t max_context);
   ~GpuLayers();
-  // Throws std::invalid_argument naming the first of layers [0, layers) whose LayerSpec (or bias) the GPU backend
-  // does not run yet: sliding-window attention, a dense MLP in a MoE model, o_proj / MLP biases. The constructor
-  // calls it first; callable without a GPU.
+  // Throws std::invalid_argument naming the first of layers [0, layers) whose LayerSpec the GPU backend does not run
+  // yet: Gated DeltaNet, MLA, gated attention, partial rotary, a per-layer rope, and Gemma 4's block. (Sliding-window
+  // attention, attention / MLP biases, dense layers among sparse ones and gpt-oss's block run.) The constructor calls
+  // it first; callable without a GPU.
   static void check_supported(const model::ModelConfig& config, int64_t layers);
   GpuLayers(const GpuLayers&) = delete;
   GpuLayers& operator=(const GpuLayers&) = delete;

@@ -781,6 +781,9 @@ __global__ void rope_store_kernel(float* qkv, QkvParams p, const int32_t* positi
   if (kv.codec == 0) {
     __half* dst = static_cast<__half*>(is_key ? kv.keys : kv.values) + at * hd;
     for (int64_t j = threadIdx.x; j < hd; j += blockDim.x) dst[j] = __float2half(v[j]);
+  } else if (kv.codec == 2) {
+    float* dst = static_cast<float*>(is_key ? kv.keys : kv.values) + at * hd;
+    for (int64_t j = threadIdx.x; j < hd; j += blockDim.x) dst[j] = v[j];
   } else {
     // One thread per block of dims finds its scale; then every dim is coded with its block's scale.
     const int block = q8_block(hd), nb = int(hd / block);
@@ -873,6 +876,14 @@ __device__ void store_kv_vector(const float* v, int64_t hd, const KvRef& kv, boo
     }
     return;
   }
+  if (kv.codec == 2) {
+    float* dst = static_cast<float*>(key ? kv.keys : kv.values) + at * hd;
+    for (int64_t j = lane; j < hd; j += 32) {
+      dst[j] = v[j];
+      if (copy_row) static_cast<float*>(copy_row)[j] = v[j];
+    }
+    return;
+  }
   const int block = q8_block(hd), nb = int(hd / block);
   float* scales = (key ? kv.key_scales : kv.value_scales) + at * nb;
   int8_t* dst = static_cast<int8_t*>(key ? kv.keys : kv.values) + at * hd;
@@ -913,7 +924,7 @@ __global__ void __launch_bounds__(kSplitThreads) attention_group_kernel(const fl
     const int64_t t0 = (int(blockIdx.x) % int(chunks)) * chunk;
     const int64_t older = min(int64_t(positions[r]), t0 + chunk) - t0;
     const int32_t* table = tables.pages + tables.seq_of_row[r] * tables.stride;
-    const int64_t row_bytes = hd * (kv.codec == 0 ? 2 : 1), words = row_bytes / 16;
+    const int64_t row_bytes = kv_row_bytes(kv.codec, hd), words = row_bytes / 16;
     char* staged_k = reinterpret_cast<char*>(dynamic + group * hd + group * chunk + kAttentionSums);
     char* staged_v = staged_k + chunk * row_bytes;
     for (int64_t idx = threadIdx.x; idx < older * words; idx += blockDim.x) {
@@ -924,7 +935,7 @@ __global__ void __launch_bounds__(kSplitThreads) attention_group_kernel(const fl
       *reinterpret_cast<uint4*>(staged_k + t * row_bytes + w * 16) = kw;
       *reinterpret_cast<uint4*>(staged_v + t * row_bytes + w * 16) = vw;
     }
-    if (kv.codec != 0) {
+    if (kv.codec == 1) {
       const int64_t nb = hd / q8_block(hd);
       float* ks = reinterpret_cast<float*>(staged_v + chunk * row_bytes);
       float* vs = ks + chunk * nb;
@@ -941,7 +952,7 @@ __global__ void __launch_bounds__(kSplitThreads) attention_group_kernel(const fl
                   h = int(rkvh) % int(p.kv_heads);
     const int64_t t0 = (int(blockIdx.x) % int(chunks)) * chunk, end = min(int64_t(positions[r]) + 1, t0 + chunk);
     const int32_t* table = tables.pages + tables.seq_of_row[r] * tables.stride;
-    const int64_t row_bytes = hd * (kv.codec == 0 ? 2 : 1);
+    const int64_t row_bytes = kv_row_bytes(kv.codec, hd);
     for (int64_t t = t0 + threadIdx.x; t < end; t += blockDim.x) {
       const int64_t at = kv_row(table, t, p.kv_heads, h);
       prefetch_l2_thread(static_cast<const char*>(kv.keys) + at * row_bytes, uint32_t(row_bytes));
@@ -970,7 +981,7 @@ __global__ void __launch_bounds__(kSplitThreads) attention_group_kernel(const fl
   float* q = dynamic;
   float* sc = q + group * hd;
   float* sums = sc + group * chunk;  // kAttentionSums floats
-  const int64_t row_bytes = hd * (kv.codec == 0 ? 2 : 1), nb = hd / q8_block(hd);
+  const int64_t row_bytes = kv_row_bytes(kv.codec, hd), nb = hd / q8_block(hd);
   char* staged_k = reinterpret_cast<char*>(sums + kAttentionSums);
   char* staged_v = staged_k + chunk * row_bytes;
   float* staged_ks = reinterpret_cast<float*>(staged_v + chunk * row_bytes);
@@ -998,7 +1009,7 @@ __global__ void __launch_bounds__(kSplitThreads) attention_group_kernel(const fl
       const int64_t t = int64_t(pos) - t0;  // the chunk position of this step's row
       store_kv_vector(v, hd, kv, key, kv_row(table, pos, p.kv_heads, kvh),
                       stage ? (key ? staged_k : staged_v) + t * row_bytes : nullptr,
-                      stage && kv.codec != 0 ? (key ? staged_ks : staged_vs) + t * nb : nullptr);
+                      stage && kv.codec == 1 ? (key ? staged_ks : staged_vs) + t * nb : nullptr);
     }
     __syncthreads();  // the cache writes above are visible to the whole block from here
     for (int64_t j = threadIdx.x; j < group * hd; j += blockDim.x) q[j] *= scale;
@@ -1301,8 +1312,8 @@ void attention(const float* qkv, int64_t rows, const QkvParams& p, const int32_t
   const int64_t group = p.heads / p.kv_heads;
   size_t shared = size_t(group * p.head_dim + group * chunk + kAttentionSums) * 4;
   // Decode stages the chunk's K/V in shared memory (see the kernel) where that fits.
-  const size_t row_bytes = size_t(p.head_dim) * (kv.codec == 0 ? 2 : 1);
-  const size_t staged = 2 * size_t(chunk) * row_bytes + (kv.codec == 0 ? 0 : 2 * size_t(chunk) * size_t(p.head_dim / q8_block(p.head_dim)) * 4);
+  const size_t row_bytes = size_t(kv_row_bytes(kv.codec, p.head_dim));
+  const size_t staged = 2 * size_t(chunk) * row_bytes + (kv.codec != 1 ? 0 : 2 * size_t(chunk) * size_t(p.head_dim / q8_block(p.head_dim)) * 4);
   const bool stage = fused && g_attention_stage && !(g_attention_debug & 2048) && shared + staged <= (160 << 10);
   if (stage) shared += staged;
   auto kernel = p.head_dim == 64    ? (fused ? attention_group_kernel<true, 64> : attention_group_kernel<false, 64>)

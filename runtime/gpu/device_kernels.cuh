@@ -89,8 +89,12 @@ struct KvRef {
   void* values = nullptr;
   float* key_scales = nullptr;    // q8: [pages][kKvPage][kv_heads][head_dim / q8_block]
   float* value_scales = nullptr;
-  int codec = 0;           // 0 f16, 1 q8
+  int codec = 0;           // 0 f16, 1 q8, 2 f32 (exact: the CPU's f32 KV, for checks against transformers)
 };
+// Bytes of one K or V row of head_dim values in a codec (q8's scales apart).
+inline __host__ __device__ int64_t kv_row_bytes(int codec, int64_t head_dim) {
+  return head_dim * (codec == 0 ? 2 : codec == 2 ? 4 : 1);
+}
 // Page tables of the batch's sequences: pages[s * stride + t / kKvPage]; seq_of_row[i]: row i's sequence s.
 struct PageTables {
   const int32_t* pages = nullptr;

@@ -187,9 +187,26 @@ struct DeviceMatrix {
   bool present() const { return ref.rows > 0; }
 };
 
-DeviceMatrix upload(const kernels::WeightView& w, tiering::Ledger& ledger, const char* account) {
+// widen: an f16/bf16 matrix goes up as f32 (converted by the host's dequantize_row, 16 MiB of rows at a time).
+DeviceMatrix upload(const kernels::WeightView& w, tiering::Ledger& ledger, const char* account, bool widen = false) {
   DeviceMatrix m;
   if (w.rows == 0) return m;
+  if (widen && (w.format == kernels::WeightFormat::f16 || w.format == kernels::WeightFormat::bf16)) {
+    m.buffer = DeviceBuffer(ledger, account, size_t(w.rows * w.cols) * 4);
+    const int64_t chunk = std::max<int64_t>(1, (int64_t(4) << 20) / w.cols);
+    std::vector<float> rows(static_cast<size_t>(std::min(chunk, w.rows) * w.cols));
+    for (int64_t r0 = 0; r0 < w.rows; r0 += chunk) {
+      const int64_t count = std::min(chunk, w.rows - r0);
+      for (int64_t r = 0; r < count; ++r) kernels::dequantize_row(w, r0 + r, rows.data() + r * w.cols);
+      check(cudaMemcpy(m.buffer.as<float>() + r0 * w.cols, rows.data(), size_t(count * w.cols) * 4,
+                       cudaMemcpyHostToDevice),
+            "upload widened weight");
+    }
+    kernels::WeightView f32 = w;
+    f32.format = kernels::WeightFormat::f32;
+    m.ref = matrix_ref(f32, m.buffer.as(), nullptr, nullptr);
+    return m;
+  }
   const PartSizes s = part_sizes(w);
   const uint64_t scales_at = (s.data + 255) / 256 * 256, biases_at = scales_at + (s.scales + 255) / 256 * 256;
   m.buffer = DeviceBuffer(ledger, account, biases_at + s.biases);
@@ -412,13 +429,13 @@ struct GpuLayers::Impl {
     for (int64_t l = 0; l < gpu_layers; ++l) {
       const model::LayerWeights& L = w.layers[size_t(l)];
       DeviceLayer& d = layers[size_t(l)];
-      d.qkv = upload(L.qkv.view, vram, "weights");
-      d.o = upload(L.o.view, vram, "weights");
-      d.gate_up = upload(L.gate_up.view, vram, "weights");
-      d.down = upload(L.down.view, vram, "weights");
-      d.router = upload(L.router.view, vram, "weights");
-      d.shared_gate_up = upload(L.shared_gate_up.view, vram, "weights");
-      d.shared_down = upload(L.shared_down.view, vram, "weights");
+      d.qkv = upload(L.qkv.view, vram, "weights", options.widen_dense_weights);
+      d.o = upload(L.o.view, vram, "weights", options.widen_dense_weights);
+      d.gate_up = upload(L.gate_up.view, vram, "weights", options.widen_dense_weights);
+      d.down = upload(L.down.view, vram, "weights", options.widen_dense_weights);
+      d.router = upload(L.router.view, vram, "weights", options.widen_dense_weights);
+      d.shared_gate_up = upload(L.shared_gate_up.view, vram, "weights", options.widen_dense_weights);
+      d.shared_down = upload(L.shared_down.view, vram, "weights", options.widen_dense_weights);
       d.input_norm = upload_floats(L.input_norm, vram, "weights");
       d.post_norm = upload_floats(L.post_attention_norm, vram, "weights");
       d.qkv_bias = upload_floats(L.qkv_bias, vram, "weights");
@@ -436,7 +453,7 @@ struct GpuLayers::Impl {
       d.intermediate = spec.intermediate > 0 ? spec.intermediate : c.intermediate_size;
     }
     if (head) {
-      output = upload(w.output(), vram, "weights");
+      output = upload(w.output(), vram, "weights", options.widen_dense_weights);
       final_norm = upload_floats(w.final_norm, vram, "weights");
       embed_on_device = w.lm_head.view.rows == 0;  // tied: output() is the embedding table
     }
@@ -517,10 +534,14 @@ struct GpuLayers::Impl {
   size_t meta_ints() const { return size_t(kMetaRowArrays * max_chunk + options.max_sequences * pages_per_context()); }
   size_t meta_bytes() const { return meta_ints() * 4; }
 
+  int kv_codec_code() const {  // device::KvRef::codec
+    return options.kv_codec == GpuKvCodec::q8 ? 1 : options.kv_codec == GpuKvCodec::f32 ? 2 : 0;
+  }
+
   uint64_t kv_page_bytes_per_layer() const {
     const bool q8 = options.kv_codec == GpuKvCodec::q8;
-    const uint64_t values = uint64_t(device::kKvPage * c.num_kv_heads * c.head_dim);
-    uint64_t bytes = 2 * values * (q8 ? 1 : 2);
+    const uint64_t rows = uint64_t(device::kKvPage * c.num_kv_heads);
+    uint64_t bytes = 2 * rows * uint64_t(device::kv_row_bytes(kv_codec_code(), c.head_dim));
     if (q8) bytes += 2 * uint64_t(device::kKvPage * c.num_kv_heads * (c.head_dim / device::q8_block(c.head_dim))) * 4;
     return bytes;
   }
@@ -546,14 +567,15 @@ struct GpuLayers::Impl {
     }
     pool_pages = pages;
     const bool q8 = options.kv_codec == GpuKvCodec::q8;
-    const size_t values = size_t(pool_pages * device::kKvPage * c.num_kv_heads * c.head_dim);
+    const size_t rows = size_t(pool_pages * device::kKvPage * c.num_kv_heads);
+    const size_t row_bytes = size_t(device::kv_row_bytes(kv_codec_code(), c.head_dim));
     const size_t scales = size_t(pool_pages * device::kKvPage * c.num_kv_heads * (c.head_dim / device::q8_block(c.head_dim)));
     for (int64_t l = 0; l < gpu_layers; ++l) {
       device::KvRef r;
-      r.codec = q8 ? 1 : 0;
-      kv_buffers.emplace_back(vram, "kv", values * (q8 ? 1 : 2));
+      r.codec = kv_codec_code();
+      kv_buffers.emplace_back(vram, "kv", rows * row_bytes);
       r.keys = kv_buffers.back().as();
-      kv_buffers.emplace_back(vram, "kv", values * (q8 ? 1 : 2));
+      kv_buffers.emplace_back(vram, "kv", rows * row_bytes);
       r.values = kv_buffers.back().as();
       if (q8) {
         kv_buffers.emplace_back(vram, "kv", scales * 4);

@@ -23,12 +23,17 @@
 
 namespace tierlm::gpu {
 
-enum class GpuKvCodec : uint8_t { f16, q8 };
+// f32: exact (the CPU's f32 KV; twice f16's VRAM), for checks against transformers at 1e-3.
+enum class GpuKvCodec : uint8_t { f16, q8, f32 };
 
 struct GpuOptions {
   int64_t layers = 0;                 // [0, layers) on the GPU; clamped to the model's layer count
   bool head = true;                   // final norm + output head on the GPU when every layer is there
   GpuKvCodec kv_codec = GpuKvCodec::f16;
+  // f16/bf16 matrices uploaded as f32 (twice their VRAM): multi-row steps then run f32 GEMMs instead of f16
+  // tensor-core ones, which round the activations to f16 (~2e-3 relative on the logits of a bf16 model). With the
+  // f32 KV, the exact arithmetic the transformers fixtures are checked against at 1e-3; off for serving.
+  bool widen_dense_weights = false;
   int64_t max_sequences = 16;         // sequences whose device KV is kept at once (and at most in one step)
   // Device KV pool, in pages of 64 positions (every GPU layer has this many). 0: enough for max_sequences full
   // contexts, or as many as the VRAM budget leaves room for (at least one full context, else the constructor

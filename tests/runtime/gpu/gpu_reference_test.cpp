@@ -137,8 +137,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GpuReference,
 
 // A 150-token prompt (positions past two KV chunks of 64 and many windows of 8) prefilled in chunks of 64, then 20
 // decode steps fed the CPU's greedy tokens, exact configuration: every step's logits within 1e-3 relative of the CPU
-// path's, the same
-// top-1 wherever the CPU's own top-2 gap is wider than twice the difference.
+// path's, the same top-1 wherever the CPU's own top-2 gap is wider than twice the difference.
 class GpuLongWindow : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GpuLongWindow, MatchesTheCpuPathPastTheFirstChunks) {

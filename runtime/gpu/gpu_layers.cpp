@@ -475,7 +475,12 @@ struct GpuLayers::Impl {
     const int64_t H = c.hidden_size, q_rows = c.num_heads * c.head_dim, kv_rows = c.num_kv_heads * c.head_dim;
     const int64_t F = std::max({c.intermediate_size, c.moe_intermediate_size, c.shared_expert_intermediate_size});
     const int64_t n = max_chunk;
-    auto floats = [&](int64_t count) { return DeviceBuffer(vram, "scratch", size_t(std::max<int64_t>(count, 1)) * 4); };
+    // Zeroed once: warm_up() runs every GEMM shape on whatever the scratch holds, which must not be unwritten memory.
+    auto floats = [&](int64_t count) {
+      DeviceBuffer b(vram, "scratch", size_t(std::max<int64_t>(count, 1)) * 4);
+      check(cudaMemset(b.as(), 0, b.size()), "scratch");
+      return b;
+    };
     hidden = floats(n * H);
     normed = floats(n * H);
     qkv = floats(n * (q_rows + 2 * kv_rows));
@@ -497,6 +502,7 @@ struct GpuLayers::Impl {
     arrivals = DeviceBuffer(vram, "scratch", size_t(n * c.num_kv_heads) * 4);
     check(cudaMemset(arrivals.as(), 0, arrivals.size()), "arrivals");
     x16 = DeviceBuffer(vram, "scratch", size_t(n * std::max(widest_cols(), int64_t(1))) * 2);
+    check(cudaMemset(x16.as(), 0, x16.size()), "scratch");  // GEMM buckets read rows past n (see gemm_rows)
     // f16 copy of a weight's row chunk for cuBLAS: the largest matrix up to 32M elements (64 MB).
     int64_t largest = 0;
     for (int64_t l = 0; l < gpu_layers; ++l) {

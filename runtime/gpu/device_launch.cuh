@@ -73,8 +73,8 @@ __device__ __forceinline__ void prefetch_l2_thread(const void* p, uint32_t bytes
 #endif
 }
 
-// Eight K/V elements of row `at` of `rows` (hd elements a row in the codec: f16, or q8 codes with `scales`, hd /
-// q8_block floats a row) starting at dim j (a multiple of 8), as floats. The pool and a block's staged copy of its
+// Eight K/V elements of row `at` of `rows` (hd elements a row in the codec: f16, q8 codes with `scales`, hd /
+// q8_block floats a row, or f32) starting at dim j (a multiple of 8), as floats. The pool and a block's staged copy of its
 // chunk have this layout.
 __device__ __forceinline__ void codec_load8(const void* rows, const float* scales, int codec, int64_t at, int64_t hd,
                                             int64_t j, float* out) {
@@ -87,6 +87,12 @@ __device__ __forceinline__ void codec_load8(const void* rows, const float* scale
       out[2 * k] = f.x;
       out[2 * k + 1] = f.y;
     }
+    return;
+  }
+  if (codec == 2) {
+    const float4* f = reinterpret_cast<const float4*>(static_cast<const float*>(rows) + at * hd + j);
+    const float4 a = f[0], b = f[1];
+    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w, out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
     return;
   }
   const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const int8_t*>(rows) + at * hd + j);

@@ -150,6 +150,11 @@ PartSizes part_sizes(const kernels::WeightView& w) {
     s.data = uint64_t(w.rows) * uint64_t(w.cols) * (w.format == WeightFormat::f32 ? 4 : 2);
     return s;
   }
+  if (w.format == WeightFormat::mxfp4) {  // row-major: 16 code bytes and one E8M0 byte per 32 columns
+    s.data = uint64_t(w.rows) * uint64_t(w.cols) / 2;
+    s.scales = uint64_t(w.rows) * uint64_t(w.cols) / 32;
+    return s;
+  }
   const uint64_t panels = uint64_t((w.rows + 15) / 16);
   s.data = panels * 16 * uint64_t(w.cols) * uint64_t(w.bits) / 8;
   s.scales = panels * uint64_t(w.cols / w.group_size) * 16 * scale_size(w.scale_type);
@@ -182,9 +187,26 @@ struct DeviceMatrix {
   bool present() const { return ref.rows > 0; }
 };
 
-DeviceMatrix upload(const kernels::WeightView& w, tiering::Ledger& ledger, const char* account) {
+// widen: an f16/bf16 matrix goes up as f32 (converted by the host's dequantize_row, 16 MiB of rows at a time).
+DeviceMatrix upload(const kernels::WeightView& w, tiering::Ledger& ledger, const char* account, bool widen = false) {
   DeviceMatrix m;
   if (w.rows == 0) return m;
+  if (widen && (w.format == kernels::WeightFormat::f16 || w.format == kernels::WeightFormat::bf16)) {
+    m.buffer = DeviceBuffer(ledger, account, size_t(w.rows * w.cols) * 4);
+    const int64_t chunk = std::max<int64_t>(1, (int64_t(4) << 20) / w.cols);
+    std::vector<float> rows(static_cast<size_t>(std::min(chunk, w.rows) * w.cols));
+    for (int64_t r0 = 0; r0 < w.rows; r0 += chunk) {
+      const int64_t count = std::min(chunk, w.rows - r0);
+      for (int64_t r = 0; r < count; ++r) kernels::dequantize_row(w, r0 + r, rows.data() + r * w.cols);
+      check(cudaMemcpy(m.buffer.as<float>() + r0 * w.cols, rows.data(), size_t(count * w.cols) * 4,
+                       cudaMemcpyHostToDevice),
+            "upload widened weight");
+    }
+    kernels::WeightView f32 = w;
+    f32.format = kernels::WeightFormat::f32;
+    m.ref = matrix_ref(f32, m.buffer.as(), nullptr, nullptr);
+    return m;
+  }
   const PartSizes s = part_sizes(w);
   const uint64_t scales_at = (s.data + 255) / 256 * 256, biases_at = scales_at + (s.scales + 255) / 256 * 256;
   m.buffer = DeviceBuffer(ledger, account, biases_at + s.biases);
@@ -206,6 +228,12 @@ DeviceBuffer upload_floats(const std::vector<float>& v, tiering::Ledger& ledger,
 struct DeviceLayer {
   DeviceMatrix qkv, o, gate_up, down, router, shared_gate_up, shared_down;
   DeviceBuffer input_norm, post_norm, qkv_bias, q_norm, k_norm, shared_expert_gate;
+  // Biases (llama attention_bias / mlp_bias, gpt-oss) and gpt-oss's attention sinks; absent: empty.
+  DeviceBuffer o_bias, gate_up_bias, down_bias, sinks;
+  int64_t window = 0;  // sliding_attention: the positions a query sees; 0: all
+  bool sparse = false;        // the MoE block (else the dense MLP: mlp_only_layers / decoder_sparse_step)
+  int64_t expert_layer = -1;  // sparse: this layer's index in the expert tier (host cache requests)
+  int64_t intermediate = 0;   // dense: the MLP width
 };
 
 struct SequenceKv {
@@ -235,6 +263,7 @@ struct GpuLayers::Impl {
   std::vector<DeviceLayer> layers;
   DeviceMatrix output;
   DeviceBuffer final_norm, inv_freq;
+  float rope_scale = 1.0f;
   // Scratch (device).
   DeviceBuffer hidden, normed, qkv, attn, gathered, ffn, act, out, scores, arrivals, x16, w16, logits, meta_dev, moe_dev, router_dev;
   int64_t w16_rows_cap = 0;  // elements of w16
@@ -400,27 +429,39 @@ struct GpuLayers::Impl {
     for (int64_t l = 0; l < gpu_layers; ++l) {
       const model::LayerWeights& L = w.layers[size_t(l)];
       DeviceLayer& d = layers[size_t(l)];
-      d.qkv = upload(L.qkv.view, vram, "weights");
-      d.o = upload(L.o.view, vram, "weights");
-      d.gate_up = upload(L.gate_up.view, vram, "weights");
-      d.down = upload(L.down.view, vram, "weights");
-      d.router = upload(L.router.view, vram, "weights");
-      d.shared_gate_up = upload(L.shared_gate_up.view, vram, "weights");
-      d.shared_down = upload(L.shared_down.view, vram, "weights");
+      d.qkv = upload(L.qkv.view, vram, "weights", options.widen_dense_weights);
+      d.o = upload(L.o.view, vram, "weights", options.widen_dense_weights);
+      d.gate_up = upload(L.gate_up.view, vram, "weights", options.widen_dense_weights);
+      d.down = upload(L.down.view, vram, "weights", options.widen_dense_weights);
+      d.router = upload(L.router.view, vram, "weights", options.widen_dense_weights);
+      d.shared_gate_up = upload(L.shared_gate_up.view, vram, "weights", options.widen_dense_weights);
+      d.shared_down = upload(L.shared_down.view, vram, "weights", options.widen_dense_weights);
       d.input_norm = upload_floats(L.input_norm, vram, "weights");
       d.post_norm = upload_floats(L.post_attention_norm, vram, "weights");
       d.qkv_bias = upload_floats(L.qkv_bias, vram, "weights");
       d.q_norm = upload_floats(L.q_norm, vram, "weights");
       d.k_norm = upload_floats(L.k_norm, vram, "weights");
       d.shared_expert_gate = upload_floats(L.shared_expert_gate, vram, "weights");
+      d.o_bias = upload_floats(L.o_bias, vram, "weights");
+      d.gate_up_bias = upload_floats(L.gate_up_bias, vram, "weights");
+      d.down_bias = upload_floats(L.down_bias, vram, "weights");
+      d.sinks = upload_floats(L.sinks, vram, "weights");
+      const model::LayerSpec spec = c.layer(l);
+      d.window = spec.mixer == model::Mixer::sliding_attention ? spec.window : 0;
+      d.sparse = spec.mlp == model::Mlp::moe;
+      d.expert_layer = spec.expert_layer;
+      d.intermediate = spec.intermediate > 0 ? spec.intermediate : c.intermediate_size;
     }
     if (head) {
-      output = upload(w.output(), vram, "weights");
+      output = upload(w.output(), vram, "weights", options.widen_dense_weights);
       final_norm = upload_floats(w.final_norm, vram, "weights");
       embed_on_device = w.lm_head.view.rows == 0;  // tied: output() is the embedding table
     }
-    engine::Rope rope(c.rope, c.head_dim);
+    // The host's frequency table (default, linear, llama3 or YaRN: computed once, by engine::Rope) and YaRN's
+    // attention factor, which engine::Rope multiplies cos and sin by (check_supported: one rope for every layer).
+    engine::Rope rope(c.rope_of(0), c.head_dim);
     inv_freq = upload_floats(rope.inverse_frequencies(), vram, "weights");
+    rope_scale = c.rope_of(0).type == "yarn" ? float(c.rope_of(0).attention_factor) : 1.0f;
     weight_bytes = vram.used("weights");
   }
 
@@ -434,7 +475,12 @@ struct GpuLayers::Impl {
     const int64_t H = c.hidden_size, q_rows = c.num_heads * c.head_dim, kv_rows = c.num_kv_heads * c.head_dim;
     const int64_t F = std::max({c.intermediate_size, c.moe_intermediate_size, c.shared_expert_intermediate_size});
     const int64_t n = max_chunk;
-    auto floats = [&](int64_t count) { return DeviceBuffer(vram, "scratch", size_t(std::max<int64_t>(count, 1)) * 4); };
+    // Zeroed once: warm_up() runs every GEMM shape on whatever the scratch holds, which must not be unwritten memory.
+    auto floats = [&](int64_t count) {
+      DeviceBuffer b(vram, "scratch", size_t(std::max<int64_t>(count, 1)) * 4);
+      check(cudaMemset(b.as(), 0, b.size()), "scratch");
+      return b;
+    };
     hidden = floats(n * H);
     normed = floats(n * H);
     qkv = floats(n * (q_rows + 2 * kv_rows));
@@ -456,6 +502,7 @@ struct GpuLayers::Impl {
     arrivals = DeviceBuffer(vram, "scratch", size_t(n * c.num_kv_heads) * 4);
     check(cudaMemset(arrivals.as(), 0, arrivals.size()), "arrivals");
     x16 = DeviceBuffer(vram, "scratch", size_t(n * std::max(widest_cols(), int64_t(1))) * 2);
+    check(cudaMemset(x16.as(), 0, x16.size()), "scratch");  // GEMM buckets read rows past n (see gemm_rows)
     // f16 copy of a weight's row chunk for cuBLAS: the largest matrix up to 32M elements (64 MB).
     int64_t largest = 0;
     for (int64_t l = 0; l < gpu_layers; ++l) {
@@ -493,10 +540,14 @@ struct GpuLayers::Impl {
   size_t meta_ints() const { return size_t(kMetaRowArrays * max_chunk + options.max_sequences * pages_per_context()); }
   size_t meta_bytes() const { return meta_ints() * 4; }
 
+  int kv_codec_code() const {  // device::KvRef::codec
+    return options.kv_codec == GpuKvCodec::q8 ? 1 : options.kv_codec == GpuKvCodec::f32 ? 2 : 0;
+  }
+
   uint64_t kv_page_bytes_per_layer() const {
     const bool q8 = options.kv_codec == GpuKvCodec::q8;
-    const uint64_t values = uint64_t(device::kKvPage * c.num_kv_heads * c.head_dim);
-    uint64_t bytes = 2 * values * (q8 ? 1 : 2);
+    const uint64_t rows = uint64_t(device::kKvPage * c.num_kv_heads);
+    uint64_t bytes = 2 * rows * uint64_t(device::kv_row_bytes(kv_codec_code(), c.head_dim));
     if (q8) bytes += 2 * uint64_t(device::kKvPage * c.num_kv_heads * (c.head_dim / device::q8_block(c.head_dim))) * 4;
     return bytes;
   }
@@ -522,14 +573,15 @@ struct GpuLayers::Impl {
     }
     pool_pages = pages;
     const bool q8 = options.kv_codec == GpuKvCodec::q8;
-    const size_t values = size_t(pool_pages * device::kKvPage * c.num_kv_heads * c.head_dim);
+    const size_t rows = size_t(pool_pages * device::kKvPage * c.num_kv_heads);
+    const size_t row_bytes = size_t(device::kv_row_bytes(kv_codec_code(), c.head_dim));
     const size_t scales = size_t(pool_pages * device::kKvPage * c.num_kv_heads * (c.head_dim / device::q8_block(c.head_dim)));
     for (int64_t l = 0; l < gpu_layers; ++l) {
       device::KvRef r;
-      r.codec = q8 ? 1 : 0;
-      kv_buffers.emplace_back(vram, "kv", values * (q8 ? 1 : 2));
+      r.codec = kv_codec_code();
+      kv_buffers.emplace_back(vram, "kv", rows * row_bytes);
       r.keys = kv_buffers.back().as();
-      kv_buffers.emplace_back(vram, "kv", values * (q8 ? 1 : 2));
+      kv_buffers.emplace_back(vram, "kv", rows * row_bytes);
       r.values = kv_buffers.back().as();
       if (q8) {
         kv_buffers.emplace_back(vram, "kv", scales * 4);
@@ -548,11 +600,11 @@ struct GpuLayers::Impl {
     expert_layout = w.experts->store().layout();
     const int64_t E = c.num_experts;
     for (const auto& [layer, expert] : options.resident_experts) {
-      if (layer < 0 || layer >= gpu_layers || expert < 0 || expert >= E) continue;
+      if (layer < 0 || layer >= gpu_layers || expert < 0 || expert >= E || !layers[size_t(layer)].sparse) continue;
       const int64_t key = layer * E + expert;
       if (resident.count(key)) continue;
       DeviceBuffer block(vram, "resident_experts", expert_layout.bytes);
-      fill_block_sync(layer, expert, block.as());
+      fill_block_sync(layers[size_t(layer)].expert_layer, expert, block.as());
       resident.emplace(key, std::move(block));
     }
     const int64_t want = options.expert_slots > 0 ? options.expert_slots : 4 * c.num_experts_per_tok;
@@ -586,7 +638,8 @@ struct GpuLayers::Impl {
   void setup_device_routing() {
     const int64_t E = c.num_experts, k = c.num_experts_per_tok;
     routes_on_device.assign(size_t(gpu_layers), false);
-    if (!device_routing || resident.empty()) return;
+    // gpt-oss's router bias, expert biases and clamped SwiGLU are not in the device routing kernels: host routing.
+    if (!device_routing || resident.empty() || c.arch.gpt_oss) return;
     const char* some = static_cast<const char*>(resident.begin()->second.as());
     const tiering::ExpertViews v = expert_layout.views(some);
     auto as_offsets = [&](const kernels::WeightView& m) {
@@ -604,6 +657,10 @@ struct GpuLayers::Impl {
     std::vector<const void*> table(size_t(gpu_layers * E), nullptr);
     bool any = false;
     for (int64_t l = 0; l < gpu_layers; ++l) {
+      if (!layers[size_t(l)].sparse) {
+        routes_on_device[size_t(l)] = true;  // a dense layer needs no routing (host_free below)
+        continue;
+      }
       bool all = true;
       for (int64_t e = 0; e < E; ++e) {
         const auto it = resident.find(l * E + e);
@@ -632,6 +689,7 @@ struct GpuLayers::Impl {
     return static_cast<const char*>(v.gate_up.data) - expert_layout.parts[0].offset;
   }
 
+  // `layer`: the expert tier's layer index (LayerSpec::expert_layer).
   void fill_block_sync(int64_t layer, int64_t expert, void* device_block) {
     tiering::ExpertCache& cache = w.experts->cache();
     const int32_t e = int32_t(expert);
@@ -728,13 +786,20 @@ struct GpuLayers::Impl {
   // y[i] (+)= W x[i] for i < n (the output buffer holds max_rows rows, max_chunk when 0).
   void multiply(const device::MatrixRef& m, const float* x, int64_t n, float* y, int64_t ldy, bool accumulate,
                 int64_t max_rows = 0) {
-    if (n <= device::kMaxMatvecRows) {
+    if (n <= device::kMaxMatvecRows || m.format == device::kMxfp4Format) {  // MXFP4: read packed at any n
       device::matvec(m, x, m.cols, n, y, ldy, accumulate, stream);
+      return;
+    }
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    if (m.format == 0) {  // f32 weights: an f32 GEMM (no f16 rounding of weights or activations)
+      check(cublas()->gemm_ex(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(m.rows), int(n), int(m.cols), &alpha, m.data,
+                              CUDA_R_32F, int(m.cols), x, CUDA_R_32F, int(m.cols), &beta, y, CUDA_R_32F, int(ldy),
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            "cublasGemmEx f32");
       return;
     }
     device::to_f16(x, n * m.cols, x16.as(), stream);
     n = gemm_rows(n, max_rows > 0 ? max_rows : max_chunk);
-    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     // Packed weights are dequantized in whole 16-row panels.
     const int64_t chunk = m.format == 1 ? m.rows : std::max<int64_t>(16, w16_rows_cap / m.cols / 16 * 16);
     for (int64_t r0 = 0; r0 < m.rows; r0 += chunk) {
@@ -930,8 +995,9 @@ struct GpuLayers::Impl {
       for (const auto& [k, e] : graphs)
         if (k == key) exec = e;
       if (exec && c.arch.moe) {  // a replay: what kernels() counts when it records the routed layers
-        stats.resident_hits += uint64_t(gpu_layers * n * c.num_experts_per_tok);
-        stats.device_routed += uint64_t(gpu_layers);
+        const int64_t sparse = std::count_if(layers.begin(), layers.end(), [](const DeviceLayer& d) { return d.sparse; });
+        stats.resident_hits += uint64_t(sparse * n * c.num_experts_per_tok);
+        stats.device_routed += uint64_t(sparse);
       }
       if (!exec) {
         check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
@@ -1039,6 +1105,9 @@ struct GpuLayers::Impl {
     p.kn = int64_t(L.k_norm.size());
     p.eps = eps;
     p.inv_freq = inv_freq.as<float>();
+    p.rope_scale = rope_scale;
+    p.window = d.window;
+    p.sinks = L.sinks.empty() ? nullptr : d.sinks.as<float>();
     const bool fused = one_row_per_sequence && fused_attention && device::attention_can_fuse(p);
     if (!fused) {
       mark("bias/qk norm/rope/kv store");
@@ -1055,8 +1124,10 @@ struct GpuLayers::Impl {
     }
     mark("o matrix");
     multiply(d.o.ref, attn.as<float>(), n, h, H, true);
-    const int64_t I = c.intermediate_size;
-    if (!c.arch.moe && n == 1 && fused_matvec && device::decode_fusable(d.gate_up.ref) &&
+    if (!L.o_bias.empty()) device::add_bias_rows(h, n, H, H, d.o_bias.as<float>(), stream);
+    const int64_t I = d.intermediate;
+    const bool mlp_biases = !L.gate_up_bias.empty() || !L.down_bias.empty();
+    if (!d.sparse && n == 1 && !mlp_biases && fused_matvec && device::decode_fusable(d.gate_up.ref) &&
         device::decode_fusable(d.down.ref)) {
       mark("post-attention norm + gate_up matrix");
       device::matvec_normed(d.gate_up.ref, h, d.post_norm.as<float>(), eps, ffn.as<float>(), false, stream);
@@ -1066,16 +1137,19 @@ struct GpuLayers::Impl {
     }
     mark("post-attention norm");
     device::rms_norm(h, H, d.post_norm.as<float>(), n, H, H, eps, x, H, stream);
-    if (c.arch.moe) {
+    if (d.sparse) {
       moe(l, n);
       return;
     }
     mark("gate_up matrix");
     multiply(d.gate_up.ref, x, n, ffn.as<float>(), 2 * I, false);
+    if (!L.gate_up_bias.empty()) device::add_bias_rows(ffn.as<float>(), n, 2 * I, 2 * I, d.gate_up_bias.as<float>(), stream);
     mark("silu gate");
     device::silu_gate(ffn.as<float>(), n, I, act.as<float>(), stream);
     mark("down matrix");
     multiply(d.down.ref, act.as<float>(), n, h, H, true);
+    // (hidden + down x) + bias: the CPU's add_residual order, as o_proj's bias above
+    if (!L.down_bias.empty()) device::add_bias_rows(h, n, H, H, d.down_bias.as<float>(), stream);
   }
 
   // ---- MoE ------------------------------------------------------------------------------------------------
@@ -1148,6 +1222,9 @@ struct GpuLayers::Impl {
     check(cudaMemcpyAsync(router_host.as(), router_dev.as(), size_t(n * E) * 4, cudaMemcpyDeviceToHost, stream),
           "router down");
     check(cudaStreamSynchronize(stream), "router");
+    if (const std::vector<float>& bias = w.layers[size_t(l)].router_bias; !bias.empty())  // gpt-oss, as the CPU's
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t e = 0; e < E; ++e) router_host.as<float>()[i * E + e] += bias[size_t(e)];
     std::vector<int32_t> ids(static_cast<size_t>(n * k));
     std::vector<float> weights(static_cast<size_t>(n * k));
     for (int64_t i = 0; i < n; ++i) top_k(router_host.as<float>() + i * E, ids.data() + i * k, weights.data() + i * k);
@@ -1193,7 +1270,8 @@ struct GpuLayers::Impl {
     for (int32_t e : used)
       if (!resident.count(l * E + e) && !slot_of.count(l * E + e)) requested.push_back(e);
     requested.resize(size_t(std::min<int64_t>(int64_t(requested.size()), host_cache.available_slots())));
-    if (!requested.empty()) host_cache.request(l, requested);
+    const int64_t el = d.expert_layer;  // the tier's index of this layer
+    if (!requested.empty()) host_cache.request(el, requested);
     for (int32_t e : used) {
       const int64_t key = l * E + e;
       const void* block = nullptr;
@@ -1209,11 +1287,12 @@ struct GpuLayers::Impl {
         // staging to a VRAM slot on the copy stream, which waits until the slot's previous user has finished.
         slot = victim_slot();
         if (slot_key[size_t(slot)] >= 0) slot_of.erase(slot_key[size_t(slot)]);
-        if (std::find(requested.begin(), requested.end(), e) == requested.end()) host_cache.request(l, std::span(&e, 1));
-        const tiering::ExpertViews v = host_cache.acquire(l, e);
+        if (std::find(requested.begin(), requested.end(), e) == requested.end())
+          host_cache.request(el, std::span(&e, 1));
+        const tiering::ExpertViews v = host_cache.acquire(el, e);
         check(cudaEventSynchronize(staging_done[staging]), "staging reuse");
         std::memcpy(expert_staging[staging].as(), host_block(v), expert_layout.bytes);
-        host_cache.release(l, e);
+        host_cache.release(el, e);
         check(cudaStreamWaitEvent(copy_stream, slot_free[size_t(slot)]), "slot wait");
         check(cudaMemcpyAsync(slots[size_t(slot)].as(), expert_staging[staging].as(), expert_layout.bytes,
                               cudaMemcpyHostToDevice, copy_stream),
@@ -1238,8 +1317,13 @@ struct GpuLayers::Impl {
       const int32_t* idx = rows_dev + offset[size_t(e)];
       device::gather_rows(x, idx, m, H, gathered.as<float>(), stream);
       multiply(gu, gathered.as<float>(), m, ffn.as<float>(), 2 * I, false);
-      device::silu_gate(ffn.as<float>(), m, I, act.as<float>(), stream);
+      device::add_bias_rows(ffn.as<float>(), m, 2 * I, 2 * I, v.gate_up_bias, stream);  // gpt-oss (null: none)
+      if (c.arch.gpt_oss)
+        device::clamped_swiglu(ffn.as<float>(), m, I, act.as<float>(), stream);
+      else
+        device::silu_gate(ffn.as<float>(), m, I, act.as<float>(), stream);
       multiply(down, act.as<float>(), m, out.as<float>(), H, false);
+      device::add_bias_rows(out.as<float>(), m, H, H, v.down_bias, stream);
       device::scatter_add_rows(out.as<float>(), idx, weights_dev + offset[size_t(e)], m, H, h, stream);
       if (slot >= 0) check(cudaEventRecord(slot_free[size_t(slot)], stream), "slot free");
     }
@@ -1366,19 +1450,8 @@ void GpuLayers::check_supported(const model::ModelConfig& c, int64_t layers) {
     throw std::invalid_argument(fmt::format("gpu: {} layers use {}, which the GPU backend does not run yet; run them "
                                             "on the CPU (--gpu-layers 0)", c.model_type, fmt::join(options, ", ")));
   }
-  if (layers > 0 && c.arch.gpt_oss) {
-    // gpt-oss's block: name every option it uses that the GPU layers do not compute.
-    std::vector<std::string> options = {"attention sinks (self_attn.sinks)",
-                                        "router bias (mlp.router.bias)",
-                                        "expert biases with the clamped SwiGLU over interleaved gate/up (swiglu_limit)",
-                                        "attention_bias (q/k/v/o biases)"};
-    if (c.rope.type == "yarn") options.push_back("YaRN rope (rope_type yarn)");
-    if (c.mxfp4_experts) options.push_back("MXFP4 experts (quantization_config quant_method mxfp4)");
-    if (c.any_windowed()) options.push_back("sliding_window layers");
-    throw std::invalid_argument(fmt::format("gpu: {} layers use {}, which the GPU backend does not run yet; run them "
-                                            "on the CPU (--gpu-layers 0)", c.model_type, fmt::join(options, ", ")));
-  }
-  const bool biases = c.o_bias || c.mlp_bias;
+  // gpt-oss's block runs whole: attention sinks, q/k/v/o biases, YaRN rope (the host's tables), alternating
+  // sliding-window layers, the router bias, expert biases with the clamped SwiGLU, MXFP4 experts read packed.
   for (int64_t i = 0; i < layers; ++i) {
     const model::LayerSpec l = c.layer(i);
     if (l.mixer == model::Mixer::gated_deltanet)
@@ -1391,10 +1464,12 @@ void GpuLayers::check_supported(const model::ModelConfig& c, int64_t layers) {
                                               "backend does not run yet; run it on the CPU (--gpu-layers 0)",
                                               i, c.model_type, model::mixer_name(l.mixer), c.mla.kv_lora_rank,
                                               c.mla.qk_rope_head_dim));
-    if (l.mixer != model::Mixer::attention)
-      throw std::invalid_argument(fmt::format("gpu: layer {} uses {} (window {}), which the GPU backend does not run "
-                                              "yet (sliding_window); run it on the CPU (fewer --gpu-layers)",
-                                              i, model::mixer_name(l.mixer), l.window));
+    if (l.mixer != model::Mixer::attention && l.mixer != model::Mixer::sliding_attention)
+      throw std::invalid_argument(fmt::format("gpu: layer {} uses {}, which the GPU backend does not run yet; run it "
+                                              "on the CPU (fewer --gpu-layers)", i, model::mixer_name(l.mixer)));
+    if (l.full_rope || c.rope_of(i).type != c.rope_of(0).type || c.rope_of(i).theta != c.rope_of(0).theta)
+      throw std::invalid_argument(fmt::format("gpu: layer {} has a rope of its own (per-layer-type rope_parameters), "
+                                              "which the GPU backend does not apply yet", i));
     if (c.arch.attention_output_gate)
       throw std::invalid_argument(fmt::format("gpu: layer {} is gated attention ({}: q_proj with an output gate, "
                                               "partial rotary), which the GPU backend does not run yet; run it on "
@@ -1402,12 +1477,6 @@ void GpuLayers::check_supported(const model::ModelConfig& c, int64_t layers) {
     if (c.rope.partial_rotary_factor != 1.0)
       throw std::invalid_argument(fmt::format("gpu: layer {} uses partial_rotary_factor {}, which the GPU backend "
                                               "does not apply yet", i, c.rope.partial_rotary_factor));
-    if (c.arch.moe && l.mlp != model::Mlp::moe)
-      throw std::invalid_argument(fmt::format("gpu: layer {} has a dense MLP among sparse ones (mlp_only_layers / "
-                                              "decoder_sparse_step), which the GPU backend does not run yet", i));
-    if (biases)
-      throw std::invalid_argument(fmt::format("gpu: layer {} has {} biases, which the GPU backend does not apply yet",
-                                              i, c.o_bias ? "attention_bias (o_proj)" : "mlp_bias"));
   }
 }
 

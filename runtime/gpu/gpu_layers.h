@@ -23,12 +23,17 @@
 
 namespace tierlm::gpu {
 
-enum class GpuKvCodec : uint8_t { f16, q8 };
+// f32: exact (the CPU's f32 KV; twice f16's VRAM), for checks against transformers at 1e-3.
+enum class GpuKvCodec : uint8_t { f16, q8, f32 };
 
 struct GpuOptions {
   int64_t layers = 0;                 // [0, layers) on the GPU; clamped to the model's layer count
   bool head = true;                   // final norm + output head on the GPU when every layer is there
   GpuKvCodec kv_codec = GpuKvCodec::f16;
+  // f16/bf16 matrices uploaded as f32 (twice their VRAM): multi-row steps then run f32 GEMMs instead of f16
+  // tensor-core ones, which round the activations to f16 (~2e-3 relative on the logits of a bf16 model). With the
+  // f32 KV, the exact arithmetic the transformers fixtures are checked against at 1e-3; off for serving.
+  bool widen_dense_weights = false;
   int64_t max_sequences = 16;         // sequences whose device KV is kept at once (and at most in one step)
   // Device KV pool, in pages of 64 positions (every GPU layer has this many). 0: enough for max_sequences full
   // contexts, or as many as the VRAM budget leaves room for (at least one full context, else the constructor
@@ -92,9 +97,10 @@ class GpuLayers {
   // the decode graphs run once on a sequence of its own, so that the first prompt runs at steady speed.
   GpuLayers(const model::ModelWeights& weights, const GpuOptions& options, int64_t max_chunk, int64_t max_context);
   ~GpuLayers();
-  // Throws std::invalid_argument naming the first of layers [0, layers) whose LayerSpec (or bias) the GPU backend
-  // does not run yet: sliding-window attention, a dense MLP in a MoE model, o_proj / MLP biases. The constructor
-  // calls it first; callable without a GPU.
+  // Throws std::invalid_argument naming the first of layers [0, layers) whose LayerSpec the GPU backend does not run
+  // yet: Gated DeltaNet, MLA, gated attention, partial rotary, a per-layer rope, and Gemma 4's block. (Sliding-window
+  // attention, attention / MLP biases, dense layers among sparse ones and gpt-oss's block run.) The constructor calls
+  // it first; callable without a GPU.
   static void check_supported(const model::ModelConfig& config, int64_t layers);
   GpuLayers(const GpuLayers&) = delete;
   GpuLayers& operator=(const GpuLayers&) = delete;

@@ -20,6 +20,8 @@
 #include "runtime/engine/sampler.h"
 #include "runtime/gpu/device_kernels.cuh"
 #include "runtime/kernels/weights.h"
+#include "runtime/kernels/thread_pool.h"
+#include "tiering/ledger.h"
 #include "runtime/gpu/gpu_probe.h"
 #include "tests/runtime/gpu/skip_without_gpu.h"
 
@@ -334,6 +336,62 @@ TEST(ArgmaxRows, MatchesHostArgmax) {
   gpu::device::argmax_rows(dev.p, rows, vocab, scratch.p, rows, out.p, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(out.get(size_t(rows)), want) << "after single rows";
+}
+
+// MXFP4 (gpt-oss's experts, read packed): device::mxfp4_matvec against the CPU MXFP4 kernel (kernels::matmul on
+// the same packed bytes) and double-precision math over the dequantized rows, for 1, 3, 4, 7 and 33 activation rows
+// (the decode rows and prefill's), with random codes and scales spanning 2^-10..2^3, a zero scale byte (the
+// denormal 2^-127) included; accumulate adds to what y held.
+TEST(Mxfp4Matvec, MatchesTheCpuKernel) {
+  SKIP_WITHOUT_GPU();
+  tiering::Ledger ledger;
+  kernels::ThreadPool pool(2);
+  for (const Shape s : {Shape{64, 64}, Shape{130, 2880 / 10 * 4}, Shape{256, 2048}}) {
+    std::mt19937 rng(uint32_t(s.rows * 7 + s.cols));
+    std::uniform_int_distribution<int> byte(0, 255), scale(117, 130);
+    const int64_t groups = s.rows * s.cols / 32;
+    std::vector<uint8_t> blocks(static_cast<size_t>(groups * 16)), scales(static_cast<size_t>(groups));
+    for (auto& b : blocks) b = uint8_t(byte(rng));
+    for (auto& x : scales) x = uint8_t(scale(rng));
+    scales[3] = 0;
+    const kernels::Weight w = kernels::make_mxfp4_weight(blocks.data(), scales.data(), s.rows, s.cols, ledger, "w");
+    std::vector<float> dense(size_t(s.rows * s.cols));
+    for (int64_t r = 0; r < s.rows; ++r) kernels::dequantize_row(w.view, r, dense.data() + r * s.cols);
+    for (int64_t n : {1, 3, 4, 7, 33}) {
+      const std::vector<float> x = values(size_t(n * s.cols), uint32_t(n));
+      std::vector<float> cpu(size_t(n * s.rows));
+      kernels::matmul(w.view, x.data(), n, cpu.data(), pool);
+      std::vector<double> want(size_t(n * s.rows));
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t r = 0; r < s.rows; ++r) {
+          double acc = 0;
+          for (int64_t c = 0; c < s.cols; ++c) acc += double(dense[size_t(r * s.cols + c)]) * x[size_t(t * s.cols + c)];
+          want[size_t(t * s.rows + r)] = 1.0 + acc;  // y starts at 1 and accumulates
+        }
+      Device<uint8_t> db(blocks), ds(scales);
+      Device<float> dx(x), dy(std::vector<float>(size_t(n * s.rows), 1.0f));
+      MatrixRef m;
+      m.format = gpu::device::kMxfp4Format;
+      m.rows = s.rows;
+      m.cols = s.cols;
+      m.data = db.p;
+      m.scales = ds.p;
+      m.group_size = 32;
+      m.bits = 4;
+      gpu::device::matvec(m, dx.p, s.cols, n, dy.p, s.rows, /*accumulate=*/true, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<float> got = dy.get(size_t(n * s.rows));
+      std::vector<float> cpu_plus_one(cpu);
+      for (float& v : cpu_plus_one) v += 1.0f;
+      std::vector<double> cpu_d(cpu_plus_one.begin(), cpu_plus_one.end());
+      const double vs_math = max_relative(got, want), vs_cpu = max_relative(got, cpu_d);
+      EXPECT_LE(vs_math, 1e-5) << s.rows << "x" << s.cols << " n " << n;
+      EXPECT_LE(vs_cpu, 1e-5) << s.rows << "x" << s.cols << " n " << n;
+      if (n == 33)
+        std::printf("[ MXFP4    ] %lldx%lld: vs double math %.3g, vs the CPU MXFP4 kernel %.3g\n", (long long)s.rows,
+                    (long long)s.cols, vs_math, vs_cpu);
+    }
+  }
 }
 
 }  // namespace

@@ -98,12 +98,18 @@ TEST(Perplexity, LossyCodecsAgainstTheExactCache) {
     const double p = engine::perplexity(w, pool, ledger, ids, {c, {}, {}}, 64).perplexity();
     std::printf("%-7s perplexity %.4f (%+.3f%% vs the f32 cache)\n", kv::codec_name(c), p,
                 100 * (p / exact - 1));
-    // f16 and q8 are near-exact on any model; the turbo codecs are what the planner's measured rule is for.
+    // f16 and q8 are near-exact on any model. The turbo codecs must meet the planner's rule (at most 1% perplexity,
+    // calibrate/kv_quality.h) on this trained model, so the planner may pick them: turbo3 with 3-bit keys + QJL
+    // measured +1.45% here (+2.4% averaged over six rotation seeds, bench/kv_loss_bench), now 4-bit MSE keys -0.01%;
+    // turbo4 +0.80%.
     if (c == kv::Codec::f16) {
       EXPECT_LT(std::fabs(p / exact - 1), 1e-3);
     }
     if (c == kv::Codec::q8) {
       EXPECT_LT(std::fabs(p / exact - 1), 5e-3);
+    }
+    if (c == kv::Codec::turbo3 || c == kv::Codec::turbo4) {
+      EXPECT_LE(p / exact - 1, 0.01) << kv::codec_name(c) << ": the planner's 1% rule";
     }
   }
   EXPECT_GT(ledger.peak(), 0u);

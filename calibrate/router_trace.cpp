@@ -86,24 +86,28 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// Median seconds per call of fn over repeats until `budget` seconds pass (at least 3 after one warm-up call).
-template <class Fn>
-double median_seconds(double budget, Fn fn) {
+// Median seconds per call of fn over repeats until `budget` seconds pass (at least 3 after one warm-up call); each
+// call's wall time goes through `adjust` (what the call itself says to take out of it).
+template <class Fn, class Adjust = double (*)(double)>
+double median_seconds(double budget, Fn fn, Adjust adjust = [](double s) { return s; }) {
   fn();
   std::vector<double> samples;
   const auto start = Clock::now();
   while (samples.size() < 3 || seconds_since(start) < budget) {
     const auto t = Clock::now();
     fn();
-    samples.push_back(seconds_since(t));
+    samples.push_back(adjust(seconds_since(t)));
     if (samples.size() >= 10000) break;
   }
   std::nth_element(samples.begin(), samples.begin() + long(samples.size() / 2), samples.end());
   return samples[samples.size() / 2];
 }
 
-// Decode costs of this model at `threads` (see the file comment). The cache holds layers * top_k slots, so the
-// fixed routing (experts 0..top_k-1 of every layer) stays in memory after its first step.
+// Decode costs of this model at `threads` (see the file comment). When the cache holds layers * top_k slots, the
+// fixed routing (experts 0..top_k-1 of every layer) stays in memory after its first step. When the memory budget
+// left fewer (an unpacked bf16 model in a small cgroup), every step misses: the time its reads stalled and its
+// conversions took (the tier's own counters, over the same step) is taken out, so the step is still one with its
+// experts in memory.
 ModelTiming time_decode(const model::ModelWeights& m, tiering::Ledger& ledger, int threads, double budget) {
   const auto& c = m.config;
   const int64_t L = c.sparse_layers(), k = c.num_experts_per_tok, E = c.num_experts, H = c.hidden_size;
@@ -111,6 +115,12 @@ ModelTiming time_decode(const model::ModelWeights& m, tiering::Ledger& ledger, i
   ModelTiming t;
   t.threads = pool.size();
   tiering::ExpertCache& cache = m.experts->cache();
+  const int64_t slots = m.experts->telemetry().cache_slots;
+  const bool all_cached = slots >= L * k;
+  auto miss_seconds = [&] {
+    const auto tel = m.experts->telemetry();
+    return tel.read_stall_seconds + tel.conversion_seconds;
+  };
   const int64_t context = 64;
   {
     engine::Forward forward(m, pool, ledger, 1, context);
@@ -125,20 +135,31 @@ ModelTiming time_decode(const model::ModelWeights& m, tiering::Ledger& ledger, i
     std::optional<engine::KVCache> kv;
     int64_t pos = context;
     const int32_t token = 1 % int32_t(c.vocab_size);
+    double stalled = 0;
     t.step_seconds = median_seconds(budget, [&] {
       if (pos + 1 >= context) {  // a fresh sequence every context - 1 steps: attention stays short, as traced
         kv.reset();
         kv.emplace(c, context, ledger);
         pos = 0;
       }
+      const double before = all_cached ? 0 : miss_seconds();
       forward.run(std::span(&token, 1), pos++, *kv, logits.data());
-    });
+      if (!all_cached) stalled = miss_seconds() - before;
+    }, [&](double wall) { return std::max(wall - stalled, 0.0); });
   }
 
   // One expert on one row, cycling over every cached (layer, expert): the weights stream from RAM as in decode.
+  // With fewer slots than layers x top_k, over the layers whose top_k the slots hold, so nothing misses.
+  const int64_t cycled_layers = std::clamp<int64_t>(slots / std::max<int64_t>(k, 1), 1, L);
   const int64_t I = c.moe_intermediate_size;
   std::vector<float> x(static_cast<size_t>(H), 0.25f), ffn(static_cast<size_t>(2 * I));
   std::vector<float> act(static_cast<size_t>(I)), out(static_cast<size_t>(H)), router(static_cast<size_t>(E));
+  for (int64_t l = 0; l < cycled_layers; ++l)  // fill the cycled experts first: the timed calls then only hit
+    for (int32_t e = 0; e < int32_t(k); ++e) {
+      cache.request(l, std::span(&e, 1));
+      cache.acquire(l, e);
+      cache.release(l, e);
+    }
   int64_t layer = 0, j = 0;
   t.expert_seconds = median_seconds(budget, [&] {
     const int32_t e = int32_t(j);
@@ -150,7 +171,7 @@ ModelTiming time_decode(const model::ModelWeights& m, tiering::Ledger& ledger, i
     cache.release(layer, e);
     if (++j == k) {
       j = 0;
-      layer = (layer + 1) % L;
+      layer = (layer + 1) % cycled_layers;
     }
   });
   std::vector<int32_t> order(static_cast<size_t>(E));
@@ -192,12 +213,17 @@ ModelTiming time_decode(const model::ModelWeights& m, tiering::Ledger& ledger, i
 ModelProfile measure_model_profile(const fs::path& dir, const ModelProfileOptions& options) {
   const model::ModelConfig config = model::load_config(dir);
   const bool moe = config.arch.moe && config.num_experts > 0;
-  tiering::Ledger ledger;
+  tiering::Ledger ledger(options.memory_budget_bytes ? options.memory_budget_bytes : tiering::Ledger::kUnlimited);
   model::LoadOptions load;
   load.ledger = &ledger;
   if (!options.weight_format.empty()) load.weight_format = kernels::parse_format(options.weight_format);
   if (moe) {
-    load.experts.cache.slots = config.sparse_layers() * config.num_experts_per_tok;
+    // Enough slots that the timed decode step's fixed routing never misses; within a memory budget, what the dense
+    // weights leave (at least one layer's top_k), and time_decode takes the misses out of its step.
+    const int64_t every_step = config.sparse_layers() * config.num_experts_per_tok;
+    load.experts.cache.slots = options.memory_budget_bytes ? 0 : every_step;
+    load.experts.max_slots = every_step;
+    load.experts.leave_free_bytes = std::min(kMeasureLeaveFreeBytes, options.memory_budget_bytes / 8);
     load.experts.cache.policy = tiering::CachePolicy::lru;
     load.experts.cache.resident.clear();
     load.experts.cache.prefetch_limit = 0;
@@ -225,7 +251,10 @@ ModelProfile measure_model_profile(const fs::path& dir, const ModelProfileOption
     p.scratch_row_bytes = at2 > at1 ? at2 - at1 : at1;
     p.scratch_fixed_bytes = at1 > p.scratch_row_bytes ? at1 - p.scratch_row_bytes : 0;
   }
-  if (!moe) return p;
+  if (!moe) {
+    if (options.memory) options.memory->ledger_peak = ledger.peak();
+    return p;
+  }
 
   tiering::ExpertTier& tier = *m.experts;
   const auto& store = tier.store();
@@ -233,6 +262,7 @@ ModelProfile measure_model_profile(const fs::path& dir, const ModelProfileOption
   p.expert_bytes = store.layout().bytes;
   p.expert_payload_bytes = store.layout().payload_bytes();
   p.expert_read_bytes = store.read_bytes(0, 0);
+  p.expert_read_extents = store.read_lengths(0, 0);
   p.expert_staging_bytes = store.staging_bytes();
   p.expert_conversion_bytes = store.conversion_bytes();
   p.packed_experts = store.encoding() == tiering::ExpertEncoding::packed;
@@ -291,6 +321,7 @@ ModelProfile measure_model_profile(const fs::path& dir, const ModelProfileOption
   p.frequency_source = "router traces: " + std::to_string(traced_prompts) + " prompts, " +
                        std::to_string(p.traced_tokens) + " tokens from " + options.prompts_dir;
   if (p.traced_tokens == 0) throw std::runtime_error("router trace: no tokens traced (empty prompts?)");
+  if (options.memory) *options.memory = {ledger.peak(), tier.telemetry().cache_slots};
   return p;
 }
 

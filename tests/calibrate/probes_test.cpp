@@ -229,6 +229,42 @@ TEST(ModelProfile, RouterTracesOnTheTinyMoeFixture) {
   EXPECT_NE(model_fingerprint(dir, "q8_0"), p.fingerprint);
 }
 
+// Calibrate measures the model within a memory budget (issue 14 item 1: an unpacked bf16 DeepSeek-V2-Lite was
+// OOM-killed in a 4 GiB cgroup by the layers x top_k expert slots of the timing pass). With a budget that leaves
+// room for only top_k slots beside the dense weights, the measurement holds the budget (ledger peak), uses fewer
+// than layers x top_k slots, and still times the model: the misses taken out of the step.
+TEST(ModelProfile, MeasurementHoldsItsMemoryBudget) {
+  const fs::path dir = fs::path(TIERLM_SOURCE_DIR) / "tests/fixtures/models/qwen3_moe";
+  ModelProfileOptions o;
+  o.max_prompts = 2;
+  o.max_tokens_per_prompt = 8;
+  o.threads = 1;
+  o.timing_threads = {1};
+  o.timing_seconds = 0.05;
+  ModelProfileOptions::Memory unbounded;
+  o.memory = &unbounded;
+  const ModelProfile p = measure_model_profile(dir, o);
+  const int64_t every_step = p.moe_layers * p.top_k;
+  ASSERT_EQ(unbounded.cache_slots, every_step);
+  // What the dense weights, scratch, KV and the conversion reservation took: the unbounded peak less the slots'
+  // blocks and staging. The budget leaves room for top_k and a half slots beside an eighth kept free.
+  const uint64_t slot = p.expert_bytes + ((p.expert_staging_bytes + 4095) / 4096) * 4096;
+  const uint64_t rest = unbounded.ledger_peak - uint64_t(every_step) * slot;
+  const uint64_t budget = uint64_t(double(rest + uint64_t(p.top_k) * slot + slot / 2) / (1.0 - 1.0 / 8));
+  ASSERT_LT(budget, unbounded.ledger_peak);
+  ModelProfileOptions::Memory bounded;
+  o.memory = &bounded;
+  o.memory_budget_bytes = budget;
+  const ModelProfile q = measure_model_profile(dir, o);
+  EXPECT_LE(bounded.ledger_peak, budget);
+  EXPECT_GE(bounded.cache_slots, p.top_k);
+  EXPECT_LT(bounded.cache_slots, every_step);
+  ASSERT_EQ(q.timings.size(), 1u);
+  EXPECT_GT(q.timings[0].step_seconds, 0);
+  EXPECT_GT(q.timings[0].expert_seconds, 0);
+  EXPECT_EQ(q.traced_tokens, p.traced_tokens);
+}
+
 }  // namespace
 }  // namespace tierlm::calibrate
 

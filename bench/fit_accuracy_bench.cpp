@@ -9,6 +9,7 @@
 // For the MoE budgets it also asks calibrate's planner (the model profiled with router traces and its own decode
 // timings, as `tierlm calibrate --quick` does; hit rates replayed on the trace) and runs that plan the same way.
 // Usage: fit_accuracy_bench [--dir D] [--keep] [--prompt N] [--decode N] [--only dense|moe] [--no-calibrate]
+//        [--trace-tokens N] [--trace-prompts N]   (calibrate's router trace: tokens per prompt, prompts; 0: all)
 #include <sys/resource.h>
 
 #include <chrono>
@@ -135,6 +136,7 @@ int main(int argc, char** argv) {
   int64_t prompt = 256, decode = 32;
   std::string only;
   bool with_calibrate = true;
+  int64_t trace_tokens = 24, trace_prompts = 0;  // calibrate --quick's trace: 24 tokens of every prompt
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--dir" && i + 1 < argc) dir = argv[++i];
@@ -143,6 +145,8 @@ int main(int argc, char** argv) {
     else if (a == "--decode" && i + 1 < argc) decode = std::stoll(argv[++i]);
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--no-calibrate") with_calibrate = false;
+    else if (a == "--trace-tokens" && i + 1 < argc) trace_tokens = std::stoll(argv[++i]);
+    else if (a == "--trace-prompts" && i + 1 < argc) trace_prompts = std::stoll(argv[++i]);
   }
   model::SyntheticMoeSpec spec;
   spec.layers = 8;
@@ -219,7 +223,8 @@ int main(int argc, char** argv) {
     calibrate::ModelProfile calibrated;
     if (with_calibrate) {
       calibrate::ModelProfileOptions mo;
-      mo.max_tokens_per_prompt = 24;
+      mo.max_tokens_per_prompt = trace_tokens;
+      mo.max_prompts = trace_prompts;
       mo.max_seconds = 5;
       mo.trace = &trace;
       for (auto& c : device.compute) mo.timing_threads.push_back(c.threads);

@@ -274,6 +274,7 @@ ReaderChoice choose_reader(const StorageInfo& storage, const ModelProfile& m) {
   best.gbs = chosen->sample->gbs;
   best.requests_per_expert = chosen->requests;
   best.seconds = chosen->seconds;
+  best.submissions = chosen->waves;
   return best;
 }
 
@@ -819,11 +820,12 @@ Plan plan_for_batch(const DeviceProfile& d, const ModelProfile& m, const PlanReq
     p.reader_queue_depth = reader.queue_depth;
     p.reader_direct = d.storage.direct_io;
     p.rationale.push_back({"reader", fmt::format("block {} KiB, queue depth {}", reader.block_size / 1024, reader.queue_depth),
-                           "the probed block and depth that read one layer's top_k missed experts soonest in one "
-                           "submission (all their requests in flight at once): their bytes at the cell's GB/s plus "
-                           "its CPU per request times their requests (within 5%: the fewest requests)",
+                           "the probed block and depth that read one layer's top_k missed experts soonest in the "
+                           "fewest submissions (1: all their requests in flight at once): their bytes at the cell's "
+                           "GB/s plus its CPU per request times their requests (within 5%: the fewest requests)",
                            {{"storage_gbs", reader.gbs}, {"expert_read_bytes", double(m.expert_read_bytes)},
                             {"requests_per_expert", double(reader.requests_per_expert)},
+                            {"submissions", double(reader.submissions)},
                             {"predicted_read_seconds", reader.seconds}, {"iops_4k", d.storage.iops_4k()}}});
 
     // Resident experts vs cache slots: every split of the memory left is costed; the fastest predicted step wins.

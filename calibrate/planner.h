@@ -145,6 +145,7 @@ struct ReaderChoice {
   unsigned queue_depth = 32;
   double gbs = 0, seconds = 0;
   int64_t requests_per_expert = 0;
+  int64_t submissions = 0;  // queue-depth waves one layer's top_k misses take (1: all in flight at once)
 };
 ReaderChoice choose_reader(const StorageInfo& storage, const ModelProfile& model);
 

@@ -9,6 +9,11 @@
 //        gpu_bench --first-use FORMAT [--prompt N] [--long N]: a process's first prompt on the 1B shape (run it as a
 //        fresh process per format): the GpuLayers setup phases, the first and the steady prefill of N tokens (wall
 //        and per-operation device time), and a steady prefill of --long tokens.
+//        gpu_bench --model HF_DIR [--formats f16,q8_0,q4] [--prompt N] [--long N] [--decode N]: the peer run
+//        (bench/peer/llamacpp_cuda.sh runs llama-bench on GGUFs written from the same folder): loads the folder in
+//        each format, every layer and the head on the GPU, and prints one JSON line per format: steady prefill
+//        tok/s of N and --long tokens (median of 3 after a warm-up, as llama-bench's pp), decode tok/s of --decode
+//        greedy steps from position 8 (as llama-bench's tg at depth 0), and the d2d roofline of the same run.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -156,14 +161,84 @@ int first_use(kernels::WeightFormat format, int64_t prompt, int64_t long_prompt)
   return 0;
 }
 
+// The peer run on an HF folder (see the usage above).
+int peer(const std::string& dir, const std::string& formats, int64_t prompt, int64_t long_prompt, int decode) {
+  const auto probe = gpu::probe_gpu(false);
+  const double roofline = probe->d2d_bytes_per_second;
+  std::printf("{\"device\":\"%s\",\"d2d_gbps\":%.1f}\n", probe->name.c_str(), roofline / 1e9);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  for (size_t at = 0; at < formats.size();) {
+    const size_t comma = std::min(formats.find(',', at), formats.size());
+    const std::string format = formats.substr(at, comma - at);
+    at = comma + 1;
+    tiering::Ledger ledger;
+    model::LoadOptions lo;
+    lo.ledger = &ledger;
+    lo.weight_format = kernels::parse_format(format);
+    const model::ModelWeights w = model::load_model(dir, lo);
+    const int64_t chunk = std::max(prompt, long_prompt), context = chunk + decode + 64;
+    gpu::GpuOptions o;
+    o.layers = w.config.num_layers;
+    auto g = std::make_shared<gpu::GpuLayers>(w, o, chunk, context);
+    kernels::ThreadPool pool(4);
+    engine::Forward forward(w, pool, ledger, chunk, context);
+    forward.use_gpu(g);
+    // Token ids spread over the vocabulary (tierlm_peer's prompt).
+    std::vector<int32_t> tokens(static_cast<size_t>(chunk));
+    for (int64_t i = 0; i < chunk; ++i) tokens[size_t(i)] = int32_t(300 + (i * 7919) % (w.config.vocab_size - 300));
+    std::vector<float> logits(static_cast<size_t>(w.config.vocab_size));
+    int32_t greedy = -1;
+    auto run = [&](std::span<const int32_t> ids, int64_t pos, engine::KVCache& cache) {
+      const engine::BatchItem item{ids, pos, &cache, logits.data(), false, &greedy};
+      forward.run_batch(std::span(&item, 1));
+    };
+    double tps[2] = {0, 0};
+    for (int k = 0; k < 2; ++k) {
+      const int64_t n = k == 0 ? prompt : long_prompt;
+      if (n <= 0) continue;
+      std::vector<double> times;
+      for (int i = 0; i < 4; ++i) {  // the first is the warm-up
+        engine::KVCache cache(w.config, context, ledger);
+        const double t0 = now();
+        run(std::span(tokens.data(), size_t(n)), 0, cache);
+        if (i > 0) times.push_back(now() - t0);
+        g->forget(&cache);
+      }
+      tps[k] = double(n) / median(times);
+    }
+    std::vector<double> decode_tps;
+    for (int r = 0; r < 3; ++r) {
+      engine::KVCache cache(w.config, context, ledger);
+      run(std::span(tokens.data(), 8), 0, cache);
+      int64_t pos = 8;
+      for (int i = 0; i < 4; ++i, ++pos) run(std::span(&greedy, 1), pos, cache);
+      const double t0 = now();
+      for (int i = 0; i < decode; ++i, ++pos) run(std::span(&greedy, 1), pos, cache);
+      decode_tps.push_back(decode / (now() - t0));
+      g->forget(&cache);
+    }
+    const double d = median(decode_tps), bytes = double(g->weight_bytes());
+    std::printf("{\"engine\":\"tierlm\",\"format\":\"%s\",\"layers\":%lld,\"weight_bytes\":%.0f,"
+                "\"pp%lld\":%.1f,\"pp%lld\":%.1f,\"tg%d\":%.1f,\"of_roofline\":%.4f}\n",
+                format.c_str(), (long long)w.config.num_layers, bytes, (long long)prompt, tps[0],
+                (long long)long_prompt, tps[1], decode, d, bytes * d / roofline);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   bool quick = false, dense_only = false, chains = true, moe = true, matvec_ab = false;
   std::string formats = "bf16,q8_0,q4";
   int64_t table_prompt = 512;
-  std::string moe_dir = "/tmp/tierlm_gpu_bench_moe", first_use_format;
+  std::string moe_dir = "/tmp/tierlm_gpu_bench_moe", first_use_format, peer_dir;
   int64_t first_use_prompt = 180, first_use_long = 1800;
+  int peer_decode = 128;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--dense-only")) dense_only = true;  // bf16 llama only (for profilers)
@@ -176,11 +251,14 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--first-use") && i + 1 < argc) first_use_format = argv[++i];
     if (!std::strcmp(argv[i], "--prompt") && i + 1 < argc) first_use_prompt = std::atoll(argv[++i]);
     if (!std::strcmp(argv[i], "--long") && i + 1 < argc) first_use_long = std::atoll(argv[++i]);
+    if (!std::strcmp(argv[i], "--model") && i + 1 < argc) peer_dir = argv[++i];
+    if (!std::strcmp(argv[i], "--decode") && i + 1 < argc) peer_decode = std::atoi(argv[++i]);
   }
   if (!gpu::gpu_available()) {
     std::printf("gpu_bench: skipped, %s\n", gpu::gpu_unavailable_reason().c_str());
     return 0;
   }
+  if (!peer_dir.empty()) return peer(peer_dir, formats, first_use_prompt, first_use_long, peer_decode);
   if (!first_use_format.empty())
     return first_use(kernels::parse_format(first_use_format), first_use_prompt, first_use_long);
   const auto probe = gpu::probe_gpu(quick);
@@ -191,7 +269,7 @@ int main(int argc, char** argv) {
               double(probe->total_bytes) / (1 << 30), roofline / 1e9, probe->h2d_pinned_bytes_per_second / 1e9,
               probe->gemm_f16_flops / 1e12);
   // Per-kernel cost of the decode matvec alone, on the llama-1B shapes (qkv, o, gate_up, down, head), bf16 and the
-  // packed q8_0 / q4 (mode: plain, normed = RMSNorm fused, gated = SiLU gate fused).
+  // packed q8_0 / q4 (mode: plain, normed = RMSNorm fused, gated = SiLU gate fused), and the packed llama-8B shapes.
   std::printf("decode matvec chains (one CUDA graph of distinct matrices): us per kernel, plain / programmatic "
               "launch, vs bytes at the roofline\n");
   for (const auto& [rows, cols, count, mode, format] :
@@ -200,7 +278,11 @@ int main(int argc, char** argv) {
         {128256, 2048, 2, 0, 2}, {3072, 2048, 16, 0, 3}, {3072, 2048, 16, 1, 3}, {2048, 2048, 16, 0, 3}, {16384, 2048, 8, 0, 3},
         {16384, 2048, 8, 1, 3}, {2048, 8192, 8, 0, 3}, {2048, 8192, 8, 2, 3}, {128256, 2048, 2, 0, 3},
         {3072, 2048, 16, 1, 4}, {2048, 2048, 16, 0, 4}, {16384, 2048, 8, 1, 4}, {2048, 8192, 8, 2, 4},
-        {128256, 2048, 2, 0, 4}}) {
+        {128256, 2048, 2, 0, 4},
+        // Llama-3-8B's shapes (qkv, o, gate_up, down, head), where the weights rather than the launches should dominate
+        {6144, 4096, 8, 1, 3}, {4096, 4096, 8, 0, 3}, {28672, 4096, 4, 1, 3}, {4096, 14336, 4, 2, 3},
+        {128256, 4096, 2, 0, 3}, {6144, 4096, 8, 1, 4}, {4096, 4096, 8, 0, 4}, {28672, 4096, 4, 1, 4},
+        {4096, 14336, 4, 2, 4}, {128256, 4096, 2, 0, 4}}) {
     if (!chains) break;
     // Packed formats twice: the tensor-core kernel ("mma") and the CUDA-core one ("cuda").
     for (bool mma : {true, false}) {

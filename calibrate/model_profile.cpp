@@ -8,6 +8,7 @@
 
 #include "calibrate/device_profile.h"
 #include "calibrate/json_fields.h"
+#include "runtime/kv/codec.h"
 #include "tiering/expert_layout.h"
 
 namespace tierlm::calibrate {
@@ -248,6 +249,11 @@ bj::value to_json(const ModelProfile& p) {
   o["frequency_source"] = p.frequency_source;
   o["traced_prompts"] = p.traced_prompts;
   o["traced_tokens"] = p.traced_tokens;
+  if (!p.kv_perplexity_increase.empty()) {
+    bj::object q;
+    for (auto& [codec, increase] : p.kv_perplexity_increase) q[codec] = increase;
+    o["kv_quality"] = bj::object{{"tokens", p.kv_quality_tokens}, {"perplexity_increase", q}};
+  }
   return o;
 }
 
@@ -289,9 +295,11 @@ ModelProfile model_profile_from_json(const bj::value& v) {
     const auto* values = m.at("read_extents").if_array();
     if (!values) throw std::runtime_error(what + ".moe.read_extents: must be an array of byte counts");
     for (auto& v : *values) {
-      const auto* n = v.if_int64();
-      if (!n || *n <= 0) throw std::runtime_error(what + ".moe.read_extents: values must be integers > 0");
-      p.expert_read_extents.push_back(uint64_t(*n));
+      const int64_t* n = v.if_int64();
+      const uint64_t* u = v.if_uint64();
+      const uint64_t bytes = u ? *u : n && *n > 0 ? uint64_t(*n) : 0;
+      if (bytes == 0) throw std::runtime_error(what + ".moe.read_extents: values must be integers > 0");
+      p.expert_read_extents.push_back(bytes);
     }
   }
   if (o.contains("load_scratch_bytes")) p.load_scratch_bytes = unsigned_integer(o, "load_scratch_bytes", what);
@@ -328,6 +336,17 @@ ModelProfile model_profile_from_json(const bj::value& v) {
       const auto* n = b.if_int64();
       if (!n || *n < 0) throw std::runtime_error(what + ".layer_recurrent_bytes: sizes must be integers >= 0");
       p.layer_recurrent_bytes.push_back(uint64_t(*n));
+    }
+  }
+  if (o.contains("kv_quality")) {
+    const auto& q = object(field(o, "kv_quality", what), what + ".kv_quality");
+    p.kv_quality_tokens = integer(q, "tokens", what + ".kv_quality");
+    for (auto& [codec, increase] : object(field(q, "perplexity_increase", what), what + ".kv_quality.perplexity_increase")) {
+      kv::parse_codec(std::string(codec));  // throws on an unknown codec name
+      const double* d = increase.if_double();
+      const int64_t* i = increase.if_int64();
+      if (!d && !i) throw std::runtime_error(what + ".kv_quality.perplexity_increase: values must be numbers");
+      p.kv_perplexity_increase[std::string(codec)] = d ? *d : double(*i);
     }
   }
   if (o.contains("timings"))

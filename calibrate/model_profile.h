@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -95,6 +96,11 @@ struct ModelProfile {
   std::string frequency_source;  // "router traces: N prompts, T tokens" or "uniform (...)"
   int64_t traced_prompts = 0, traced_tokens = 0;
   std::vector<ModelTiming> timings;  // empty: the planner falls back to its constants
+  // KV codec quality measured on this model (measure_kv_quality): each lossy codec's perplexity increase over the
+  // exact f32 cache on profiles/text/kv-quality.txt (0.008 = +0.8%). The planner picks a turbo codec by itself only
+  // where it is measured at most kKvMaxPerplexityIncrease; empty: not measured (a config-only profile, --quick).
+  std::map<std::string, double> kv_perplexity_increase;
+  int64_t kv_quality_tokens = 0;      // tokens the perplexities were measured on
 
   bool moe() const { return experts > 0; }
   // Everything held in memory whatever the plan (all classes but the routed experts).
@@ -127,6 +133,7 @@ struct ModelProfileOptions {
   // timing_seconds.
   std::vector<int> timing_threads;
   double timing_seconds = 0.3;
+  double kv_quality_seconds = 60;      // the KV codec quality pass (calibrate/kv_quality.h); 0: skipped
   // The ledger budget of the model measurement (0: unbounded). The dense weights load within it and the expert
   // cache takes the room left (less an eighth of the budget, at most kMeasureLeaveFreeBytes, for the traces' KV and
   // the engine's scratch), at most layers x top_k slots: in a cgroup of 2x the dense weights an unpacked bf16 MoE's

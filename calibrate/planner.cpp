@@ -763,7 +763,8 @@ Plan plan_for_batch(const DeviceProfile& d, const ModelProfile& m, const PlanReq
                          {{"scratch_bytes", double(scratch)}}});
 
   // KV codec: the most exact (f32 first) whose cache fits in kKvShareOfFreeMemory of what the weights leave; else the
-  // smallest that fits at all.
+  // smallest that fits at all. Turbo codecs only where their measured perplexity cost is at most
+  // kKvMaxPerplexityIncrease (f16 and q8 are near-exact: +0.002% / +0.07% on tests/fixtures/models/code-small).
   const uint64_t fixed_pre_kv = m.dense_bytes() + scratch + (m.moe() ? m.expert_conversion_bytes : 0);
   if (fixed_pre_kv > p.budget_bytes)
     throw PlanError(fmt::format("budget {} is below the model's dense weights + scratch ({}): raise --budget to at "
@@ -781,11 +782,27 @@ Plan plan_for_batch(const DeviceProfile& d, const ModelProfile& m, const PlanReq
   std::vector<std::string> codecs = {"f32", "f16", "q8", "turbo4", "turbo3"};
   std::map<std::string, double> kv_ms{{"free_bytes", double(free_for_kv)}};
   std::vector<std::string> usable_codecs;
+  std::vector<std::string> quality_refused;  // codecs that would fit but whose quality cost is unmeasured or too high
   for (auto& c : codecs) try {
       kv_ms["kv_bytes_" + c] = double(kv_bytes(c));
+      if (c.rfind("turbo", 0) == 0) {
+        const auto measured = m.kv_perplexity_increase.find(c);
+        if (measured != m.kv_perplexity_increase.end()) kv_ms["perplexity_increase_" + c] = measured->second;
+        if (measured == m.kv_perplexity_increase.end() || measured->second > kKvMaxPerplexityIncrease) {
+          quality_refused.push_back(measured == m.kv_perplexity_increase.end()
+                                        ? c + " (quality not measured)"
+                                        : fmt::format("{} (+{:.2f}% perplexity measured)", c, 100 * measured->second));
+          continue;
+        }
+      }
       usable_codecs.push_back(c);
     } catch (const std::invalid_argument&) {
     }
+  std::string refused_note;
+  if (!quality_refused.empty()) {
+    refused_note = fmt::format("; not chosen by quality (over {:.0f}% perplexity or unmeasured): ", kKvMaxPerplexityIncrease * 100);
+    for (size_t i = 0; i < quality_refused.size(); ++i) refused_note += (i ? ", " : "") + quality_refused[i];
+  }
   std::string because;
   if (request.kv_codec) {
     p.kv_codec = *request.kv_codec;
@@ -805,10 +822,14 @@ Plan plan_for_batch(const DeviceProfile& d, const ModelProfile& m, const PlanReq
     }
     if (p.kv_codec.empty())
       throw PlanError(fmt::format("context {} x batch {} does not fit: KV needs {} even with {}{}, {} is free after the "
-                                  "weights; lower --context/--batch or raise --budget",
+                                  "weights; lower --context/--batch or raise --budget{}",
                                   p.context, p.batch, mib(kv_bytes(usable_codecs.back())), usable_codecs.back(),
                                   m.moe() ? fmt::format(" (+ {} for the minimum expert cache)", mib(min_expert_bytes)) : "",
-                                  mib(free_for_kv)));
+                                  mib(free_for_kv),
+                                  quality_refused.empty() ? ""
+                                                          : " (or accept a lossier cache with --kv-codec: " +
+                                                                refused_note.substr(2) + ")"));
+    because += refused_note;
   }
   p.rationale.push_back({"kv_codec", p.kv_codec, because, kv_ms});
   const uint64_t fixed = fixed_pre_kv + kv_bytes(p.kv_codec);

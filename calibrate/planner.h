@@ -59,6 +59,9 @@ inline constexpr double kGpuExpertOverheadSeconds = 10e-6;
 inline constexpr uint64_t kGpuReserveBytes = 1ull << 30;  // GpuOptions' default: free memory minus 1 GiB
 inline constexpr uint64_t kGpuScratchBytes = 256ull << 20;
 inline constexpr double kGemmEfficiency = 0.6;          // fraction of square-SGEMM GFLOP/s prefill reaches
+// A turbo KV codec is picked by the planner only where calibrate measured it on this model at most this much above the
+// exact cache's perplexity (ModelProfile::kv_perplexity_increase); --kv-codec still forces any codec.
+inline constexpr double kKvMaxPerplexityIncrease = 0.01;
 inline constexpr double kKvShareOfFreeMemory = 0.25;    // a codec is "comfortable" if KV fits in this share
 
 // Why a decision was made: the decision, its value, and the measurements it rests on.

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "calibrate/kv_quality.h"
 #include "calibrate/model_profile.h"
 #include "runtime/engine/forward.h"
 #include "runtime/engine/kv_cache.h"
@@ -243,6 +244,14 @@ ModelProfile measure_model_profile(const fs::path& dir, const ModelProfileOption
     const uint64_t at1 = scratch_at(1), at2 = scratch_at(2);
     p.scratch_row_bytes = at2 > at1 ? at2 - at1 : at1;
     p.scratch_fixed_bytes = at1 > p.scratch_row_bytes ? at1 - p.scratch_row_bytes : 0;
+  }
+  {
+    KvQualityOptions q;
+    q.max_seconds = options.kv_quality_seconds;
+    q.threads = options.threads;
+    if (options.progress) options.progress("kv quality", 0, 1);
+    measure_kv_quality(m, dir, ledger, q, p);
+    if (options.progress) options.progress("kv quality", 1, 1);
   }
   if (!moe) {
     if (options.memory) options.memory->ledger_peak = ledger.peak();

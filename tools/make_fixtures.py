@@ -179,6 +179,23 @@ def specs():
                                           routed_scaling_factor=1.0, topk_method="greedy", n_group=1, topk_group=1,
                                           num_experts_per_tok=2, first_k_dense_replace=1, norm_topk_prob=False,
                                           **rope_kwargs(10000.0))
+    # YaRN as the published DeepSeek configs set it (factor 40 over 4096 original positions; V3 mscale = mscale_all_dim
+    # = 1, V2-Lite 0.707 each): inv_freq blended between interpolation and extrapolation, cos/sin times the attention
+    # factor, softmax scale times mscale(factor, mscale_all_dim)^2. The v2 variant takes different mscale and
+    # mscale_all_dim so that the cos/sin attention factor is not 1.
+    def ds_yarn(mscale, mscale_all_dim):
+        return {"rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "beta_fast": 32.0,
+                                    "beta_slow": 1.0, "mscale": mscale, "mscale_all_dim": mscale_all_dim,
+                                    "original_max_position_embeddings": 4096}}
+    dsy = dict(ds, max_position_embeddings=163840)
+    out["deepseek_v3-yarn"] = DeepseekV3Config(**dsy, q_lora_rank=48, n_shared_experts=1, n_routed_experts=8,
+                                               routed_scaling_factor=2.5, n_group=4, topk_group=2,
+                                               num_experts_per_tok=2, first_k_dense_replace=1, norm_topk_prob=True,
+                                               rope_interleave=True, **ds_yarn(1.0, 1.0))
+    out["deepseek_v2-yarn"] = DeepseekV2Config(**dsy, q_lora_rank=None, n_shared_experts=2, n_routed_experts=8,
+                                               routed_scaling_factor=1.0, topk_method="greedy", n_group=1,
+                                               topk_group=1, num_experts_per_tok=2, first_k_dense_replace=1,
+                                               norm_topk_prob=False, **ds_yarn(0.9, 0.707))
     return out
 
 

@@ -16,5 +16,6 @@ void add_pack_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_pull_command(CLI::App& app);
 void add_fit_command(CLI::App& app);
+void add_perplexity_command(CLI::App& app);
 
 }  // namespace tierlm::cli

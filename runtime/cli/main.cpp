@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   tierlm::cli::add_serve_command(app);
   tierlm::cli::add_pull_command(app);
   tierlm::cli::add_fit_command(app);
+  tierlm::cli::add_perplexity_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -409,6 +409,47 @@ TEST(Planner, DefaultBatchIsHalvedUntilItsKvFits) {
   EXPECT_TRUE(said);
 }
 
+// A turbo KV codec is the planner's own choice only where calibrate measured its perplexity cost on the model at most
+// kKvMaxPerplexityIncrease (code-small measured turbo4 +0.80%, turbo3 +1.45%); unmeasured, it is not chosen and a
+// budget that only a turbo codec fits fails naming --kv-codec; a forced codec is taken as given.
+TEST(Planner, TurboKvOnlyWhereItsMeasuredPerplexityCostIsSmall) {
+  const DeviceProfile d = device("laptop-8gb");
+  ModelProfile m = qwen3_moe_30b();
+  PlanRequest r;
+  r.context = 4096;
+  r.batch = 3;
+  r.budget_bytes = m.dense_bytes() + kv_cache_bytes(m, "turbo4", 4096, 3) + (96ull << 20);
+  ASSERT_GT(kv_cache_bytes(m, "q8", 4096, 3), kv_cache_bytes(m, "turbo4", 4096, 3) + (96ull << 20));
+
+  m.kv_perplexity_increase = {{"f16", 0.00002}, {"q8", 0.0007}, {"turbo4", 0.008}, {"turbo3", 0.0145}};
+  const Plan measured = make_plan(d, m, r);
+  expect_sane(d, m, measured);
+  EXPECT_EQ(measured.kv_codec, "turbo4");
+  bool said = false;
+  for (auto& why : measured.rationale)
+    if (why.decision == "kv_codec") said = why.because.find("turbo3 (+1.45% perplexity measured)") != std::string::npos;
+  EXPECT_TRUE(said) << "the plan says why turbo3 was not taken";
+
+  m.kv_perplexity_increase["turbo4"] = 0.011;  // over the limit too: nothing fits
+  EXPECT_THROW(make_plan(d, m, r), PlanError);
+
+  m.kv_perplexity_increase.clear();  // not measured (a profile from config.json, --quick on a slow model)
+  try {
+    make_plan(d, m, r);
+    ADD_FAILURE() << "an unmeasured turbo codec was chosen";
+  } catch (const PlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("--kv-codec"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("turbo4 (quality not measured)"), std::string::npos) << e.what();
+  }
+  r.kv_codec = "turbo3";  // forced: taken as given
+  EXPECT_EQ(make_plan(d, m, r).kv_codec, "turbo3");
+
+  // Room to spare: the most exact codec, whatever was measured.
+  r.kv_codec.reset();
+  r.budget_bytes = 16ull << 30;
+  EXPECT_EQ(make_plan(device("desktop-16gb"), m, r).kv_codec, "f32");
+}
+
 // Threads from the model's own timed decode steps where calibrate measured several thread counts: the fewest within
 // 3% of the fastest (gpt-oss-20b's MXFP4 step was 322 ms on 1 thread and 189 ms on 2 while the q8 matvec probe,
 // the fallback, said 1 thread was enough); without timings the matvec probe decides.

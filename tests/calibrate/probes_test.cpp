@@ -242,11 +242,15 @@ TEST(ModelProfile, MeasurementHoldsItsMemoryBudget) {
   o.threads = 1;
   o.timing_threads = {1};
   o.timing_seconds = 0.05;
+  o.kv_quality_seconds = 0;
   ModelProfileOptions::Memory unbounded;
   o.memory = &unbounded;
   const ModelProfile p = measure_model_profile(dir, o);
   const int64_t every_step = p.moe_layers * p.top_k;
   ASSERT_EQ(unbounded.cache_slots, every_step);
+  // The expert's reads as the store issues them (three dense tensors here), kept through the wisdom file's JSON.
+  EXPECT_EQ(p.expert_read_extents.size(), 3u);
+  EXPECT_EQ(model_profile_from_json(to_json(p)).expert_read_extents, p.expert_read_extents);
   // What the dense weights, scratch, KV and the conversion reservation took: the unbounded peak less the slots'
   // blocks and staging. The budget leaves room for top_k and a half slots beside an eighth kept free.
   const uint64_t slot = p.expert_bytes + ((p.expert_staging_bytes + 4095) / 4096) * 4096;

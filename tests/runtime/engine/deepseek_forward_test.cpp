@@ -96,8 +96,13 @@ TEST_P(DeepseekMatchesTransformers, PackedExpertsStreamTheSameLogits) {
 
 // deepseek_v3-fp8: float8_e4m3fn weights with 128x128 block scales (experts too), dequantized to f32 at load and at
 // each expert miss; its reference is transformers' own dequantized model.
+// deepseek_v3-yarn / deepseek_v2-yarn: YaRN rope as the published configs set it (factor 40 over 4096 original
+// positions, beta 32/1): V3's mscale = mscale_all_dim = 1 (softmax scale x mscale(40, 1)^2), the v2 one mscale 0.9
+// against mscale_all_dim 0.707 so the cos/sin attention factor is not 1 either.
 INSTANTIATE_TEST_SUITE_P(Fixtures, DeepseekMatchesTransformers,
-                         ::testing::Values("deepseek_v3", "deepseek_v2", "deepseek_v3-fp8"), [](const auto& info) {
+                         ::testing::Values("deepseek_v3", "deepseek_v2", "deepseek_v3-fp8", "deepseek_v3-yarn",
+                                           "deepseek_v2-yarn"),
+                         [](const auto& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');
                            return name;

@@ -2,9 +2,9 @@
 // (correction range from beta_fast / beta_slow over original_max_position_embeddings, floor/ceil, linear ramp between
 // interpolated and original frequencies, attention factor get_mscale(factor, mscale) / get_mscale(factor,
 // mscale_all_dim) on cos and sin) and DeepseekV2Attention / DeepseekV3Attention's softmax scale (qk_head_dim^-0.5
-// times get_mscale(factor, mscale_all_dim)^2 when rope scaling is set). No transformers logits back the YaRN path
-// (no fixture with rope scaling was made): end to end, a degenerate YaRN (factor 1) must still give the
-// transformers fixtures' logits, and a real one must move them.
+// times get_mscale(factor, mscale_all_dim)^2 when rope scaling is set). End to end, a degenerate YaRN (factor 1) must
+// still give the transformers fixtures' logits, and a real one must move them; transformers' own logits for YaRN
+// (factor 40) are checked in deepseek_forward_test (fixtures deepseek_v3-yarn, deepseek_v2-yarn).
 #include <cmath>
 #include <numbers>
 #include <random>

@@ -186,12 +186,20 @@ TEST(Probes, GpuProbeReportsTheDeviceOrWhyThereIsNone) {
   EXPECT_GT(g.memory_gbs, 0);
 }
 
-TEST(ModelProfile, RouterTracesOnTheTinyMoeFixture) {
-  const fs::path dir = fs::path(TIERLM_SOURCE_DIR) / "tests/fixtures/models/qwen3_moe";
+const fs::path kTinyMoe = fs::path(TIERLM_SOURCE_DIR) / "tests/fixtures/models/qwen3_moe";
+
+// The tiny MoE fixture's profile options: `prompts` prompts of at most `tokens` tokens, one thread.
+ModelProfileOptions tiny_moe_options(int64_t prompts, int64_t tokens) {
   ModelProfileOptions o;
-  o.max_prompts = 4;
-  o.max_tokens_per_prompt = 12;
+  o.max_prompts = prompts;
+  o.max_tokens_per_prompt = tokens;
   o.threads = 1;
+  return o;
+}
+
+TEST(ModelProfile, RouterTracesOnTheTinyMoeFixture) {
+  const fs::path dir = kTinyMoe;
+  ModelProfileOptions o = tiny_moe_options(4, 12);
   RouterTrace trace;
   o.trace = &trace;
   const ModelProfile p = measure_model_profile(dir, o);
@@ -235,11 +243,8 @@ TEST(ModelProfile, RouterTracesOnTheTinyMoeFixture) {
 // than layers x top_k slots, still times an expert, and times no decode step (every step would miss: the planner's
 // analytic step instead).
 TEST(ModelProfile, MeasurementHoldsItsMemoryBudget) {
-  const fs::path dir = fs::path(TIERLM_SOURCE_DIR) / "tests/fixtures/models/qwen3_moe";
-  ModelProfileOptions o;
-  o.max_prompts = 2;
-  o.max_tokens_per_prompt = 8;
-  o.threads = 1;
+  const fs::path dir = kTinyMoe;
+  ModelProfileOptions o = tiny_moe_options(2, 8);
   o.timing_threads = {1};
   o.timing_seconds = 0.05;
   o.kv_quality_seconds = 0;

@@ -111,8 +111,8 @@ bj::value to_json(const DeviceProfile& p) {
   const auto& s = p.storage;
   bj::array sweep;
   for (auto& x : s.sweep)
-    sweep.push_back(bj::object{{"block_size", x.block_size}, {"queue_depth", x.queue_depth}, {"gbs", x.gbs}, {"iops", x.iops},
-                               {"cpu_seconds_per_read", x.cpu_seconds_per_read}});
+    sweep.push_back(bj::object{{"block_size", x.block_size}, {"queue_depth", x.queue_depth}, {"gbs", x.gbs},
+                               {"iops", x.iops}, {"cpu_seconds_per_read", x.cpu_seconds_per_read}});
   o["storage"] = bj::object{{"path", s.path},         {"device", s.device},     {"filesystem", s.filesystem},
                             {"rotational", s.rotational}, {"direct_io", s.direct_io}, {"io_uring", s.io_uring},
                             {"warning", s.warning},   {"sweep", sweep}};

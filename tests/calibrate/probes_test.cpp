@@ -146,6 +146,8 @@ TEST(Probes, StorageSweepIsBoundedAndCleansUp) {
     EXPECT_GT(x.gbs, 0.0);
     EXPECT_GT(x.iops, 0.0);
     EXPECT_NEAR(x.gbs * 1e9, x.iops * double(x.block_size), x.gbs * 1e9 * 1e-6);
+    EXPECT_GT(x.cpu_seconds_per_read, 0.0);  // the submitting thread's CPU per read (the reader's block choice)
+    EXPECT_LT(x.cpu_seconds_per_read, 1.0 / x.iops * 2.0 + 1e-3);
   }
   EXPECT_FALSE(s.filesystem.empty());
   EXPECT_TRUE(fs::is_empty(dir.path)) << "the scratch file was left behind";

@@ -249,6 +249,7 @@ bj::value to_json(const ModelProfile& p) {
   o["frequency_source"] = p.frequency_source;
   o["traced_prompts"] = p.traced_prompts;
   o["traced_tokens"] = p.traced_tokens;
+  if (!p.trace_selections.empty()) o["router_trace"] = bj::value_from(p.trace_selections);
   if (!p.kv_perplexity_increase.empty()) {
     bj::object q;
     for (auto& [codec, increase] : p.kv_perplexity_increase) q[codec] = increase;
@@ -378,6 +379,17 @@ ModelProfile model_profile_from_json(const bj::value& v) {
   p.frequency_source = string_or(o, "frequency_source", "");
   p.traced_prompts = integer(o, "traced_prompts", what);
   p.traced_tokens = integer(o, "traced_tokens", what);
+  if (o.contains("router_trace")) {
+    const auto* ids = o.at("router_trace").if_array();
+    const int64_t per_token = p.moe_layers * p.top_k;
+    if (!ids || per_token <= 0 || int64_t(ids->size()) % per_token != 0)
+      throw std::runtime_error(what + ".router_trace: must hold moe_layers x top_k expert ids per token");
+    for (auto& v : *ids) {
+      const int64_t* e = v.if_int64();
+      if (!e || *e < 0 || *e >= p.experts) throw std::runtime_error(what + ".router_trace: expert ids out of range");
+      p.trace_selections.push_back(int32_t(*e));
+    }
+  }
   return p;
 }
 

@@ -95,6 +95,10 @@ struct ModelProfile {
   std::vector<std::vector<double>> expert_frequency;
   std::string frequency_source;  // "router traces: N prompts, T tokens" or "uniform (...)"
   int64_t traced_prompts = 0, traced_tokens = 0;
+  // The router trace itself (RouterTrace::selections: tokens x moe_layers x top_k ids), kept so that a plan made
+  // again from the wisdom file (serve's re-fit) is judged on its held-out half as calibrate's was. Empty: none.
+  std::vector<int32_t> trace_selections;
+  RouterTrace router_trace() const { return {moe_layers, experts, top_k, trace_selections}; }
   std::vector<ModelTiming> timings;  // empty: the planner falls back to its constants
   // KV codec quality measured on this model (measure_kv_quality): each lossy codec's perplexity increase over the
   // exact f32 cache on profiles/text/kv-quality.txt (0.008 = +0.8%). The planner picks a turbo codec by itself only

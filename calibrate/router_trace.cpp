@@ -320,6 +320,7 @@ ModelProfile measure_model_profile(const fs::path& dir, const ModelProfileOption
   p.expert_frequency = frequencies(trace);
   p.traced_prompts = traced_prompts;
   p.traced_tokens = trace.tokens();
+  p.trace_selections = trace.selections;
   p.frequency_source = "router traces: " + std::to_string(traced_prompts) + " prompts, " +
                        std::to_string(p.traced_tokens) + " tokens from " + options.prompts_dir;
   if (p.traced_tokens == 0) throw std::runtime_error("router trace: no tokens traced (empty prompts?)");

@@ -222,6 +222,62 @@ uint64_t kv_cache_bytes(const ModelProfile& m, const std::string& codec, int64_t
                            chunk);
 }
 
+ReaderChoice choose_reader(const StorageInfo& storage, const ModelProfile& m) {
+  ReaderChoice best;
+  if (storage.sweep.empty()) return best;
+  const std::vector<uint64_t> extents = m.read_extents();
+  const uint64_t longest = *std::max_element(extents.begin(), extents.end());
+  uint64_t bytes = 0;
+  for (uint64_t e : extents) bytes += e;
+  // A block larger than the smallest probed one covering the longest read issues the same requests, each shorter
+  // than the probe's: its measured rate does not apply.
+  uint64_t covering = 0;
+  unsigned deepest = 0;
+  for (auto& s : storage.sweep) {
+    if (s.block_size >= longest && (covering == 0 || s.block_size < covering)) covering = s.block_size;
+    deepest = std::max(deepest, s.queue_depth);
+  }
+  const int64_t k = std::max<int64_t>(m.top_k, 1);
+  struct Candidate {
+    const StorageSample* sample;
+    int64_t requests;  // one expert's
+    int64_t waves;     // submissions one layer's top_k misses need at the cell's depth
+    double seconds;
+  };
+  std::vector<Candidate> candidates;
+  for (auto& s : storage.sweep) {
+    if (s.gbs <= 0 || s.block_size == 0 || s.queue_depth == 0 || (s.block_size > longest && s.block_size != covering))
+      continue;
+    int64_t requests = 0;
+    for (uint64_t e : extents) requests += int64_t((e + s.block_size - 1) / s.block_size);
+    const int64_t layer_requests = k * requests;
+    const int64_t waves = (layer_requests + s.queue_depth - 1) / s.queue_depth;
+    // Reads beyond the queue depth start only when the forward thread next polls the reader (ExpertReader::pump),
+    // i.e. after the compute they were meant to overlap: one submission (waves == 1) is what the cost assumes.
+    if (waves > 1 && s.queue_depth != deepest) continue;
+    const double seconds = double(k * int64_t(bytes)) / (s.gbs * 1e9) + double(layer_requests) * s.cpu_seconds_per_read;
+    candidates.push_back({&s, requests, waves, seconds});
+  }
+  if (candidates.empty()) return best;
+  int64_t fewest_waves = candidates.front().waves;
+  for (auto& c : candidates) fewest_waves = std::min(fewest_waves, c.waves);
+  double fastest = 1e300;
+  for (auto& c : candidates)
+    if (c.waves == fewest_waves) fastest = std::min(fastest, c.seconds);
+  const Candidate* chosen = nullptr;
+  for (auto& c : candidates)
+    if (c.waves == fewest_waves && c.seconds <= fastest * 1.05 &&
+        (!chosen || c.requests < chosen->requests || (c.requests == chosen->requests && c.seconds < chosen->seconds)))
+      chosen = &c;
+  best.block_size = chosen->sample->block_size;
+  best.queue_depth = std::max(chosen->sample->queue_depth, unsigned(std::min<int64_t>(k, 64)));
+  best.gbs = chosen->sample->gbs;
+  best.requests_per_expert = chosen->requests;
+  best.seconds = chosen->seconds;
+  best.submissions = chosen->waves;
+  return best;
+}
+
 double estimate_hit_rate(const ModelProfile& m, const std::vector<std::vector<int32_t>>& resident, int64_t slots,
                          const RouterTrace* trace) {
   if (!m.moe()) return 1.0;
@@ -238,15 +294,16 @@ double estimate_hit_rate(const ModelProfile& m, const std::vector<std::vector<in
       for (int64_t l = 0; l < trace->layers; ++l)
         for (int64_t j = 0; j < k; ++j) {
           const int32_t e = trace->selections[size_t((t * trace->layers + l) * k + j)];
-          ++total;
+          const bool counted = t >= trace->held_out_from;  // earlier tokens only warm the slots
+          total += counted;
           if (is_resident[size_t(l)][size_t(e)]) {
-            ++hits;
+            hits += counted;
             continue;
           }
           const int64_t key = l * m.experts + e;
           auto it = where.find(key);
           if (it != where.end()) {
-            ++hits;
+            hits += counted;
             lru.splice(lru.begin(), lru, it->second);
             continue;
           }
@@ -779,26 +836,18 @@ Plan plan_for_batch(const DeviceProfile& d, const ModelProfile& m, const PlanReq
   if (fixed > p.budget_bytes) throw PlanError("KV cache with codec " + p.kv_codec + " does not fit the budget");
 
   if (m.moe()) {
-    // Reader: the block size with the best measured bandwidth among those not above one expert read, and the
-    // shallowest queue depth reaching 90% of it.
-    uint64_t best_block = 4096;
-    double best_gbs = 0;
-    for (auto& s : d.storage.sweep)
-      if (s.block_size <= std::max<uint64_t>(m.expert_read_bytes, 4096) && s.gbs > best_gbs) {
-        best_gbs = s.gbs;
-        best_block = s.block_size;
-      }
-    unsigned depth = 64;
-    for (auto& s : d.storage.sweep)
-      if (s.block_size == best_block && s.gbs >= 0.9 * best_gbs) depth = std::min(depth, s.queue_depth);
-    if (d.storage.sweep.empty()) depth = 32;
-    p.reader_block_size = best_block;
-    p.reader_queue_depth = std::max(depth, unsigned(std::min<int64_t>(m.top_k, 64)));
+    const ReaderChoice reader = choose_reader(d.storage, m);
+    p.reader_block_size = reader.block_size;
+    p.reader_queue_depth = reader.queue_depth;
     p.reader_direct = d.storage.direct_io;
-    p.rationale.push_back({"reader", fmt::format("block {} KiB, queue depth {}", best_block / 1024, p.reader_queue_depth),
-                           "best measured block size up to one expert read, shallowest depth within 90% (at least top_k)",
-                           {{"storage_gbs", best_gbs}, {"expert_read_bytes", double(m.expert_read_bytes)},
-                            {"iops_4k", d.storage.iops_4k()}}});
+    p.rationale.push_back({"reader", fmt::format("block {} KiB, queue depth {}", reader.block_size / 1024, reader.queue_depth),
+                           "the probed block and depth that read one layer's top_k missed experts soonest in the "
+                           "fewest submissions (1: all their requests in flight at once): their bytes at the cell's "
+                           "GB/s plus its CPU per request times their requests (within 5%: the fewest requests)",
+                           {{"storage_gbs", reader.gbs}, {"expert_read_bytes", double(m.expert_read_bytes)},
+                            {"requests_per_expert", double(reader.requests_per_expert)},
+                            {"submissions", double(reader.submissions)},
+                            {"predicted_read_seconds", reader.seconds}, {"iops_4k", d.storage.iops_4k()}}});
 
     // Resident experts vs cache slots: every split of the memory left is costed; the fastest predicted step wins.
     const uint64_t avail = p.budget_bytes - fixed;
@@ -833,7 +882,8 @@ Plan plan_for_batch(const DeviceProfile& d, const ModelProfile& m, const PlanReq
     p.rationale.push_back(
         {"experts", fmt::format("{} resident, {} cache slots", p.resident_count(), p.cache_slots),
          std::string("fastest predicted decode step over resident/slot splits of the memory left; hit rates ") +
-             (request.trace ? "replayed from the router trace" : "from expert frequencies (LRU approximation)"),
+             (request.trace ? "replayed on the router trace's held-out second half (resident set ranked on the first)"
+                            : "from expert frequencies (LRU approximation)"),
          {{"available_bytes", double(avail)}, {"expert_bytes", double(m.expert_bytes)},
           {"hit_rate", chosen.prediction.expert_hit_rate}, {"total_experts", double(total)},
           {"traced_tokens", double(m.traced_tokens)}}});
@@ -851,7 +901,34 @@ Plan plan_for_batch(const DeviceProfile& d, const ModelProfile& m, const PlanReq
 
 }  // namespace
 
-Plan make_plan(const DeviceProfile& d, const ModelProfile& m, const PlanRequest& request) {
+namespace {
+
+// A plan on a router trace must not be judged on the tokens it was chosen on: a resident set taken from a short
+// trace holds every expert that trace touched, and replaying the same trace then claims ~100% hits (Gemma-4-26B-A4B
+// in bench/results/headline.md: 12.2 tok/s predicted, 0.5 measured). So the trace is split in two, in order (the
+// prompts of the first half, the prompts of the second): the resident set is ranked by the first half's
+// frequencies, the cache sized against hit rates replayed on the second half with the first half warming the LRU
+// slots. A trace of fewer than 2 tokens teaches nothing: the hit rate then comes from the profile's frequencies.
+struct HeldOut {
+  ModelProfile model;
+  RouterTrace trace;
+  PlanRequest request;
+};
+
+std::optional<HeldOut> hold_out(const ModelProfile& m, const PlanRequest& request) {
+  if (!request.trace || !m.moe() || !request.hold_out_trace || request.trace->held_out_from > 0) return std::nullopt;
+  HeldOut h{m, *request.trace, request};
+  const int64_t tokens = h.trace.tokens();
+  if (tokens < 2) {
+    h.request.trace = nullptr;
+    return h;
+  }
+  h.trace.held_out_from = tokens / 2;
+  h.model.expert_frequency = frequencies(h.trace, 0, h.trace.held_out_from);
+  return h;  // make_plan points the request at the copy's trace
+}
+
+Plan make_plan_on(const DeviceProfile& d, const ModelProfile& m, const PlanRequest& request) {
   if (!request.fit_batch || request.batch <= 1) return plan_for_batch(d, m, request);
   // The batch is a default, not something the user asked for: halve it until its KV fits beside the weights and
   // the minimum expert cache, rather than fail; the plan records the batch it was sized for (serve's default).
@@ -871,6 +948,15 @@ Plan make_plan(const DeviceProfile& d, const ModelProfile& m, const PlanRequest&
       r.batch = std::max<int64_t>(1, r.batch / 2);
     }
   }
+}
+
+}  // namespace
+
+Plan make_plan(const DeviceProfile& d, const ModelProfile& m, const PlanRequest& request) {
+  std::optional<HeldOut> h = hold_out(m, request);
+  if (!h) return make_plan_on(d, m, request);
+  h->request.trace = h->request.trace ? &h->trace : nullptr;  // the copy's own trace, not the moved-from one
+  return make_plan_on(d, h->model, h->request);
 }
 
 }  // namespace tierlm::calibrate

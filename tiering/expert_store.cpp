@@ -89,17 +89,30 @@ uint64_t ExpertStore::conversion_bytes() const {
   // Contiguous copies of the sources plus the converted weights before they are copied into the slot.
   // transposed: also the transposed copies (as large as the sources) and the two f32 bias rows.
   if (encoding_ == ExpertEncoding::transposed) return 2 * staging_bytes_ + slot_.bytes + 8 * 64;
-  // mxfp4: the copies, the weights (widened to f32 rows and converted for another slot format), the bias rows.
-  if (encoding_ == ExpertEncoding::mxfp4)
+  // mxfp4 into an mxfp4 slot: the blocks and scales are copied from staging straight into the slot (finish_mxfp4),
+  // so only store_biases' temporaries remain: the two bias extents gathered, then as f32 rows. Into another slot
+  // format: the copies, the weights (widened to f32 rows and converted), the bias rows.
+  if (encoding_ == ExpertEncoding::mxfp4) {
+    const uint64_t bias_values = uint64_t(2 * slot_.intermediate + slot_.hidden);
+    const uint64_t biases = bias_values * (element_size(source_type_) + sizeof(float));
+    if (slot_.format == kernels::WeightFormat::mxfp4) return biases;
     return 2 * staging_bytes_ + slot_.bytes + uint64_t(3 * slot_.hidden * slot_.intermediate) * 4 + 12 * 64;
+  }
   if (encoding_ == ExpertEncoding::mlx) return 0;  // repacked from staging straight into the slot
   return staging_bytes_ + slot_.bytes + 6 * 64;
 }
 
 uint64_t ExpertStore::read_bytes(int64_t layer, int64_t expert) const {
   uint64_t total = 0;
-  for (const StagedExtent& s : stage(extents(layer, expert))) total += s.read_length;
+  for (uint64_t length : read_lengths(layer, expert)) total += length;
   return total;
+}
+
+std::vector<uint64_t> ExpertStore::read_lengths(int64_t layer, int64_t expert) const {
+  if (encoding_ == ExpertEncoding::packed) return {slot_.bytes};
+  std::vector<uint64_t> lengths;
+  for (const StagedExtent& s : stage(extents(layer, expert))) lengths.push_back(s.read_length);
+  return lengths;
 }
 
 std::vector<ReadRequest> ExpertStore::plan(int64_t layer, int64_t expert, void* slot, void* staging) const {

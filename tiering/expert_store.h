@@ -61,8 +61,10 @@ class ExpertStore {
   uint64_t staging_bytes() const { return staging_bytes_; }
   // Scratch bytes finish() allocates while converting (charged by the cache as a reservation).
   uint64_t conversion_bytes() const;
-  // Bytes one fill reads from disk (aligned).
+  // Bytes one fill reads from disk (aligned), and the length of each of its reads in order (before the reader splits
+  // them into blocks).
   uint64_t read_bytes(int64_t layer, int64_t expert) const;
+  std::vector<uint64_t> read_lengths(int64_t layer, int64_t expert) const;
   // The reads that fill `slot` (packed) or `staging` (others).
   std::vector<ReadRequest> plan(int64_t layer, int64_t expert, void* slot, void* staging) const;
   // After the reads: converts staging into the slot; no-op for packed. Temporaries go through `scratch_ledger`.

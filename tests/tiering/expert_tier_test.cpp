@@ -94,7 +94,7 @@ model::ModelConfig mlx_config() {
   c.moe_intermediate_size = 64;
   c.num_experts = 4;
   c.num_experts_per_tok = 2;
-  c.quantization = model::QuantizationConfig{32, 4};
+  c.quantization = model::QuantizationConfig{32, 4, {}};
   return c;
 }
 

@@ -181,9 +181,10 @@ def main():
         step += 1
     print(f"trained {step} steps, final loss {loss.item():.3f}", flush=True)
     model.config.output_router_logits = False
-    model = model.cpu().to(torch.bfloat16)
-    model.save_pretrained(d, safe_serialization=True)
-    model = model.float().eval()
+    model.cpu().to(torch.bfloat16).save_pretrained(d, safe_serialization=True)
+    # References come from the saved files: .to(bfloat16) also rounds the rotary inv_freq buffer, which a model loaded
+    # from disk recomputes in float32 (train_quality_model.py's first reference was 0.10 nats off a token for that).
+    model = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
 
     @torch.no_grad()
     def greedy(ids, steps, stop=None):

@@ -276,7 +276,8 @@ struct GpuLayers::Impl {
   float rope_scale = 1.0f;
   // MLA (c.arch.mla): the rope dims' frequency table, the kernels' shape, scratch (the [q_a | kv_a] rows, the
   // normed q_a, q, the absorbed queries, the roped query dims, the heads' outputs) and each layer's latent KV.
-  DeviceBuffer mla_inv_freq, mla_proj, mla_qa, mla_q, mla_q_latent, mla_q_rope, mla_out;
+  DeviceBuffer mla_inv_freq, mla_proj, mla_qa, mla_q, mla_q_latent, mla_q_rope, mla_out, mla_split;
+  int64_t mla_split_rows = 0;  // steps of at most this many rows attend in the split form (mla_split: its partials)
   device::MlaParams mla_shape;
   std::vector<device::LatentKv> latent_refs;  // per layer (rows null on other layers)
   engine::RouteScratch route_scratch;         // host routing (engine::route_top_k)
@@ -549,6 +550,8 @@ struct GpuLayers::Impl {
       mla_q_latent = floats(n * c.num_heads * m.kv_lora_rank);
       mla_q_rope = floats(n * c.num_heads * m.qk_rope_head_dim);
       mla_out = floats(n * c.num_heads * m.v_head_dim);
+      mla_split_rows = std::min(n, device::mla_split_rows(c.num_heads));
+      mla_split = floats(device::mla_split_scratch_floats(mla_split_rows, mla_shape, max_context));
     }
     arrivals = DeviceBuffer(vram, "scratch", size_t(n * c.num_kv_heads) * 4);
     check(cudaMemset(arrivals.as(), 0, arrivals.size()), "arrivals");
@@ -1232,8 +1235,13 @@ struct GpuLayers::Impl {
     mark("mla: absorbed query + rope");
     device::mla_query(q, ldq, n, p, pos_dev, mla_q_latent.as<float>(), mla_q_rope.as<float>(), stream);
     mark("mla: attention");
-    device::mla_attention(mla_q_latent.as<float>(), mla_q_rope.as<float>(), n, p, pos_dev, latent_refs[size_t(l)],
-                          tables, mla_out.as<float>(), stream);
+    if (n <= mla_split_rows)  // few rows (decode): split over positions so that the blocks fill the GPU
+      device::mla_attention_split(mla_q_latent.as<float>(), mla_q_rope.as<float>(), n, p, pos_dev,
+                                  latent_refs[size_t(l)], tables, max_context, mla_split.as<float>(),
+                                  mla_out.as<float>(), stream);
+    else
+      device::mla_attention(mla_q_latent.as<float>(), mla_q_rope.as<float>(), n, p, pos_dev, latent_refs[size_t(l)],
+                            tables, mla_out.as<float>(), stream);
     mark("o matrix");
     multiply(d.o.ref, mla_out.as<float>(), n, h, H, true);
   }

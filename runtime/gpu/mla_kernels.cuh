@@ -49,5 +49,14 @@ void mla_query(const float* q, int64_t ldq, int64_t rows, const MlaParams& p, co
 void mla_attention(const float* q_latent, const float* q_rope, int64_t rows, const MlaParams& p,
                    const int32_t* positions, const LatentKv& kv, const PageTables& tables, float* out,
                    cudaStream_t stream);
+// The same in the split form for few rows (decode): a block per (row, head, chunk of positions), at most 32 chunks
+// over max_len (the longest position + 1 of any row), merged by a second kernel, so that one row's attention fills
+// the GPU. scratch: mla_split_scratch_floats(rows, p, max_len) floats. Worth it while rows * heads blocks leave SMs
+// idle: rows <= mla_split_rows(heads).
+int64_t mla_split_scratch_floats(int64_t rows, const MlaParams& p, int64_t max_len);
+inline int64_t mla_split_rows(int64_t heads) { return heads >= 256 ? 1 : 256 / heads; }
+void mla_attention_split(const float* q_latent, const float* q_rope, int64_t rows, const MlaParams& p,
+                         const int32_t* positions, const LatentKv& kv, const PageTables& tables, int64_t max_len,
+                         float* scratch, float* out, cudaStream_t stream);
 
 }  // namespace tierlm::gpu::device

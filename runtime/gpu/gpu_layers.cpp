@@ -34,6 +34,7 @@
 #include "runtime/engine/moe.h"
 #include "runtime/engine/ops.h"
 #include "runtime/gpu/cublas_loader.h"
+#include "runtime/gpu/deltanet_kernels.cuh"
 #include "runtime/gpu/device_kernels.cuh"
 #include "runtime/gpu/mla_kernels.cuh"
 #include "runtime/gpu/gpu_probe.h"
@@ -244,11 +245,17 @@ struct DeviceLayer {
   bool mla = false;
   DeviceMatrix mla_in, q_b;
   DeviceBuffer q_a_norm, kv_a_norm, kv_b_key, kv_b_value;
+  // Gated DeltaNet layers (qwen3_5 linear_attention): [qkv | z | b | a] in one matrix, the conv taps, -exp(A_log),
+  // dt_bias and RMSNormGated's weight (out_proj is `o`); the per-sequence states in `state`, a slot per sequence.
+  bool deltanet = false;
+  DeviceMatrix linear_in;
+  DeviceBuffer conv, decay_rate, dt_bias, gated_norm, state;
 };
 
 struct SequenceKv {
   std::vector<int32_t> pages;         // page table: positions [64 i, 64 i + 64) are in pool page pages[i]
   int64_t filled = 0;                 // positions [0, filled) written
+  int32_t state_slot = -1;            // models with Gated DeltaNet layers on the GPU: its slot in their states
   uint64_t last_use = 0;
 };
 
@@ -281,6 +288,13 @@ struct GpuLayers::Impl {
   device::MlaParams mla_shape;
   std::vector<device::LatentKv> latent_refs;  // per layer (rows null on other layers)
   engine::RouteScratch route_scratch;         // host routing (engine::route_top_k)
+  // Gated DeltaNet layers: their shape, scratch (the projected rows, the conv output, the heads' outputs), the
+  // step's segments (deltanet_kernels.cuh) and the state slots no sequence holds.
+  bool any_deltanet = false;
+  device::DeltaNetParams delta_shape;
+  DeviceBuffer delta_proj, delta_mixed, delta_core, delta_segments_dev;
+  PinnedBuffer delta_segments_host;
+  std::vector<int32_t> free_state_slots;
   // Scratch (device).
   DeviceBuffer hidden, normed, qkv, attn, gathered, ffn, act, out, scores, arrivals, x16, w16, logits, meta_dev, moe_dev, router_dev;
   int64_t w16_rows_cap = 0;  // elements of w16
@@ -370,6 +384,7 @@ struct GpuLayers::Impl {
       setup_phase("weights upload");
       allocate_scratch();
       setup_phase("scratch");
+      allocate_recurrent_states();
       if (c.arch.moe && gpu_layers > 0) setup_experts();
       setup_phase("experts");
       allocate_kv_pool();
@@ -469,6 +484,15 @@ struct GpuLayers::Impl {
       d.expert_layer = spec.expert_layer;
       d.intermediate = spec.intermediate > 0 ? spec.intermediate : c.intermediate_size;
       d.mla = spec.mixer == model::Mixer::mla;
+      d.deltanet = spec.mixer == model::Mixer::gated_deltanet;
+      if (d.deltanet) {
+        any_deltanet = true;
+        d.linear_in = upload(L.linear_in.view, vram, "weights", options.widen_dense_weights);
+        d.conv = upload_floats(L.conv, vram, "weights");
+        d.decay_rate = upload_floats(L.decay_rate, vram, "weights");
+        d.dt_bias = upload_floats(L.dt_bias, vram, "weights");
+        d.gated_norm = upload_floats(L.gated_norm, vram, "weights");
+      }
       if (d.mla) {
         d.mla_in = upload(L.mla_in.view, vram, "weights", options.widen_dense_weights);
         d.q_b = upload(L.q_b.view, vram, "weights", options.widen_dense_weights);
@@ -496,6 +520,7 @@ struct GpuLayers::Impl {
     int64_t m = std::max(c.hidden_size, c.num_heads * c.head_dim);
     m = std::max({m, c.intermediate_size, c.moe_intermediate_size, c.shared_expert_intermediate_size});
     if (c.arch.mla) m = std::max({m, c.num_heads * c.mla.v_head_dim, c.mla.q_lora_rank});
+    if (c.any_recurrent()) m = std::max(m, c.deltanet.value_dim());  // out_proj's columns
     return m;
   }
 
@@ -562,7 +587,7 @@ struct GpuLayers::Impl {
     for (int64_t l = 0; l < gpu_layers; ++l) {
       const DeviceLayer& d = layers[size_t(l)];
       for (const DeviceMatrix* m : {&d.qkv, &d.o, &d.gate_up, &d.down, &d.router, &d.shared_gate_up, &d.shared_down,
-                                    &d.mla_in, &d.q_b})
+                                    &d.mla_in, &d.q_b, &d.linear_in})
         largest = std::max(largest, m->ref.rows * m->ref.cols);
     }
     if (head) largest = std::max(largest, output.ref.rows * output.ref.cols);
@@ -609,10 +634,41 @@ struct GpuLayers::Impl {
     return bytes;
   }
 
+  // Gated DeltaNet layers: the states of max_sequences sequences per layer (ledger account "kv", as the CPU's
+  // KVCache charges its states), zeroed; a sequence takes a slot when the device first sees it and gives it back
+  // when dropped. Before the KV pool, which the VRAM left over sizes.
+  void allocate_recurrent_states() {
+    if (!any_deltanet) return;
+    const model::DeltaNetConfig& dn = c.deltanet;
+    device::DeltaNetParams& p = delta_shape;
+    p.conv_dim = dn.conv_dim(), p.kernel = dn.conv_kernel, p.key_heads = dn.key_heads;
+    p.value_heads = dn.value_heads, p.key_head_dim = dn.key_head_dim, p.value_head_dim = dn.value_head_dim;
+    p.eps = float(c.rms_norm_eps);
+    for (DeviceLayer& d : layers)
+      if (d.deltanet) {
+        d.state = DeviceBuffer(vram, "kv", size_t(options.max_sequences * p.slot_floats()) * 4);
+        check(cudaMemset(d.state.as(), 0, d.state.size()), "recurrent state");
+      }
+    for (int32_t s = int32_t(options.max_sequences) - 1; s >= 0; --s) free_state_slots.push_back(s);
+    const int64_t n = max_chunk;
+    delta_proj = DeviceBuffer(vram, "scratch", size_t(n * p.projected_width()) * 4);
+    delta_mixed = DeviceBuffer(vram, "scratch", size_t(n * p.conv_dim) * 4);
+    delta_core = DeviceBuffer(vram, "scratch", size_t(n * p.value_dim()) * 4);
+    // GEMM buckets write and read rows past n (see gemm_rows): never unwritten memory.
+    check(cudaMemset(delta_proj.as(), 0, delta_proj.size()), "scratch");
+    check(cudaMemset(delta_core.as(), 0, delta_core.size()), "scratch");
+    const size_t segment_bytes = size_t(device::deltanet_segment_ints(options.max_sequences)) * 4;
+    delta_segments_dev = DeviceBuffer(vram, "scratch", segment_bytes);
+    check(cudaMemset(delta_segments_dev.as(), 0, delta_segments_dev.size()), "scratch");
+    delta_segments_host = PinnedBuffer(options.host_ledger, segment_bytes);
+  }
+
   void allocate_kv_pool() {
     if (gpu_layers == 0) return;
     const int64_t pages_per_sequence = pages_per_context();
-    const uint64_t page_bytes = kv_page_bytes_per_layer() * uint64_t(gpu_layers);
+    // Gated DeltaNet layers hold no pages (their states are apart, allocate_recurrent_states).
+    const int64_t paged_layers = std::count_if(layers.begin(), layers.end(), [](const DeviceLayer& d) { return !d.deltanet; });
+    const uint64_t page_bytes = kv_page_bytes_per_layer() * uint64_t(std::max<int64_t>(paged_layers, 1));
     int64_t pages = options.kv_pages;
     if (pages <= 0) {
       const int64_t want = options.max_sequences * pages_per_sequence;
@@ -640,6 +696,10 @@ struct GpuLayers::Impl {
       kv_refs.push_back({});
     }
     for (int64_t l = 0; l < gpu_layers && !c.arch.mla; ++l) {
+      if (layers[size_t(l)].deltanet) {
+        kv_refs.push_back({});
+        continue;
+      }
       device::KvRef r;
       r.codec = kv_codec_code();
       kv_buffers.emplace_back(vram, "kv", rows * row_bytes);
@@ -803,13 +863,18 @@ struct GpuLayers::Impl {
     };
     const GpuExpertStats kept = stats;
     // Every GEMM shape of the layers (and of the head's passes) once, on whatever the scratch holds.
-    const DeviceLayer& d = layers[0];
+    // (The attention matrices of the first attention layer: a Gated DeltaNet layer has none; its own shapes warm up
+    // in the step below.)
+    const auto attention = std::find_if(layers.begin(), layers.end(), [](const DeviceLayer& x) { return !x.deltanet; });
+    const DeviceLayer& d = attention != layers.end() ? *attention : layers[0];
     int64_t head_warmed = 0;
     for (int64_t rows = device::kMaxMatvecRows + 1; rows <= max_chunk;) {
       const int64_t b = gemm_rows(rows, max_chunk);
-      multiply(d.qkv.ref, normed.as<float>(), b, qkv.as<float>(), d.qkv.ref.rows, false);
       // o and down accumulate into the hidden state (beta 1: cuBLAS's first call of that kind costs ~4 ms too).
-      multiply(d.o.ref, attn.as<float>(), b, out.as<float>(), c.hidden_size, true);
+      if (!d.deltanet) {
+        multiply(d.qkv.ref, normed.as<float>(), b, qkv.as<float>(), d.qkv.ref.rows, false);
+        multiply(d.o.ref, attn.as<float>(), b, out.as<float>(), c.hidden_size, true);
+      }
       multiply(d.gate_up.ref, normed.as<float>(), b, ffn.as<float>(), d.gate_up.ref.rows, false);
       multiply(d.down.ref, act.as<float>(), b, out.as<float>(), c.hidden_size, true);
       if (head && std::min(b, head_pass_rows) > device::kMaxMatvecRows &&
@@ -902,6 +967,7 @@ struct GpuLayers::Impl {
   // Gives a sequence's pages back to the pool (taken again first, in their order) and forgets it.
   void drop(std::unordered_map<const void*, SequenceKv>::iterator it) {
     free_pages.insert(free_pages.end(), it->second.pages.rbegin(), it->second.pages.rend());
+    if (it->second.state_slot >= 0) free_state_slots.push_back(it->second.state_slot);
     sequences.erase(it);
   }
 
@@ -913,6 +979,10 @@ struct GpuLayers::Impl {
       while (int64_t(sequences.size()) >= options.max_sequences)
         if (!drop_one(batch)) throw std::invalid_argument("gpu: more sequences in one step than max_sequences");
       it = sequences.emplace(key, SequenceKv{}).first;
+      if (any_deltanet) {  // fewer sequences than max_sequences (above): a slot is free
+        it->second.state_slot = free_state_slots.back();
+        free_state_slots.pop_back();
+      }
     }
     SequenceKv& s = it->second;
     s.last_use = ++clock;
@@ -993,11 +1063,17 @@ struct GpuLayers::Impl {
         throw std::logic_error("gpu: a step writes a sequence from position " + std::to_string(first) +
                                " but the device holds only positions [0, " + std::to_string(held) +
                                ") of it (its device KV was dropped; reuse at most cached_positions())");
+      if (any_deltanet && first != 0 && first != held)
+        throw std::logic_error("gpu: a step writes a sequence from position " + std::to_string(first) +
+                               " but its Gated DeltaNet states on the device hold positions [0, " +
+                               std::to_string(held) + "): recurrent states cannot skip or rewind (start at 0 or " +
+                               std::to_string(held) + ")");
       SequenceKv& s = sequence_kv(batch[b], last + 1, batch);
       s.filled = last + 1;
       std::copy(s.pages.begin(), s.pages.end(), tables + int64_t(b) * stride);
     }
     const bool one_row_per_sequence = int64_t(batch.size()) == n;  // decode: attention may do the rope/KV store
+    if (any_deltanet && gpu_layers > 0) stage_deltanet_segments(n, pos, cache_of_row, batch);
     // Prefill attention's tiles: runs of consecutive rows of one sequence, at most prefill_tile_rows each.
     step_tiles = 0;
     if (prefill_tiles && n > device::kMaxMatvecRows) {
@@ -1022,6 +1098,11 @@ struct GpuLayers::Impl {
     if (!device_embed)
       check(cudaMemcpyAsync(hidden.as(), hidden_host.as(), size_t(n * H) * 4, cudaMemcpyHostToDevice, stream),
             "hidden up");
+    if (any_deltanet && gpu_layers > 0)
+      check(cudaMemcpyAsync(delta_segments_dev.as(), delta_segments_host.as(),
+                            size_t(device::deltanet_segment_ints(int64_t(batch.size()))) * 4, cudaMemcpyHostToDevice,
+                            stream),
+            "segments up");
     const int32_t* pos_dev = meta_dev.as<int32_t>();
     const int32_t* row_cache_dev = pos_dev + max_chunk;
     const int32_t* heads_dev = pos_dev + 2 * max_chunk;
@@ -1126,6 +1207,32 @@ struct GpuLayers::Impl {
     std::memcpy(step.hidden, hidden_host.as(), size_t(n * H) * 4);
   }
 
+  // The step's segments for the Gated DeltaNet kernels (deltanet_kernels.cuh), in delta_segments_host: each sequence's
+  // rows must be one run of consecutive positions (the recurrence folds them in order).
+  void stage_deltanet_segments(int64_t n, const int32_t* pos, const int32_t* cache_of_row,
+                               const std::vector<const void*>& batch) {
+    int32_t* seg = delta_segments_host.as<int32_t>();
+    int32_t count = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (i > 0 && cache_of_row[i] == cache_of_row[i - 1]) {
+        if (pos[i] != pos[i - 1] + 1)
+          throw std::invalid_argument("gpu: a sequence's rows in a step with Gated DeltaNet layers must be "
+                                      "consecutive positions");
+        ++seg[1 + 4 * (count - 1) + 1];
+        continue;
+      }
+      if (count == int32_t(batch.size()))
+        throw std::invalid_argument("gpu: a sequence's rows in a step with Gated DeltaNet layers must be consecutive "
+                                    "rows");
+      int32_t* s = seg + 1 + 4 * count++;
+      s[0] = int32_t(i);
+      s[1] = 1;
+      s[2] = sequences.at(batch[size_t(cache_of_row[i])]).state_slot;
+      s[3] = pos[i] == 0 ? 1 : 0;
+    }
+    seg[0] = count;
+  }
+
   // Waits for the step; with options.time_steps adds its device time.
   void end_step() {
     if (step_end) check(cudaEventRecord(step_end, stream), "step event");
@@ -1157,6 +1264,11 @@ struct GpuLayers::Impl {
     float* x = normed.as<float>();
     if (d.mla) {
       mla_attention(l, n, pos_dev, tables);
+      feed_forward(l, n);
+      return;
+    }
+    if (d.deltanet) {
+      gated_deltanet(l, n);
       feed_forward(l, n);
       return;
     }
@@ -1199,6 +1311,32 @@ struct GpuLayers::Impl {
     multiply(d.o.ref, attn.as<float>(), n, h, H, true);
     if (!L.o_bias.empty()) device::add_bias_rows(h, n, H, H, d.o_bias.as<float>(), stream);
     feed_forward(l, n);
+  }
+
+  // A Gated DeltaNet layer (engine::GatedDeltaNet's arithmetic): hidden += out_proj(mixer(input_norm(hidden))), the
+  // step's segments (stage_deltanet_segments) each carrying its sequence's conv and recurrent state.
+  void gated_deltanet(int64_t l, int64_t n) {
+    const DeviceLayer& d = layers[size_t(l)];
+    const int64_t H = c.hidden_size;
+    float* h = hidden.as<float>();
+    float* x = normed.as<float>();
+    device::DeltaNetParams p = delta_shape;
+    p.conv = d.conv.as<float>(), p.decay_rate = d.decay_rate.as<float>(), p.dt_bias = d.dt_bias.as<float>();
+    p.norm = d.gated_norm.as<float>(), p.state = d.state.as<float>();
+    const int32_t* segments = delta_segments_dev.as<int32_t>();
+    const int64_t max_segments = std::min<int64_t>(n, options.max_sequences);
+    mark("input norm");
+    device::rms_norm(h, H, d.input_norm.as<float>(), n, H, H, float(c.rms_norm_eps), x, H, stream);
+    mark("deltanet: [qkv | z | b | a] matrix");
+    multiply(d.linear_in.ref, x, n, delta_proj.as<float>(), p.projected_width(), false);
+    mark("deltanet: conv1d");
+    device::deltanet_conv(delta_proj.as<float>(), max_segments, segments, p, delta_mixed.as<float>(), stream);
+    mark("deltanet: recurrence + gated norm");
+    device::deltanet_recurrence(delta_proj.as<float>(), delta_mixed.as<float>(), max_segments, segments, p,
+                                delta_core.as<float>(), stream);
+    mark("o matrix");
+    multiply(d.o.ref, delta_core.as<float>(), n, h, H, true);
+    if (!w.layers[size_t(l)].o_bias.empty()) device::add_bias_rows(h, n, H, H, d.o_bias.as<float>(), stream);
   }
 
   // DeepSeek's multi-head latent attention (the absorbed form, as the CPU's engine::MlaAttention, for prefill and
@@ -1541,6 +1679,15 @@ double GpuLayers::device_step_us() const { return 0; }
 
 namespace tierlm::gpu {
 
+namespace {
+// The Gated DeltaNet kernels' limits (deltanet_kernels.cuh, which the host-only build does not see; asserted equal).
+constexpr int64_t kDeltaNetMaxKernel = 8, kDeltaNetMaxHeadDim = 1024, kDeltaNetMaxStateBytes = 160 << 10;
+#ifdef TIERLM_HAVE_CUDA
+static_assert(kDeltaNetMaxKernel == device::kDeltaNetMaxKernel && kDeltaNetMaxHeadDim == device::kDeltaNetMaxHeadDim &&
+              kDeltaNetMaxStateBytes == device::kDeltaNetMaxStateBytes);
+#endif
+}  // namespace
+
 void GpuLayers::check_supported(const model::ModelConfig& c, int64_t layers) {
   if (layers > 0 && c.arch.gemma4) {
     // Gemma 4's block: name every option it uses that the GPU layers do not compute.
@@ -1575,10 +1722,18 @@ void GpuLayers::check_supported(const model::ModelConfig& c, int64_t layers) {
   // sliding-window layers, the router bias, expert biases with the clamped SwiGLU, MXFP4 experts read packed.
   for (int64_t i = 0; i < layers; ++i) {
     const model::LayerSpec l = c.layer(i);
-    if (l.mixer == model::Mixer::gated_deltanet)
-      throw std::invalid_argument(fmt::format("gpu: layer {} is a Gated DeltaNet layer ({}), which the GPU backend "
-                                              "does not run yet; run it on the CPU (--gpu-layers 0)",
-                                              i, model::mixer_name(l.mixer)));
+    if (l.mixer == model::Mixer::gated_deltanet) {  // runs (deltanet_kernels.cuh) within the kernels' limits
+      const model::DeltaNetConfig& d = c.deltanet;
+      if (d.conv_kernel < 1 || d.conv_kernel > kDeltaNetMaxKernel || d.key_head_dim > kDeltaNetMaxHeadDim ||
+          d.value_head_dim > kDeltaNetMaxHeadDim ||
+          d.key_head_dim * d.value_head_dim * 4 > kDeltaNetMaxStateBytes)
+        throw std::invalid_argument(fmt::format(
+            "gpu: layer {} is a Gated DeltaNet layer with linear_conv_kernel_dim {}, linear_key_head_dim {} and "
+            "linear_value_head_dim {}, beyond the GPU kernels' limits (kernel <= {}, head dims <= {}, a head's state "
+            "<= {} KiB); run it on the CPU (fewer --gpu-layers)", i, d.conv_kernel, d.key_head_dim, d.value_head_dim,
+            kDeltaNetMaxKernel, kDeltaNetMaxHeadDim, kDeltaNetMaxStateBytes >> 10));
+      continue;
+    }
     if (l.mixer != model::Mixer::attention && l.mixer != model::Mixer::sliding_attention &&
         l.mixer != model::Mixer::mla)
       throw std::invalid_argument(fmt::format("gpu: layer {} uses {}, which the GPU backend does not run yet; run it "

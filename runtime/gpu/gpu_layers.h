@@ -5,7 +5,9 @@
 // Owns: the device copies of the weights (kept in the host layouts, byte for byte), the paged device KV (one pool of
 // 64-position pages per layer, allocated once; an MLA layer's pages hold its latent rows; each sequence, keyed by
 // its host KVCache, holds a page table shared by the layers; least recently used sequences outside the current step
-// give their pages back when the pool or max_sequences runs out), scratch, the VRAM expert tier
+// give their pages back when the pool or max_sequences runs out; Gated DeltaNet layers hold no pages but a slot of
+// conv + recurrent state per sequence, max_sequences slots a layer, charged to "kv" and given back with the sequence),
+// scratch, the VRAM expert tier
 // (resident hot experts + LRU slots filled from the host expert cache through pinned staging on a copy stream),
 // and a VRAM ledger that every device allocation is charged to. Never: used without a GPU (the constructor throws
 // with the reason), or touched by more than one thread at a time.
@@ -98,10 +100,11 @@ class GpuLayers {
   GpuLayers(const model::ModelWeights& weights, const GpuOptions& options, int64_t max_chunk, int64_t max_context);
   ~GpuLayers();
   // Throws std::invalid_argument naming the first of layers [0, layers) whose LayerSpec the GPU backend does not run
-  // yet: Gated DeltaNet, gated attention, partial rotary, a per-layer rope, and Gemma 4's block. (Sliding-window
-  // attention, attention / MLP biases, dense layers among sparse ones, gpt-oss's block and DeepSeek's MLA with its
-  // routers run; the constructor refuses the q8 device KV on MLA layers.) The constructor calls it first; callable
-  // without a GPU.
+  // yet: gated attention, partial rotary, a per-layer rope, Gemma 4's block, and Gated DeltaNet layers beyond the
+  // kernels' limits (conv kernel <= 8, head dims <= 1024, a value head's state <= 160 KiB). (Sliding-window
+  // attention, attention / MLP biases, dense layers among sparse ones, gpt-oss's block, DeepSeek's MLA with its
+  // routers and Gated DeltaNet layers run; the constructor refuses the q8 device KV on MLA layers.) The constructor
+  // calls it first; callable without a GPU.
   static void check_supported(const model::ModelConfig& config, int64_t layers);
   GpuLayers(const GpuLayers&) = delete;
   GpuLayers& operator=(const GpuLayers&) = delete;
@@ -120,6 +123,8 @@ class GpuLayers {
   // Positions [0, n) of `sequence` whose K/V the device holds (0 when it holds none, e.g. after the sequence was
   // dropped to make room). A step may write a sequence only from a position <= this (run() throws otherwise), so a
   // caller that reuses a KV prefix (the scheduler's prefix cache) must not reuse more than this on the GPU layers.
+  // With Gated DeltaNet layers on the GPU a step must start at 0 or exactly here (their states cannot rewind), with
+  // each sequence's rows consecutive positions in consecutive rows.
   int64_t cached_positions(const void* sequence) const;
 
   tiering::Ledger& vram_ledger();

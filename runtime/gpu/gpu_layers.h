@@ -100,11 +100,11 @@ class GpuLayers {
   GpuLayers(const model::ModelWeights& weights, const GpuOptions& options, int64_t max_chunk, int64_t max_context);
   ~GpuLayers();
   // Throws std::invalid_argument naming the first of layers [0, layers) whose LayerSpec the GPU backend does not run
-  // yet: gated attention, partial rotary, a per-layer rope, Gemma 4's block, and Gated DeltaNet layers beyond the
+  // yet: a per-layer rope, gated attention with q/k/v biases, Gemma 4's block, and Gated DeltaNet layers beyond the
   // kernels' limits (conv kernel <= 8, head dims <= 1024, a value head's state <= 160 KiB). (Sliding-window
   // attention, attention / MLP biases, dense layers among sparse ones, gpt-oss's block, DeepSeek's MLA with its
-  // routers and Gated DeltaNet layers run; the constructor refuses the q8 device KV on MLA layers.) The constructor
-  // calls it first; callable without a GPU.
+  // routers, and qwen3_5's gated full attention with partial rotary and its Gated DeltaNet layers run; the
+  // constructor refuses the q8 device KV on MLA layers.) The constructor calls it first; callable without a GPU.
   static void check_supported(const model::ModelConfig& config, int64_t layers);
   GpuLayers(const GpuLayers&) = delete;
   GpuLayers& operator=(const GpuLayers&) = delete;

@@ -12,8 +12,9 @@
 // f16 tensor-core GEMMs) within 1e-2 (gpu_forward_test's bar for them), the greedy tokens identical. A second case
 // decodes a 150-token prompt, so the windowed layers' attention starts past the first KV chunk (the split decode
 // kernel's skipped chunks, the tiled prefill's skipped pages), against the CPU path; a third (GpuMla) takes DeepSeek
-// past the first KV page, chunked, batched and with every expert in VRAM; a fourth (GpuDeltaNet) runs Qwen3.5's
-// Gated DeltaNet layers on the GPU against transformers and the CPU, token by token, chunked, whole and batched.
+// past the first KV page, chunked, batched and with every expert in VRAM; a fourth (GpuDeltaNet) runs Qwen3.5 (Gated
+// DeltaNet and gated attention layers) on the GPU against transformers and the CPU, token by token, chunked, whole
+// and batched.
 // Without a GPU every case skips with the reason.
 #include <algorithm>
 #include <cmath>
@@ -22,6 +23,7 @@
 #include <memory>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -320,37 +322,37 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GpuMla, ::testing::Values("deepseek_v2", "dee
 
 namespace {
 
-// Qwen3.5's Gated DeltaNet layers on the GPU (its first three layers; the fourth, gated full attention with partial
-// rotary, is refused by name and runs on the CPU), conv and recurrent state per sequence in VRAM:
-// - the fixture's prompt and 32 teacher-forced greedy steps in the exact configuration (f32 state, f32 GEMMs) within
-//   1e-3 relative of transformers and of the CPU path, greedy tokens identical; the defaults (f16 GEMMs) within 1e-2;
-// - a 150-token prompt prefilled token by token, in chunks of 64 and whole (each leaves the same state: then 12
-//   decode steps, captured decode graphs included), within 1e-4 of each other and 1e-3 of the CPU path; three
-//   sequences of 150, 20 and 70 tokens prefilled in one step and decoded together (a batched graph) within 1e-4 of
-//   each alone; the states on the ledger's "kv" account: a slot of conv + recurrent floats per layer and sequence.
-// Not qwen3_5_moe-mlx4: with its MLX 4-bit layers on the GPU it is 0.225 from transformers (H100, 10:07 UTC run),
-// an open defect of the MLX path of these layers (the same mixer on f32 weights is within 2e-5).
+// Qwen3.5 on the GPU: every layer and the head (Gated DeltaNet layers with their conv and recurrent state per
+// sequence in VRAM, gated full attention with partial rotary, MoE with the gated shared expert), and the leading
+// DeltaNet layers alone (the rest on the CPU):
+// - the fixture's prompt and 32 teacher-forced greedy steps in the exact configuration (f32 KV and state, f32 GEMMs)
+//   within 1e-3 relative of transformers and of the CPU path, greedy tokens identical; the defaults (f16 KV) printed
+//   and held within 5e-2 (qwen3_5_moe-text is sensitive to the f16 KV: the CPU with it is 1.6e-2 away);
+// - every layer on the GPU: a 150-token prompt prefilled in chunks of 64 and whole within 1e-4 of each other, token
+//   by token (the split decode attention instead of the tiled prefill attention, on qwen3_5_moe-text's three
+//   full-attention layers 3.8e-4 apart, a fixture that magnifies small differences: its f16 KV moves it 1.6e-2) and
+//   the CPU path within 1e-3, then 12 decode steps each (captured decode graphs included); three sequences of 150, 20 and 70 tokens prefilled in one step and decoded together (a batched graph)
+//   within 1e-4 of each alone; the device "kv" account: the attention layers' pages plus a slot of conv + recurrent
+//   floats per DeltaNet layer and sequence (max_sequences slots).
+// Not qwen3_5_moe-mlx4: with its MLX 4-bit DeltaNet layers on the GPU it is 0.225 from transformers (H100, 10:07 UTC
+// run), an open defect of the MLX path of these layers (the same mixer on f32 weights is within 2e-5).
 class GpuDeltaNet : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(GpuDeltaNet, RecurrentLayersMatchTransformersChunkedAndBatched) {
+TEST_P(GpuDeltaNet, Qwen35MatchesTransformersChunkedAndBatched) {
   SKIP_WITHOUT_GPU();
   const std::string name = GetParam();
   tiering::Ledger ledger;
   const model::ModelWeights w = fixtures::load_fixture(name, ledger);
   const model::ModelConfig& c = w.config;
-  const int64_t V = c.vocab_size;
+  const int64_t V = c.vocab_size, L = c.num_layers;
   int64_t D = 0;  // the leading Gated DeltaNet layers
-  while (D < c.num_layers && c.layer(D).mixer == model::Mixer::gated_deltanet) ++D;
-  ASSERT_GE(D, 1) << name;
-  EXPECT_NO_THROW(gpu::GpuLayers::check_supported(c, D));
-  if (c.arch.attention_output_gate) {  // the next layer: gated attention, refused by name until the GPU runs it
-    try {
-      gpu::GpuLayers::check_supported(c, D + 1);
-      ADD_FAILURE() << name << ": gated attention accepted";
-    } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find("gated attention"), std::string::npos) << e.what();
-    }
-  }
+  while (D < L && c.layer(D).mixer == model::Mixer::gated_deltanet) ++D;
+  int64_t deltanet_layers = 0;
+  for (int64_t l = 0; l < L; ++l) deltanet_layers += c.layer(l).mixer == model::Mixer::gated_deltanet ? 1 : 0;
+  ASSERT_GE(deltanet_layers, 1) << name;
+  ASSERT_TRUE(c.arch.attention_output_gate);
+  ASSERT_LT(c.rope.partial_rotary_factor, 1.0);
+  EXPECT_NO_THROW(gpu::GpuLayers::check_supported(c, L));
 
   const auto ref = fixtures::read_json(fixtures::fixture(name) / "reference.json").as_object();
   std::vector<std::vector<float>> ref_prompt, ref_steps;
@@ -360,16 +362,21 @@ TEST_P(GpuDeltaNet, RecurrentLayersMatchTransformersChunkedAndBatched) {
   for (const auto& t : ref.at("greedy").as_array()) ref_greedy.push_back(int32_t(t.as_int64()));
   const double exact = 1e-3, same = 1e-4;
   const Trace cpu_ref = run_reference(w, ledger, name, 0);
-  for (const auto& [codec, tolerance] : {std::pair{gpu::GpuKvCodec::f32, exact}, {gpu::GpuKvCodec::f16, 1e-2}}) {
-    const Trace g = run_reference(w, ledger, name, D, codec);
+  std::vector<int64_t> layer_sets = {L};
+  if (D > 0 && D < L) layer_sets.push_back(D);
+  for (int64_t layers : layer_sets)
+  for (const auto& [codec, tolerance] : {std::pair{gpu::GpuKvCodec::f32, exact}, {gpu::GpuKvCodec::f16, 5e-2}}) {
+    const Trace g = run_reference(w, ledger, name, layers, codec);
     const double error = worst_error(g, ref_prompt, ref_steps, V);
     const double vs_cpu = worst_error(g, rows_of(cpu_ref.prompt_logits, V), cpu_ref.step_logits, V);
     const char* mode = codec == gpu::GpuKvCodec::f32 ? "exact" : "defaults";
     std::printf("[ GPU-GDN  ] %-16s %-8s gpu_layers=%lld: vs transformers %.3g (CPU %.3g), vs CPU %.3g\n",
-                name.c_str(), mode, (long long)D, error, worst_error(cpu_ref, ref_prompt, ref_steps, V), vs_cpu);
-    EXPECT_LT(error, tolerance) << name << " " << mode;
-    EXPECT_LT(vs_cpu, tolerance) << name << " " << mode;
-    EXPECT_EQ(g.greedy, ref_greedy) << name << " " << mode;
+                name.c_str(), mode, (long long)layers, error, worst_error(cpu_ref, ref_prompt, ref_steps, V), vs_cpu);
+    EXPECT_LT(error, tolerance) << name << " " << mode << " gpu_layers=" << layers;
+    EXPECT_LT(vs_cpu, tolerance) << name << " " << mode << " gpu_layers=" << layers;
+    if (codec == gpu::GpuKvCodec::f32) {
+      EXPECT_EQ(g.greedy, ref_greedy) << name << " " << mode << " gpu_layers=" << layers;
+    }
   }
 
   constexpr int kSteps = 12;
@@ -380,7 +387,7 @@ TEST_P(GpuDeltaNet, RecurrentLayersMatchTransformersChunkedAndBatched) {
     for (int64_t i = 0; i < lengths[s]; ++i) prompts[s][size_t(i)] = int32_t((i * 37 + int64_t(s) * 11 + 5) % V);
   }
   gpu::GpuOptions o;
-  o.layers = D;
+  o.layers = L;
   o.kv_codec = gpu::GpuKvCodec::f32;
   o.widen_dense_weights = true;
   std::vector<std::vector<int32_t>> tokens(lengths.size());
@@ -415,7 +422,7 @@ TEST_P(GpuDeltaNet, RecurrentLayersMatchTransformersChunkedAndBatched) {
   const double vs_cpu = worst(chunked, cpu), chunks = worst(chunked, whole), by_token = worst(single, whole);
   EXPECT_LT(vs_cpu, exact) << name;
   EXPECT_LT(chunks, same) << name;
-  EXPECT_LT(by_token, same) << name;
+  EXPECT_LT(by_token, exact) << name;  // one row a step: the split decode attention instead of the tiled prefill one
   for (size_t i = 0; i < cpu.size(); ++i)
     EXPECT_EQ(fixtures::argmax(chunked[i].data(), V), fixtures::argmax(cpu[i].data(), V)) << name << " step " << i;
 
@@ -445,15 +452,18 @@ TEST_P(GpuDeltaNet, RecurrentLayersMatchTransformersChunkedAndBatched) {
       items[s] = {std::span(&tokens[s][size_t(i)], 1), lengths[s] + i, caches[s].get(), logits[s].data(), false};
     forward.run_batch(items);
   }
-  // The states: max_sequences slots of conv + recurrent f32 per Gated DeltaNet layer, and no KV pages for them.
-  EXPECT_EQ(g->vram_ledger().used("kv"), uint64_t(D * o.max_sequences) * c.deltanet.state_bytes()) << name;
-  std::printf("[ GPU-GDN  ] %-16s 150-token prompt + %d steps: GPU vs CPU %.3g, chunks of 64 vs whole %.3g, token by "
+  // The attention layers' f32 pages (K and V) and max_sequences slots of conv + recurrent f32 per DeltaNet layer.
+  const uint64_t pages = uint64_t(g->kv_pages() * gpu::GpuLayers::kv_page_positions() * (L - deltanet_layers)) * 2 *
+                         uint64_t(c.num_kv_heads * c.head_dim) * sizeof(float);
+  EXPECT_EQ(g->vram_ledger().used("kv"), pages + uint64_t(deltanet_layers * o.max_sequences) * c.deltanet.state_bytes())
+      << name;
+  std::printf("[ GPU-GDN  ] %-16s every layer, 150-token prompt + %d steps: GPU vs CPU %.3g, chunks of 64 vs whole %.3g, token by "
               "token vs whole %.3g, 3 sequences batched vs alone %.3g; state %llu bytes a sequence and layer\n",
               name.c_str(), kSteps, vs_cpu, chunks, by_token, batched,
               (unsigned long long)c.deltanet.state_bytes());
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GpuDeltaNet, ::testing::Values("qwen3_5", "qwen3_5_moe"),
+INSTANTIATE_TEST_SUITE_P(Fixtures, GpuDeltaNet, ::testing::Values("qwen3_5", "qwen3_5_moe", "qwen3_5_moe-text"),
                          test_name);
 
 }  // namespace

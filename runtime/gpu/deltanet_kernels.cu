@@ -21,23 +21,6 @@ __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-
 // torch.nn.functional.softplus (beta 1, threshold 20).
 __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-__device__ __forceinline__ float warp_total(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// Sum over the block (every thread gets it); `shared` holds a float per warp and is free again on return.
-__device__ float block_total(float v, float* shared) {
-  v = warp_total(v);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  v = lane < warps ? shared[lane] : 0.0f;
-  v = warp_total(v);
-  __syncthreads();
-  return v;
-}
-
 __global__ void __launch_bounds__(kConvThreads) deltanet_conv_kernel(const float* projected, const int32_t* segments,
                                                                       DeltaNetParams p, float* mixed) {
   kernel_entry();

@@ -1,6 +1,6 @@
 // runtime/gpu/device_launch.cuh — internal to the .cu files of runtime/gpu: how every kernel is launched
-// (programmatic dependent launch, see device_kernels.cuh), the griddepcontrol steps each kernel takes, and the
-// K/V codec load the attention kernels share. Never: included by host-compiled code.
+// (programmatic dependent launch, see device_kernels.cuh), the griddepcontrol steps each kernel takes, the
+// warp/block sums, and the K/V codec load the attention kernels share. Never: included by host-compiled code.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -57,6 +57,25 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+
+// Sum over a warp (every lane gets it).
+__device__ __forceinline__ float warp_total(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over the block (every thread gets it; blockDim.x a multiple of 32); `shared` holds a float per warp and is free
+// again on return.
+__device__ __forceinline__ float block_total(float v, float* shared) {
+  v = warp_total(v);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = lane < warps ? shared[lane] : 0.0f;
+  v = warp_total(v);
+  __syncthreads();
+  return v;
 }
 
 // Start of a kernel that has nothing to fetch early.

@@ -22,23 +22,6 @@ constexpr int kThreads = 128;  // per block: 4 warps
 constexpr int kTile = 128;     // positions scored per pass
 constexpr int64_t kMaxSplits = 32;  // split form: chunks of positions per (row, head) at most
 
-__device__ __forceinline__ float warp_total(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// Sum over the block (every thread gets it); `shared` holds a float per warp and is free again on return.
-__device__ float block_total(float v, float* shared) {
-  v = warp_total(v);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  v = lane < warps ? shared[lane] : 0.0f;
-  v = warp_total(v);
-  __syncthreads();
-  return v;
-}
-
 // Element `index` of the latent pool in its codec.
 __device__ __forceinline__ float latent_at(const void* rows, int codec, int64_t index) {
   return codec == 2 ? static_cast<const float*>(rows)[index] : __half2float(static_cast<const __half*>(rows)[index]);

@@ -75,6 +75,17 @@ Trace run_reference(const model::ModelWeights& w, tiering::Ledger& ledger, const
   return r;
 }
 
+// reference.json's prompt logits (a row per position), each greedy step's logits, and the greedy tokens.
+std::tuple<std::vector<std::vector<float>>, std::vector<std::vector<float>>, std::vector<int32_t>> reference_rows(
+    const boost::json::object& ref) {
+  std::vector<std::vector<float>> prompt, steps;
+  for (const auto& row : ref.at("prompt_logits").as_array()) prompt.push_back(fixtures::floats(row));
+  for (const auto& row : ref.at("step_logits").as_array()) steps.push_back(fixtures::floats(row));
+  std::vector<int32_t> greedy;
+  for (const auto& t : ref.at("greedy").as_array()) greedy.push_back(int32_t(t.as_int64()));
+  return {prompt, steps, greedy};
+}
+
 // Worst relative error of a run's rows against reference rows (max |diff| / max |ref| per row).
 double worst_error(const Trace& run, const std::vector<std::vector<float>>& prompt_ref,
                    const std::vector<std::vector<float>>& step_ref, int64_t V) {
@@ -90,6 +101,87 @@ std::vector<std::vector<float>> rows_of(const std::vector<float>& flat, int64_t 
   std::vector<std::vector<float>> out;
   for (size_t at = 0; at < flat.size(); at += size_t(V)) out.emplace_back(flat.begin() + at, flat.begin() + at + V);
   return out;
+}
+
+// Sequences of `lengths` tokens (a fixed pattern) run alone (the prompt in chunks, then `steps` decode steps fed the
+// first run's greedy tokens, so every run sees the same inputs) and all together in batched steps (GpuMla,
+// GpuDeltaNet): logits after the prompt and after each step.
+struct SequenceRuns {
+  const model::ModelWeights& w;
+  tiering::Ledger& ledger;
+  int steps;
+  std::vector<std::vector<int32_t>> prompts, tokens;
+  SequenceRuns(const model::ModelWeights& weights, tiering::Ledger& l, const std::vector<int64_t>& lengths, int n)
+      : w(weights), ledger(l), steps(n), tokens(lengths.size()) {
+    const int64_t V = w.config.vocab_size;
+    for (size_t s = 0; s < lengths.size(); ++s) {
+      prompts.emplace_back(static_cast<size_t>(lengths[s]));
+      for (int64_t i = 0; i < lengths[s]; ++i) prompts[s][size_t(i)] = int32_t((i * 37 + int64_t(s) * 11 + 5) % V);
+    }
+  }
+  // Sequence s alone, its prompt in chunks of `chunk`, on the GPU with `gpu` (null: the CPU); `stats`: the GPU's
+  // expert counters afterwards.
+  std::vector<std::vector<float>> alone(size_t s, int64_t chunk, const gpu::GpuOptions* gpu,
+                                        gpu::GpuExpertStats* stats = nullptr) {
+    const int64_t V = w.config.vocab_size;
+    kernels::ThreadPool pool(2);
+    engine::Forward forward(w, pool, ledger, 256, 512);
+    std::shared_ptr<gpu::GpuLayers> g;
+    if (gpu) forward.use_gpu(g = std::make_shared<gpu::GpuLayers>(w, *gpu, 256, 512));
+    engine::KVCache cache(w.config, 512, ledger, fixtures::exact_kv(chunk));
+    const std::vector<int32_t>& prompt = prompts[s];
+    const int64_t n = int64_t(prompt.size());
+    std::vector<std::vector<float>> out;
+    std::vector<float> logits(static_cast<size_t>(V));
+    for (int64_t at = 0; at < n; at += chunk)
+      forward.run(std::span(prompt).subspan(size_t(at), size_t(std::min(chunk, n - at))), at, cache, logits.data());
+    out.push_back(logits);
+    for (int i = 0; i < steps; ++i) {
+      if (int(tokens[s].size()) == i) tokens[s].push_back(fixtures::argmax(logits.data(), V));
+      forward.run(std::span(&tokens[s][size_t(i)], 1), n + i, cache, logits.data());
+      out.push_back(logits);
+    }
+    if (g && stats) *stats = g->expert_stats();
+    return out;
+  }
+  // Every sequence in one batched prefill step on `g`, then batched decode steps: each row within `tolerance` of
+  // expected[s] (its run alone); returns the worst relative difference.
+  double batched(const std::shared_ptr<gpu::GpuLayers>& g, const std::vector<std::vector<std::vector<float>>>& expected,
+                 double tolerance, const std::string& name) {
+    const int64_t V = w.config.vocab_size;
+    kernels::ThreadPool pool(2);
+    engine::Forward forward(w, pool, ledger, 256, 512);
+    forward.use_gpu(g);
+    std::vector<std::unique_ptr<engine::KVCache>> caches;
+    std::vector<std::vector<float>> logits(prompts.size(), std::vector<float>(static_cast<size_t>(V)));
+    std::vector<engine::BatchItem> items(prompts.size());
+    for (size_t s = 0; s < prompts.size(); ++s) {
+      caches.push_back(std::make_unique<engine::KVCache>(w.config, 512, ledger, fixtures::exact_kv()));
+      items[s] = {prompts[s], 0, caches[s].get(), logits[s].data(), false};
+    }
+    forward.run_batch(items);
+    double worst = 0;
+    for (int i = 0; i <= steps; ++i) {
+      for (size_t s = 0; s < prompts.size(); ++s) {
+        const double d = fixtures::relative_error(logits[s].data(), expected[s][size_t(i)]);
+        worst = std::max(worst, d);
+        EXPECT_LT(d, tolerance) << name << " sequence " << s << " step " << i;
+      }
+      if (i == steps) break;
+      for (size_t s = 0; s < prompts.size(); ++s)
+        items[s] = {std::span(&tokens[s][size_t(i)], 1), int64_t(prompts[s].size()) + i, caches[s].get(),
+                    logits[s].data(), false};
+      forward.run_batch(items);
+    }
+    return worst;
+  }
+};
+
+// Worst relative difference between two runs' rows.
+double worst_rows(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, fixtures::relative_error(a[i].data(), b[i]));
+  return d;
 }
 
 // gtest names: the fixture's name with '-' as '_'.
@@ -108,11 +200,7 @@ TEST_P(GpuReference, MatchesTransformersAndTheCpuPath) {
   const model::ModelWeights w = fixtures::load_fixture(name, ledger);
   const int64_t V = w.config.vocab_size;
   const auto ref = fixtures::read_json(fixtures::fixture(name) / "reference.json").as_object();
-  std::vector<std::vector<float>> ref_prompt, ref_steps;
-  for (const auto& row : ref.at("prompt_logits").as_array()) ref_prompt.push_back(fixtures::floats(row));
-  for (const auto& row : ref.at("step_logits").as_array()) ref_steps.push_back(fixtures::floats(row));
-  std::vector<int32_t> ref_greedy;
-  for (const auto& t : ref.at("greedy").as_array()) ref_greedy.push_back(int32_t(t.as_int64()));
+  const auto [ref_prompt, ref_steps, ref_greedy] = reference_rows(ref);
 
   const Trace cpu = run_reference(w, ledger, name, 0);
   const double cpu_error = worst_error(cpu, ref_prompt, ref_steps, V);
@@ -222,12 +310,7 @@ TEST_P(GpuMla, ChunkedWholeAndBatchedAgreePastTheFirstPage) {
   const model::ModelWeights w = fixtures::load_fixture(name, ledger);
   const int64_t V = w.config.vocab_size, L = w.config.num_layers, latent = w.config.mla.latent_floats();
   constexpr int kSteps = 12;
-  const std::vector<int64_t> lengths = {150, 20, 70};
-  std::vector<std::vector<int32_t>> prompts;
-  for (size_t s = 0; s < lengths.size(); ++s) {
-    prompts.emplace_back(static_cast<size_t>(lengths[s]));
-    for (int64_t i = 0; i < lengths[s]; ++i) prompts[s][size_t(i)] = int32_t((i * 37 + int64_t(s) * 11 + 5) % V);
-  }
+  SequenceRuns runs(w, ledger, {150, 20, 70}, kSteps);
   // resident: every routed expert of every sparse layer kept in VRAM (the host routing's resident path).
   auto gpu_options = [&](bool resident = false) {
     gpu::GpuOptions o;
@@ -239,41 +322,14 @@ TEST_P(GpuMla, ChunkedWholeAndBatchedAgreePastTheFirstPage) {
         o.resident_experts.push_back({l, e});
     return o;
   };
-  // One sequence alone: its prompt in chunks of `chunk` (on the GPU or the CPU), then kSteps greedy steps (the
-  // tokens the first run chose, so every run sees the same inputs).
-  std::vector<std::vector<int32_t>> tokens(lengths.size());
+  const gpu::GpuOptions streamed = gpu_options(), in_vram_options = gpu_options(true);
   gpu::GpuExpertStats stats;
-  auto alone = [&](size_t s, int64_t chunk, bool on_gpu, bool resident = false) {
-    kernels::ThreadPool pool(2);
-    engine::Forward forward(w, pool, ledger, 256, 512);
-    std::shared_ptr<gpu::GpuLayers> g;
-    if (on_gpu) forward.use_gpu(g = std::make_shared<gpu::GpuLayers>(w, gpu_options(resident), 256, 512));
-    engine::KVCache cache(w.config, 512, ledger, fixtures::exact_kv(chunk));
-    const std::vector<int32_t>& prompt = prompts[s];
-    const int64_t n = int64_t(prompt.size());
-    std::vector<std::vector<float>> out;
-    std::vector<float> logits(static_cast<size_t>(V));
-    for (int64_t at = 0; at < n; at += chunk)
-      forward.run(std::span(prompt).subspan(size_t(at), size_t(std::min(chunk, n - at))), at, cache, logits.data());
-    out.push_back(logits);
-    for (int i = 0; i < kSteps; ++i) {
-      if (int(tokens[s].size()) == i) tokens[s].push_back(fixtures::argmax(logits.data(), V));
-      forward.run(std::span(&tokens[s][size_t(i)], 1), n + i, cache, logits.data());
-      out.push_back(logits);
-    }
-    if (g) stats = g->expert_stats();
-    return out;
-  };
-  auto worst = [](const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-    double d = 0;
-    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, fixtures::relative_error(a[i].data(), b[i]));
-    return d;
-  };
-  const auto cpu = alone(0, 64, false);
-  const auto chunked = alone(0, 64, true);
-  const auto whole = alone(0, 256, true);
-  const auto resident = alone(0, 64, true, true);
-  const double vs_cpu = worst(chunked, cpu), chunks = worst(chunked, whole), in_vram = worst(resident, chunked);
+  const auto cpu = runs.alone(0, 64, nullptr);
+  const auto chunked = runs.alone(0, 64, &streamed);
+  const auto whole = runs.alone(0, 256, &streamed);
+  const auto resident = runs.alone(0, 64, &in_vram_options, &stats);
+  const double vs_cpu = worst_rows(chunked, cpu), chunks = worst_rows(chunked, whole);
+  const double in_vram = worst_rows(resident, chunked);
   EXPECT_LT(vs_cpu, 1e-3) << name;
   EXPECT_LT(chunks, 1e-4) << name;
   EXPECT_LT(in_vram, 1e-5) << name;
@@ -283,31 +339,9 @@ TEST_P(GpuMla, ChunkedWholeAndBatchedAgreePastTheFirstPage) {
     EXPECT_EQ(fixtures::argmax(chunked[i].data(), V), fixtures::argmax(cpu[i].data(), V)) << name << " step " << i;
 
   std::vector<std::vector<std::vector<float>>> expected;
-  for (size_t s = 0; s < lengths.size(); ++s) expected.push_back(s == 0 ? whole : alone(s, 256, true));
-  kernels::ThreadPool pool(2);
-  auto g = std::make_shared<gpu::GpuLayers>(w, gpu_options(), 256, 512);
-  engine::Forward forward(w, pool, ledger, 256, 512);
-  forward.use_gpu(g);
-  std::vector<std::unique_ptr<engine::KVCache>> caches;
-  std::vector<std::vector<float>> logits(lengths.size(), std::vector<float>(static_cast<size_t>(V)));
-  std::vector<engine::BatchItem> items(lengths.size());
-  for (size_t s = 0; s < lengths.size(); ++s) {
-    caches.push_back(std::make_unique<engine::KVCache>(w.config, 512, ledger, fixtures::exact_kv()));
-    items[s] = {prompts[s], 0, caches[s].get(), logits[s].data(), false};
-  }
-  forward.run_batch(items);
-  double batched = 0;
-  for (int i = 0; i <= kSteps; ++i) {
-    for (size_t s = 0; s < lengths.size(); ++s) {
-      const double d = fixtures::relative_error(logits[s].data(), expected[s][size_t(i)]);
-      batched = std::max(batched, d);
-      EXPECT_LT(d, 1e-4) << name << " sequence " << s << " step " << i;
-    }
-    if (i == kSteps) break;
-    for (size_t s = 0; s < lengths.size(); ++s)
-      items[s] = {std::span(&tokens[s][size_t(i)], 1), lengths[s] + i, caches[s].get(), logits[s].data(), false};
-    forward.run_batch(items);
-  }
+  for (size_t s = 0; s < runs.prompts.size(); ++s) expected.push_back(s == 0 ? whole : runs.alone(s, 256, &streamed));
+  auto g = std::make_shared<gpu::GpuLayers>(w, streamed, 256, 512);
+  const double batched = runs.batched(g, expected, 1e-4, name);
   // The device latent KV: a row of kv_lora_rank + rope f32 values per position and layer, nothing per head.
   const uint64_t row = uint64_t(latent) * sizeof(float);
   EXPECT_EQ(g->vram_ledger().used("kv"), uint64_t(g->kv_pages() * gpu::GpuLayers::kv_page_positions() * L) * row);
@@ -331,8 +365,8 @@ namespace {
 // - every layer on the GPU: a 150-token prompt prefilled in chunks of 64 and whole within 1e-4 of each other, token
 //   by token (the split decode attention instead of the tiled prefill attention, on qwen3_5_moe-text's three
 //   full-attention layers 3.8e-4 apart, a fixture that magnifies small differences: its f16 KV moves it 1.6e-2) and
-//   the CPU path within 1e-3, then 12 decode steps each (captured decode graphs included); three sequences of 150, 20 and 70 tokens prefilled in one step and decoded together (a batched graph)
-//   within 1e-4 of each alone; the device "kv" account: the attention layers' pages plus a slot of conv + recurrent
+//   the CPU path within 1e-3, then 12 decode steps each (captured decode graphs included); three sequences of 150,
+//   20 and 70 tokens prefilled in one step and decoded together (a batched graph) within 1e-4 of each alone; the device "kv" account: the attention layers' pages plus a slot of conv + recurrent
 //   floats per DeltaNet layer and sequence (max_sequences slots).
 // Not qwen3_5_moe-mlx4: with its MLX 4-bit DeltaNet layers on the GPU it is 0.225 from transformers (H100, 10:07 UTC
 // run), an open defect of the MLX path of these layers (the same mixer on f32 weights is within 2e-5).
@@ -355,11 +389,7 @@ TEST_P(GpuDeltaNet, Qwen35MatchesTransformersChunkedAndBatched) {
   EXPECT_NO_THROW(gpu::GpuLayers::check_supported(c, L));
 
   const auto ref = fixtures::read_json(fixtures::fixture(name) / "reference.json").as_object();
-  std::vector<std::vector<float>> ref_prompt, ref_steps;
-  for (const auto& row : ref.at("prompt_logits").as_array()) ref_prompt.push_back(fixtures::floats(row));
-  for (const auto& row : ref.at("step_logits").as_array()) ref_steps.push_back(fixtures::floats(row));
-  std::vector<int32_t> ref_greedy;
-  for (const auto& t : ref.at("greedy").as_array()) ref_greedy.push_back(int32_t(t.as_int64()));
+  const auto [ref_prompt, ref_steps, ref_greedy] = reference_rows(ref);
   const double exact = 1e-3, same = 1e-4;
   const Trace cpu_ref = run_reference(w, ledger, name, 0);
   std::vector<int64_t> layer_sets = {L};
@@ -380,46 +410,17 @@ TEST_P(GpuDeltaNet, Qwen35MatchesTransformersChunkedAndBatched) {
   }
 
   constexpr int kSteps = 12;
-  const std::vector<int64_t> lengths = {150, 20, 70};
-  std::vector<std::vector<int32_t>> prompts;
-  for (size_t s = 0; s < lengths.size(); ++s) {
-    prompts.emplace_back(static_cast<size_t>(lengths[s]));
-    for (int64_t i = 0; i < lengths[s]; ++i) prompts[s][size_t(i)] = int32_t((i * 37 + int64_t(s) * 11 + 5) % V);
-  }
+  SequenceRuns runs(w, ledger, {150, 20, 70}, kSteps);
   gpu::GpuOptions o;
   o.layers = L;
   o.kv_codec = gpu::GpuKvCodec::f32;
   o.widen_dense_weights = true;
-  std::vector<std::vector<int32_t>> tokens(lengths.size());
-  auto alone = [&](size_t s, int64_t chunk, bool on_gpu) {
-    kernels::ThreadPool pool(2);
-    engine::Forward forward(w, pool, ledger, 256, 512);
-    if (on_gpu) forward.use_gpu(std::make_shared<gpu::GpuLayers>(w, o, 256, 512));
-    engine::KVCache cache(c, 512, ledger, fixtures::exact_kv());
-    const std::vector<int32_t>& prompt = prompts[s];
-    const int64_t n = int64_t(prompt.size());
-    std::vector<std::vector<float>> out;
-    std::vector<float> logits(static_cast<size_t>(V));
-    for (int64_t at = 0; at < n; at += chunk)
-      forward.run(std::span(prompt).subspan(size_t(at), size_t(std::min(chunk, n - at))), at, cache, logits.data());
-    out.push_back(logits);
-    for (int i = 0; i < kSteps; ++i) {
-      if (int(tokens[s].size()) == i) tokens[s].push_back(fixtures::argmax(logits.data(), V));
-      forward.run(std::span(&tokens[s][size_t(i)], 1), n + i, cache, logits.data());
-      out.push_back(logits);
-    }
-    return out;
-  };
-  auto worst = [](const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-    double d = 0;
-    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, fixtures::relative_error(a[i].data(), b[i]));
-    return d;
-  };
-  const auto cpu = alone(0, 64, false);
-  const auto chunked = alone(0, 64, true);
-  const auto whole = alone(0, 256, true);
-  const auto single = alone(0, 1, true);
-  const double vs_cpu = worst(chunked, cpu), chunks = worst(chunked, whole), by_token = worst(single, whole);
+  const auto cpu = runs.alone(0, 64, nullptr);
+  const auto chunked = runs.alone(0, 64, &o);
+  const auto whole = runs.alone(0, 256, &o);
+  const auto single = runs.alone(0, 1, &o);
+  const double vs_cpu = worst_rows(chunked, cpu), chunks = worst_rows(chunked, whole);
+  const double by_token = worst_rows(single, whole);
   EXPECT_LT(vs_cpu, exact) << name;
   EXPECT_LT(chunks, same) << name;
   EXPECT_LT(by_token, exact) << name;  // one row a step: the split decode attention instead of the tiled prefill one
@@ -427,31 +428,9 @@ TEST_P(GpuDeltaNet, Qwen35MatchesTransformersChunkedAndBatched) {
     EXPECT_EQ(fixtures::argmax(chunked[i].data(), V), fixtures::argmax(cpu[i].data(), V)) << name << " step " << i;
 
   std::vector<std::vector<std::vector<float>>> expected;
-  for (size_t s = 0; s < lengths.size(); ++s) expected.push_back(s == 0 ? whole : alone(s, 256, true));
-  kernels::ThreadPool pool(2);
+  for (size_t s = 0; s < runs.prompts.size(); ++s) expected.push_back(s == 0 ? whole : runs.alone(s, 256, &o));
   auto g = std::make_shared<gpu::GpuLayers>(w, o, 256, 512);
-  engine::Forward forward(w, pool, ledger, 256, 512);
-  forward.use_gpu(g);
-  std::vector<std::unique_ptr<engine::KVCache>> caches;
-  std::vector<std::vector<float>> logits(lengths.size(), std::vector<float>(static_cast<size_t>(V)));
-  std::vector<engine::BatchItem> items(lengths.size());
-  for (size_t s = 0; s < lengths.size(); ++s) {
-    caches.push_back(std::make_unique<engine::KVCache>(c, 512, ledger, fixtures::exact_kv()));
-    items[s] = {prompts[s], 0, caches[s].get(), logits[s].data(), false};
-  }
-  forward.run_batch(items);
-  double batched = 0;
-  for (int i = 0; i <= kSteps; ++i) {
-    for (size_t s = 0; s < lengths.size(); ++s) {
-      const double d = fixtures::relative_error(logits[s].data(), expected[s][size_t(i)]);
-      batched = std::max(batched, d);
-      EXPECT_LT(d, same) << name << " sequence " << s << " step " << i;
-    }
-    if (i == kSteps) break;
-    for (size_t s = 0; s < lengths.size(); ++s)
-      items[s] = {std::span(&tokens[s][size_t(i)], 1), lengths[s] + i, caches[s].get(), logits[s].data(), false};
-    forward.run_batch(items);
-  }
+  const double batched = runs.batched(g, expected, same, name);
   // The attention layers' f32 pages (K and V) and max_sequences slots of conv + recurrent f32 per DeltaNet layer.
   const uint64_t pages = uint64_t(g->kv_pages() * gpu::GpuLayers::kv_page_positions() * (L - deltanet_layers)) * 2 *
                          uint64_t(c.num_kv_heads * c.head_dim) * sizeof(float);

@@ -353,6 +353,7 @@ struct GpuLayers::Impl {
         vram(o.vram_budget ? o.vram_budget : default_budget()) {
     if (!env_on("TIERLM_GPU_PDL")) options.programmatic_launch = false;
     if (!env_on("TIERLM_GPU_PACKED_MMA")) options.packed_mma = false;
+    if (const char* v = std::getenv("TIERLM_GPU_SPLIT_GEMM")) options.split_gemm_activations = std::string(v) == "1";
     if (const char* v = std::getenv("TIERLM_GPU_PACKED_MMA"); v && std::string(v) == "all")
       options.packed_mma_4bit = true;
     if (c.head_dim % 16 != 0 || c.head_dim > 256)

@@ -39,6 +39,7 @@ struct GpuOptions {
   // The multi-row GEMMs' activations as two f16 parts (hi + scaled residual, runtime/gpu/split_f16.cuh), two
   // tensor-core GEMMs instead of one: the activations keep ~22 bits instead of f16's 11, at twice the GEMM flops
   // and no more VRAM for weights. Off by default (prefill speed); see gpu_reference_test's precision breakdown.
+  // TIERLM_GPU_SPLIT_GEMM=1 / 0 overrides it (A/B runs).
   bool split_gemm_activations = false;
   int64_t max_sequences = 16;         // sequences whose device KV is kept at once (and at most in one step)
   // Device KV pool, in pages of 64 positions (every full-attention GPU layer has this many; sliding-window layers

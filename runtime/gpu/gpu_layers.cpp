@@ -280,8 +280,11 @@ struct GpuLayers::Impl {
   DeviceMatrix output;
   DeviceBuffer final_norm, inv_freq;
   float rope_scale = 1.0f;
+  int64_t rotary_dim = 0;  // dims RoPE turns per head (partial_rotary_factor), from the host's frequency table
   // Scratch (device).
   DeviceBuffer hidden, normed, qkv, attn, gathered, ffn, act, out, scores, arrivals, x16, x16_low, w16, logits, meta_dev, moe_dev, router_dev;
+  // Gated attention (qwen3_5): the projection's rows ([query | gate] per head, k, v) and the gates split off them.
+  DeviceBuffer gated_qkv, gates;
   int64_t w16_rows_cap = 0;  // elements of w16
   const int32_t* tiles_dev = nullptr;  // the step's prefill attention tiles (in meta_dev)
   // Pinned staging of transfers.
@@ -484,6 +487,7 @@ struct GpuLayers::Impl {
     // attention factor, which engine::Rope multiplies cos and sin by (check_supported: one rope for every layer).
     engine::Rope rope(c.rope_of(0), c.head_dim);
     inv_freq = upload_floats(rope.inverse_frequencies(), vram, "weights");
+    rotary_dim = 2 * int64_t(rope.inverse_frequencies().size());
     rope_scale = c.rope_of(0).type == "yarn" ? float(c.rope_of(0).attention_factor) : 1.0f;
     weight_bytes = vram.used("weights");
   }
@@ -507,6 +511,10 @@ struct GpuLayers::Impl {
     hidden = floats(n * H);
     normed = floats(n * H);
     qkv = floats(n * (q_rows + 2 * kv_rows));
+    if (c.arch.attention_output_gate) {
+      gated_qkv = floats(n * (2 * q_rows + 2 * kv_rows));
+      gates = floats(n * q_rows);
+    }
     attn = floats(n * q_rows);
     gathered = floats(n * H);
     ffn = floats(n * 2 * F);
@@ -1189,19 +1197,26 @@ struct GpuLayers::Impl {
     const DeviceLayer& d = layers[size_t(l)];
     const model::LayerWeights& L = w.layers[size_t(l)];
     const int64_t H = c.hidden_size, hd = c.head_dim, q_rows = c.num_heads * hd;
-    const int64_t stride = q_rows + 2 * c.num_kv_heads * hd;
     const float eps = float(c.rms_norm_eps);
     float* h = hidden.as<float>();
     float* x = normed.as<float>();
+    // Gated attention: the projection's rows are [query | gate] per head, then k and v; split below.
+    const bool gated = c.arch.attention_output_gate;
+    float* projected = gated ? gated_qkv.as<float>() : qkv.as<float>();
     // Decode (one row): the norms and the SiLU gate are fused into the next matvec's load of x.
     if (n == 1 && fused_matvec && device::decode_fusable(d.qkv.ref)) {
       mark("input norm + qkv matrix");
-      device::matvec_normed(d.qkv.ref, h, d.input_norm.as<float>(), eps, qkv.as<float>(), false, stream);
+      device::matvec_normed(d.qkv.ref, h, d.input_norm.as<float>(), eps, projected, false, stream);
     } else {
       mark("input norm");
       device::rms_norm(h, H, d.input_norm.as<float>(), n, H, H, eps, x, H, stream);
       mark("qkv matrix");
-      multiply(d.qkv.ref, x, n, qkv.as<float>(), stride, false);
+      multiply(d.qkv.ref, x, n, projected, d.qkv.ref.rows, false);
+    }
+    if (gated) {
+      mark("split query / gate");
+      device::split_query_gate(projected, n, c.num_heads, c.num_kv_heads, hd, qkv.as<float>(), gates.as<float>(),
+                               stream);
     }
     device::QkvParams p = attention_shape();
     p.bias = L.qkv_bias.empty() ? nullptr : d.qkv_bias.as<float>();
@@ -1214,6 +1229,7 @@ struct GpuLayers::Impl {
     p.rope_scale = rope_scale;
     p.window = d.window;
     p.sinks = L.sinks.empty() ? nullptr : d.sinks.as<float>();
+    p.rotary_dim = rotary_dim;
     const bool fused = one_row_per_sequence && fused_attention && device::attention_can_fuse(p);
     if (!fused) {
       mark("bias/qk norm/rope/kv store");
@@ -1227,6 +1243,10 @@ struct GpuLayers::Impl {
       mark(fused ? "attention (+ bias/qk norm/rope/kv store)" : "attention");
       device::attention(qkv.as<float>(), n, p, pos_dev, kv_refs[size_t(l)], tables, max_context, fused,
                         scores.as<float>(), arrivals.as<int32_t>(), attn.as<float>(), stream);
+    }
+    if (gated) {
+      mark("output gate");
+      device::sigmoid_gate(attn.as<float>(), gates.as<float>(), n * q_rows, stream);
     }
     mark("o matrix");
     multiply(d.o.ref, attn.as<float>(), n, h, H, true);
@@ -1582,13 +1602,10 @@ void GpuLayers::check_supported(const model::ModelConfig& c, int64_t layers) {
     if (l.full_rope || c.rope_of(i).type != c.rope_of(0).type || c.rope_of(i).theta != c.rope_of(0).theta)
       throw std::invalid_argument(fmt::format("gpu: layer {} has a rope of its own (per-layer-type rope_parameters), "
                                               "which the GPU backend does not apply yet", i));
-    if (c.arch.attention_output_gate)
-      throw std::invalid_argument(fmt::format("gpu: layer {} is gated attention ({}: q_proj with an output gate, "
-                                              "partial rotary), which the GPU backend does not run yet; run it on "
-                                              "the CPU (--gpu-layers 0)", i, c.model_type));
-    if (c.rope.partial_rotary_factor != 1.0)
-      throw std::invalid_argument(fmt::format("gpu: layer {} uses partial_rotary_factor {}, which the GPU backend "
-                                              "does not apply yet", i, c.rope.partial_rotary_factor));
+    if (c.arch.attention_output_gate && c.arch.qkv_bias)
+      throw std::invalid_argument(fmt::format("gpu: layer {} is gated attention with q/k/v biases ({}), which the "
+                                              "GPU backend does not run yet; run it on the CPU (--gpu-layers 0)",
+                                              i, c.model_type));
   }
 }
 

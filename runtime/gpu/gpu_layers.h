@@ -106,9 +106,9 @@ class GpuLayers {
   GpuLayers(const model::ModelWeights& weights, const GpuOptions& options, int64_t max_chunk, int64_t max_context);
   ~GpuLayers();
   // Throws std::invalid_argument naming the first of layers [0, layers) whose LayerSpec the GPU backend does not run
-  // yet: Gated DeltaNet, MLA, gated attention, partial rotary, a per-layer rope, and Gemma 4's block. (Sliding-window
-  // attention, attention / MLP biases, dense layers among sparse ones and gpt-oss's block run.) The constructor calls
-  // it first; callable without a GPU.
+  // yet: Gated DeltaNet, MLA, a per-layer rope, gated attention with q/k/v biases, and Gemma 4's block.
+  // (Sliding-window attention, attention / MLP biases, dense layers among sparse ones, gpt-oss's block, and qwen3_5's
+  // gated full attention with partial rotary run.) The constructor calls it first; callable without a GPU.
   static void check_supported(const model::ModelConfig& config, int64_t layers);
   GpuLayers(const GpuLayers&) = delete;
   GpuLayers& operator=(const GpuLayers&) = delete;

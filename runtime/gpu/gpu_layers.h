@@ -4,10 +4,10 @@
 // state crosses PCIe once (up), and once back (down) or as logits.
 // Owns: the device copies of the weights (kept in the host layouts, byte for byte), the paged device KV (pools of
 // 64-position pages, allocated once: one for the full-attention layers, where each sequence, keyed by its host
-// KVCache, holds a page table shared by those layers, and one for the sliding-window layers, where it holds a ring
-// bounded to the window plus one step of rows (kv::StateSpec), so a long context costs those layers window-sized
-// KV; least recently used sequences outside the current step give their pages back when a pool or max_sequences
-// runs out), scratch, the VRAM expert tier
+// KVCache, holds a page table shared by those layers (an MLA layer's pages hold its latent rows), and one for the
+// sliding-window layers, where it holds a ring bounded to the window plus one step of rows (kv_layer_pages), so a
+// long context costs those layers window-sized KV; least recently used sequences outside the current step give their
+// pages back when a pool or max_sequences runs out), scratch, the VRAM expert tier
 // (resident hot experts + LRU slots filled from the host expert cache through pinned staging on a copy stream),
 // and a VRAM ledger that every device allocation is charged to. Never: used without a GPU (the constructor throws
 // with the reason), or touched by more than one thread at a time.
@@ -106,9 +106,10 @@ class GpuLayers {
   GpuLayers(const model::ModelWeights& weights, const GpuOptions& options, int64_t max_chunk, int64_t max_context);
   ~GpuLayers();
   // Throws std::invalid_argument naming the first of layers [0, layers) whose LayerSpec the GPU backend does not run
-  // yet: Gated DeltaNet, MLA, a per-layer rope, gated attention with q/k/v biases, and Gemma 4's block.
-  // (Sliding-window attention, attention / MLP biases, dense layers among sparse ones, gpt-oss's block, and qwen3_5's
-  // gated full attention with partial rotary run.) The constructor calls it first; callable without a GPU.
+  // yet: Gated DeltaNet, a per-layer rope, gated attention with q/k/v biases, and Gemma 4's block. (Sliding-window
+  // attention, attention / MLP biases, dense layers among sparse ones, gpt-oss's block, DeepSeek's MLA with its
+  // routers, and qwen3_5's gated full attention with partial rotary run; the constructor refuses the q8 device KV on
+  // MLA layers.) The constructor calls it first; callable without a GPU.
   static void check_supported(const model::ModelConfig& config, int64_t layers);
   GpuLayers(const GpuLayers&) = delete;
   GpuLayers& operator=(const GpuLayers&) = delete;

@@ -1,19 +1,22 @@
 // The newer layer kinds on the GPU against transformers: sliding-window attention (mistral-swa, qwen2-swa,
 // mixtral-swa: windows of 8 under a 24-token prompt), attention / MLP biases (llama-bias) and gpt-oss's block
 // (attention sinks, q/k/v/o biases, YaRN rope, alternating windowed layers, router bias, expert biases with the
-// clamped SwiGLU; f32 experts and MXFP4 experts read packed), and dense layers among sparse ones (qwen2_moe-mixed,
-// qwen3_moe-mixed: mlp_only_layers / decoder_sparse_step). Each fixture runs with every layer and the head on the
-// GPU, and with layer 0 alone there (the rest on the CPU): every prompt position's logits and each of the 32
-// greedy steps' within 1e-3 relative of reference.json (transformers' own run), the greedy tokens identical, and the
-// same against the CPU path (exact f32 KV) on the same weights, with the exact device configuration (f32 KV, f16/bf16
-// matrices widened to f32 so prefill's GEMMs do not round activations to f16); with the defaults (f16 KV, f16
-// tensor-core GEMMs) within 1e-2 (gpu_forward_test's bar for them), the greedy tokens identical. A second case
-// prefills a 400-token prompt and decodes 150 steps, so the windowed layers' attention starts past the first KV
-// chunks (the split decode kernel's skipped chunks, the tiled prefill's skipped pages) and their device ring wraps
-// around, against the CPU path; a third measures the device KV of windowed models at a 32K context against the
-// unbounded figure; a fourth runs qwen3_5_moe-text's gated full-attention layer (partial rotary) on the GPU, its
-// Gated DeltaNet layers on the CPU; a fifth breaks the defaults' error down by switch. Without a GPU every case skips
-// with the reason.
+// clamped SwiGLU; f32 experts and MXFP4 experts read packed), dense layers among sparse ones (qwen2_moe-mixed,
+// qwen3_moe-mixed: mlp_only_layers / decoder_sparse_step), and DeepSeek's block (deepseek_v2, deepseek_v3, their
+// YaRN variants and deepseek_v3-fp8: multi-head latent attention over the device latent KV, DeepSeek's routers on
+// the host, ungated shared experts, first_k_dense_replace dense layers). Each fixture runs with every layer and the
+// head on the GPU, and with layer 0 alone there (the rest on the CPU): every prompt position's logits and each of
+// the 32 greedy steps' within 1e-3 relative of reference.json (transformers' own run), the greedy tokens identical,
+// and the same against the CPU path (exact f32 KV) on the same weights, with the exact device configuration (f32 KV,
+// f16/bf16 matrices widened to f32 so prefill's GEMMs do not round activations to f16); with the defaults (f16 KV,
+// f16 tensor-core GEMMs) within 1e-2 (gpu_forward_test's bar for them), the greedy tokens identical. Further cases:
+// GpuLongWindow prefills a 400-token prompt and decodes 150 steps, so the windowed layers' attention starts past the
+// first KV chunks (the split decode kernel's skipped chunks, the tiled prefill's skipped pages) and their device ring
+// wraps around, against the CPU path; GpuWindowedKvBytes measures the device KV of windowed models at a 32K context
+// against the unbounded figure; GpuMla takes DeepSeek past the first KV page, chunked, batched and with every expert
+// in VRAM; GpuGatedAttention runs qwen3_5_moe-text's gated full-attention layer (partial rotary) on the GPU, its
+// Gated DeltaNet layers on the CPU; GpuPrecision breaks the defaults' error down by switch. Without a GPU every case
+// skips with the reason.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -85,6 +88,22 @@ Trace run_reference(const model::ModelWeights& w, tiering::Ledger& ledger, const
   return r;
 }
 
+// transformers' run of a fixture (reference.json): every prompt position's logits, each greedy step's, the tokens.
+struct Reference {
+  boost::json::object json;
+  std::vector<std::vector<float>> prompt, steps;
+  std::vector<int32_t> greedy;
+};
+
+Reference read_reference(const std::string& name) {
+  Reference r;
+  r.json = fixtures::read_json(fixtures::fixture(name) / "reference.json").as_object();
+  for (const auto& row : r.json.at("prompt_logits").as_array()) r.prompt.push_back(fixtures::floats(row));
+  for (const auto& row : r.json.at("step_logits").as_array()) r.steps.push_back(fixtures::floats(row));
+  for (const auto& t : r.json.at("greedy").as_array()) r.greedy.push_back(int32_t(t.as_int64()));
+  return r;
+}
+
 // Worst relative error of a run's rows against reference rows (max |diff| / max |ref| per row).
 double worst_error(const Trace& run, const std::vector<std::vector<float>>& prompt_ref,
                    const std::vector<std::vector<float>>& step_ref, int64_t V) {
@@ -109,9 +128,15 @@ std::string test_name(const ::testing::TestParamInfo<std::string>& info) {
   return s;
 }
 
-const std::vector<std::string> kReferenceFixtures = {"mistral-swa",   "qwen2-swa",       "mixtral-swa",
-                                                     "llama-bias",    "gpt_oss",         "gpt_oss-mxfp4",
-                                                     "qwen2_moe-mixed", "qwen3_moe-mixed"};
+// The attention fixtures (GpuPrecision runs these: the CPU's f16 KV cache is their oracle), then DeepSeek's (MLA).
+const std::vector<std::string> kAttentionFixtures = {"mistral-swa", "qwen2-swa",       "mixtral-swa",    "llama-bias",
+                                                     "gpt_oss",     "gpt_oss-mxfp4",   "qwen2_moe-mixed", "qwen3_moe-mixed"};
+const std::vector<std::string> kReferenceFixtures = [] {
+  std::vector<std::string> all = kAttentionFixtures;
+  for (const char* mla : {"deepseek_v2", "deepseek_v3", "deepseek_v3-fp8", "deepseek_v2-yarn", "deepseek_v3-yarn"})
+    all.push_back(mla);
+  return all;
+}();
 
 class GpuReference : public ::testing::TestWithParam<std::string> {};
 
@@ -121,12 +146,8 @@ TEST_P(GpuReference, MatchesTransformersAndTheCpuPath) {
   tiering::Ledger ledger;
   const model::ModelWeights w = fixtures::load_fixture(name, ledger);
   const int64_t V = w.config.vocab_size;
-  const auto ref = fixtures::read_json(fixtures::fixture(name) / "reference.json").as_object();
-  std::vector<std::vector<float>> ref_prompt, ref_steps;
-  for (const auto& row : ref.at("prompt_logits").as_array()) ref_prompt.push_back(fixtures::floats(row));
-  for (const auto& row : ref.at("step_logits").as_array()) ref_steps.push_back(fixtures::floats(row));
-  std::vector<int32_t> ref_greedy;
-  for (const auto& t : ref.at("greedy").as_array()) ref_greedy.push_back(int32_t(t.as_int64()));
+  const Reference reference = read_reference(name);
+  const auto& [ref, ref_prompt, ref_steps, ref_greedy] = reference;
 
   const Trace cpu = run_reference(w, ledger, name, 0);
   const double cpu_error = worst_error(cpu, ref_prompt, ref_steps, V);
@@ -170,10 +191,8 @@ TEST_P(GpuPrecision, DefaultsErrorBySwitch) {
   tiering::Ledger ledger;
   const model::ModelWeights w = fixtures::load_fixture(name, ledger);
   const int64_t V = w.config.vocab_size;
-  const auto ref = fixtures::read_json(fixtures::fixture(name) / "reference.json").as_object();
-  std::vector<std::vector<float>> ref_prompt, ref_steps;
-  for (const auto& row : ref.at("prompt_logits").as_array()) ref_prompt.push_back(fixtures::floats(row));
-  for (const auto& row : ref.at("step_logits").as_array()) ref_steps.push_back(fixtures::floats(row));
+  const Reference reference = read_reference(name);
+  const auto& [ref, ref_prompt, ref_steps, ref_greedy] = reference;
   using gpu::GpuKvCodec;
   const DeviceConfig configs[] = {{GpuKvCodec::f32, true, false, "f32 kv + f32 gemm (exact)"},
                                   {GpuKvCodec::f32, false, false, "f32 kv + f16 gemm"},
@@ -200,7 +219,7 @@ TEST_P(GpuPrecision, DefaultsErrorBySwitch) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GpuPrecision, ::testing::ValuesIn(kReferenceFixtures),
+INSTANTIATE_TEST_SUITE_P(Fixtures, GpuPrecision, ::testing::ValuesIn(kAttentionFixtures),
                          test_name);
 
 // Qwen3.5's full-attention layers on the GPU: gated attention (q_proj rows [query | gate] per head, the attention
@@ -224,12 +243,8 @@ TEST(GpuGatedAttention, Qwen35FullAttentionLayerMatchesTransformers) {
   EXPECT_NO_THROW(gpu::GpuLayers::check_supported(c, 1));
   EXPECT_THROW(gpu::GpuLayers::check_supported(c, 2), std::invalid_argument);  // layer 1: Gated DeltaNet
   const int64_t V = c.vocab_size;
-  const auto ref = fixtures::read_json(fixtures::fixture(name) / "reference.json").as_object();
-  std::vector<std::vector<float>> ref_prompt, ref_steps;
-  for (const auto& row : ref.at("prompt_logits").as_array()) ref_prompt.push_back(fixtures::floats(row));
-  for (const auto& row : ref.at("step_logits").as_array()) ref_steps.push_back(fixtures::floats(row));
-  std::vector<int32_t> ref_greedy;
-  for (const auto& t : ref.at("greedy").as_array()) ref_greedy.push_back(int32_t(t.as_int64()));
+  const Reference reference = read_reference(name);
+  const auto& [ref, ref_prompt, ref_steps, ref_greedy] = reference;
   const Trace cpu = run_reference(w, ledger, name, 0);
   EXPECT_EQ(cpu.greedy, ref_greedy);
   engine::KVCacheOptions layer0_f16 = fixtures::exact_kv();
@@ -377,5 +392,117 @@ TEST_P(GpuWindowedKvBytes, RingsBoundTheWindowedLayersAtLongContext) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuWindowedKvBytes, ::testing::Values("mistral-swa", "gpt_oss"), test_name);
+
+// DeepSeek's latent KV on the GPU past the first KV page, exact configuration (f32 latent KV, f32 GEMMs): a 150-token
+// prompt (three pages of 64; the attention kernel's tiles of 128 positions) prefilled whole and in chunks of 64, then
+// decoded 12 steps, also with every expert resident in VRAM (no expert copied); and three sequences of 150, 20 and
+// 70 tokens prefilled in one batched step and decoded together. Chunked == whole and batched == alone within 1e-4
+// relative on the GPU, resident == streamed experts within 1e-5, every step within 1e-3 of the CPU path (chunks of
+// 64). The device latent KV holds kv_lora_rank + rope f32 values a position and layer, the CPU cache's row (f16 at
+// the defaults: half of it).
+class GpuMla : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuMla, ChunkedWholeAndBatchedAgreePastTheFirstPage) {
+  SKIP_WITHOUT_GPU();
+  const std::string name = GetParam();
+  tiering::Ledger ledger;
+  const model::ModelWeights w = fixtures::load_fixture(name, ledger);
+  const int64_t V = w.config.vocab_size, L = w.config.num_layers, latent = w.config.mla.latent_floats();
+  constexpr int kSteps = 12;
+  const std::vector<int64_t> lengths = {150, 20, 70};
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    prompts.emplace_back(static_cast<size_t>(lengths[s]));
+    for (int64_t i = 0; i < lengths[s]; ++i) prompts[s][size_t(i)] = int32_t((i * 37 + int64_t(s) * 11 + 5) % V);
+  }
+  // resident: every routed expert of every sparse layer kept in VRAM (the host routing's resident path).
+  auto gpu_options = [&](bool resident = false) {
+    gpu::GpuOptions o;
+    o.layers = L;
+    o.kv_codec = gpu::GpuKvCodec::f32;
+    o.widen_dense_weights = true;
+    for (int64_t l = 0; l < L && resident; ++l)
+      for (int64_t e = 0; e < w.config.num_experts && w.config.layer(l).mlp == model::Mlp::moe; ++e)
+        o.resident_experts.push_back({l, e});
+    return o;
+  };
+  // One sequence alone: its prompt in chunks of `chunk` (on the GPU or the CPU), then kSteps greedy steps (the
+  // tokens the first run chose, so every run sees the same inputs).
+  std::vector<std::vector<int32_t>> tokens(lengths.size());
+  gpu::GpuExpertStats stats;
+  auto alone = [&](size_t s, int64_t chunk, bool on_gpu, bool resident = false) {
+    kernels::ThreadPool pool(2);
+    engine::Forward forward(w, pool, ledger, 256, 512);
+    std::shared_ptr<gpu::GpuLayers> g;
+    if (on_gpu) forward.use_gpu(g = std::make_shared<gpu::GpuLayers>(w, gpu_options(resident), 256, 512));
+    engine::KVCache cache(w.config, 512, ledger, fixtures::exact_kv(chunk));
+    const std::vector<int32_t>& prompt = prompts[s];
+    const int64_t n = int64_t(prompt.size());
+    std::vector<std::vector<float>> out;
+    std::vector<float> logits(static_cast<size_t>(V));
+    for (int64_t at = 0; at < n; at += chunk)
+      forward.run(std::span(prompt).subspan(size_t(at), size_t(std::min(chunk, n - at))), at, cache, logits.data());
+    out.push_back(logits);
+    for (int i = 0; i < kSteps; ++i) {
+      if (int(tokens[s].size()) == i) tokens[s].push_back(fixtures::argmax(logits.data(), V));
+      forward.run(std::span(&tokens[s][size_t(i)], 1), n + i, cache, logits.data());
+      out.push_back(logits);
+    }
+    if (g) stats = g->expert_stats();
+    return out;
+  };
+  auto worst = [](const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+    double d = 0;
+    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, fixtures::relative_error(a[i].data(), b[i]));
+    return d;
+  };
+  const auto cpu = alone(0, 64, false);
+  const auto chunked = alone(0, 64, true);
+  const auto whole = alone(0, 256, true);
+  const auto resident = alone(0, 64, true, true);
+  const double vs_cpu = worst(chunked, cpu), chunks = worst(chunked, whole), in_vram = worst(resident, chunked);
+  EXPECT_LT(vs_cpu, 1e-3) << name;
+  EXPECT_LT(chunks, 1e-4) << name;
+  EXPECT_LT(in_vram, 1e-5) << name;
+  EXPECT_EQ(stats.misses, 0u) << name;
+  EXPECT_GT(stats.resident_hits, 0u) << name;
+  for (size_t i = 0; i < cpu.size(); ++i)
+    EXPECT_EQ(fixtures::argmax(chunked[i].data(), V), fixtures::argmax(cpu[i].data(), V)) << name << " step " << i;
+
+  std::vector<std::vector<std::vector<float>>> expected;
+  for (size_t s = 0; s < lengths.size(); ++s) expected.push_back(s == 0 ? whole : alone(s, 256, true));
+  kernels::ThreadPool pool(2);
+  auto g = std::make_shared<gpu::GpuLayers>(w, gpu_options(), 256, 512);
+  engine::Forward forward(w, pool, ledger, 256, 512);
+  forward.use_gpu(g);
+  std::vector<std::unique_ptr<engine::KVCache>> caches;
+  std::vector<std::vector<float>> logits(lengths.size(), std::vector<float>(static_cast<size_t>(V)));
+  std::vector<engine::BatchItem> items(lengths.size());
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    caches.push_back(std::make_unique<engine::KVCache>(w.config, 512, ledger, fixtures::exact_kv()));
+    items[s] = {prompts[s], 0, caches[s].get(), logits[s].data(), false};
+  }
+  forward.run_batch(items);
+  double batched = 0;
+  for (int i = 0; i <= kSteps; ++i) {
+    for (size_t s = 0; s < lengths.size(); ++s) {
+      const double d = fixtures::relative_error(logits[s].data(), expected[s][size_t(i)]);
+      batched = std::max(batched, d);
+      EXPECT_LT(d, 1e-4) << name << " sequence " << s << " step " << i;
+    }
+    if (i == kSteps) break;
+    for (size_t s = 0; s < lengths.size(); ++s)
+      items[s] = {std::span(&tokens[s][size_t(i)], 1), lengths[s] + i, caches[s].get(), logits[s].data(), false};
+    forward.run_batch(items);
+  }
+  // The device latent KV: a row of kv_lora_rank + rope f32 values per position and layer, nothing per head.
+  const uint64_t row = uint64_t(latent) * sizeof(float);
+  EXPECT_EQ(g->vram_ledger().used("kv"), uint64_t(g->kv_pages() * gpu::GpuLayers::kv_page_positions() * L) * row);
+  std::printf("[ GPU-MLA  ] %-16s 150-token prompt + %d steps: GPU vs CPU %.3g, chunks of 64 vs whole %.3g, experts "
+              "in VRAM vs streamed %.3g, 3 sequences batched vs alone %.3g; latent KV %llu bytes a position and "
+              "layer (f32)\n", name.c_str(), kSteps, vs_cpu, chunks, in_vram, batched, (unsigned long long)row);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GpuMla, ::testing::Values("deepseek_v2", "deepseek_v3-yarn"), test_name);
 
 }  // namespace

@@ -29,6 +29,7 @@ struct MlaReader {
   std::vector<float> values(const std::string& base, const std::vector<int64_t>& shape) const {
     if (mlx(base)) return mlx_dequantize(index, config, base, shape, ledger);
     const TensorInfo& t = index.at(base + ".weight");
+    refuse_packed_without_scales(t, base);
     if (t.shape != shape)
       throw ModelError(fmt::format("tensor '{}' in {} has shape [{}], expected [{}] from config.json", t.name, t.file,
                                    fmt::join(t.shape, ", "), fmt::join(shape, ", ")));

@@ -101,6 +101,12 @@ bool is_mlx_module(const TensorIndex& index, const ModelConfig& config, const st
   return config.quantization && index.contains(base + ".scales");
 }
 
+void refuse_packed_without_scales(const TensorInfo& weight, const std::string& base) {
+  if (weight.dtype == DType::U32 || weight.dtype == DType::I32)
+    throw ModelError(fmt::format("tensor '{}' in {} is MLX-packed ({}) but '{}.scales' is missing", weight.name,
+                                 weight.file, dtype_name(weight.dtype), base));
+}
+
 kernels::Weight mlx_matrix(const TensorIndex& index, const ModelConfig& config, const std::vector<MlxPart>& parts,
                            int64_t cols, tiering::Ledger& ledger, const std::string& account,
                            const std::function<int64_t(int64_t)>& row_source) {

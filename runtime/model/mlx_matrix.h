@@ -21,6 +21,9 @@
 namespace tierlm::model {
 
 bool is_mlx_module(const TensorIndex& index, const ModelConfig& config, const std::string& base);
+// A module read as a plain float tensor whose .weight is MLX-packed (U32/I32) lacks its .scales: a ModelError naming
+// both, instead of a confusing shape mismatch.
+void refuse_packed_without_scales(const TensorInfo& weight, const std::string& base);
 
 struct MlxPart {
   std::string base;  // module path, without ".weight"

@@ -53,6 +53,7 @@ struct Loader {
     LedgerBuffer staging(ledger, tiering::accounts::scratch, size_t(rows * cols) * sizeof(float));
     float* out = staging.as<float>();
     for (auto& [base, r] : parts) {
+      refuse_packed_without_scales(index.at(base + ".weight"), base);
       const TensorInfo& t = tensor(base + ".weight", {r, cols});
       if (t.dtype == DType::BF16) source_format = WeightFormat::bf16;
       if (t.dtype == DType::F16) source_format = WeightFormat::f16;

@@ -18,12 +18,14 @@
 #include <gtest/gtest.h>
 
 #include "tests/runtime/engine/fixture_checks.h"
+#include "tests/runtime/model/mlx_quantize.h"
 #include "tests/runtime/model/safetensors_writer.h"
 
 #include "calibrate/fit.h"
 #include "calibrate/model_profile.h"
 #include "runtime/model/model.h"
 #include "runtime/model/moe_model.h"
+#include "runtime/model/tensor_convert.h"
 
 using namespace tierlm;
 
@@ -171,6 +173,119 @@ TEST(GptOssMlx, PackedExpertsStreamTheSameLogits) {
   EXPECT_EQ(w.experts->telemetry().bytes_read, w.experts->telemetry().misses * packed.expert_bytes);
 }
 
+test::TestTensor f32_tensor(const std::string& name, std::vector<int64_t> shape, const std::vector<float>& v) {
+  return {name, "F32", std::move(shape), test::bytes_of(v)};
+}
+
+// Early mlx-lm conversions of gpt-oss (before its MXFP4 support, 2025-08) hold affine experts under the same names.
+// Made here from the gpt_oss transformers fixture: DIR/mlx with the experts split and 4-bit affine (group 32) with
+// their biases, everything else as stored (float: unquantized modules of an MLX folder); DIR/hf the gpt_oss folder
+// with the experts replaced by exactly the dequantized values. Every expert slot dequantizes to the same rows and
+// biases (the affine re-interleaving, exactly), and the two give the same logits.
+TEST(GptOssMlx, AffineExpertsEqualTheirDequantizedValues) {
+  const auto src = fixture("gpt_oss");
+  const model::TensorIndex index = model::TensorIndex::open(src);
+  const model::ModelConfig c = model::load_config(src);
+  const int64_t E = c.num_experts, H = c.hidden_size, I = c.moe_intermediate_size;
+  std::vector<test::TestTensor> mlx, hf;
+  // Stacked [E, rows, cols] rows quantized as one MLX module; returns the dequantized values.
+  auto put = [&](const std::string& base, int64_t rows, int64_t cols, const std::vector<float>& v) {
+    const test::MlxQuantized q = test::mlx_quantize(v, E * rows, cols, 4, 32);
+    mlx.push_back({base + ".weight", "U32", {E, rows, cols / 8}, test::bytes_of(q.packed)});
+    mlx.push_back(f32_tensor(base + ".scales", {E, rows, cols / 32}, q.scales));
+    mlx.push_back(f32_tensor(base + ".biases", {E, rows, cols / 32}, q.biases));
+    return q.dequantized;
+  };
+  for (const auto& [name, info] : index.tensors()) {
+    const std::vector<float> v = model::tensor_to_f32(index, info);
+    const std::string p = name.substr(0, name.rfind('.') + 1);
+    if (name.ends_with("experts.gate_up_proj")) {  // [E, H, 2I] as x @ W: column 2j gate unit j, 2j + 1 up
+      std::vector<float> gate(size_t(E * I * H)), up(gate.size()), fused(v.size());
+      for (int64_t e = 0; e < E; ++e)
+        for (int64_t j = 0; j < I; ++j)
+          for (int64_t h = 0; h < H; ++h) {
+            gate[size_t((e * I + j) * H + h)] = v[size_t((e * H + h) * 2 * I + 2 * j)];
+            up[size_t((e * I + j) * H + h)] = v[size_t((e * H + h) * 2 * I + 2 * j + 1)];
+          }
+      const auto dg = put(p + "gate_proj", I, H, gate), du = put(p + "up_proj", I, H, up);
+      for (int64_t e = 0; e < E; ++e)
+        for (int64_t j = 0; j < I; ++j)
+          for (int64_t h = 0; h < H; ++h) {
+            fused[size_t((e * H + h) * 2 * I + 2 * j)] = dg[size_t((e * I + j) * H + h)];
+            fused[size_t((e * H + h) * 2 * I + 2 * j + 1)] = du[size_t((e * I + j) * H + h)];
+          }
+      hf.push_back(f32_tensor(name, info.shape, fused));
+    } else if (name.ends_with("experts.down_proj")) {  // [E, I, H] as x @ W: rows are its H outputs
+      std::vector<float> rows(v.size()), back(v.size());
+      for (int64_t e = 0; e < E; ++e)
+        for (int64_t i = 0; i < I; ++i)
+          for (int64_t h = 0; h < H; ++h) rows[size_t((e * H + h) * I + i)] = v[size_t((e * I + i) * H + h)];
+      const auto d = put(p + "down_proj", H, I, rows);
+      for (int64_t e = 0; e < E; ++e)
+        for (int64_t i = 0; i < I; ++i)
+          for (int64_t h = 0; h < H; ++h) back[size_t((e * I + i) * H + h)] = d[size_t((e * H + h) * I + i)];
+      hf.push_back(f32_tensor(name, info.shape, back));
+    } else if (name.ends_with("experts.gate_up_proj_bias")) {
+      std::vector<float> gate, up;
+      for (size_t i = 0; i < v.size(); ++i) (i % 2 ? up : gate).push_back(v[i]);
+      mlx.push_back(f32_tensor(p + "gate_proj.bias", {E, I}, gate));
+      mlx.push_back(f32_tensor(p + "up_proj.bias", {E, I}, up));
+      hf.push_back(f32_tensor(name, info.shape, v));
+    } else if (name.ends_with("experts.down_proj_bias")) {
+      mlx.push_back(f32_tensor(p + "down_proj.bias", {E, H}, v));
+      hf.push_back(f32_tensor(name, info.shape, v));
+    } else {
+      mlx.push_back(f32_tensor(name, info.shape, v));
+      hf.push_back(f32_tensor(name, info.shape, v));
+    }
+  }
+  test::TempDir dir;
+  std::filesystem::create_directories(dir / "mlx");
+  std::filesystem::create_directories(dir / "hf");
+  test::write_bytes(dir / "mlx/model.safetensors", test::build_file(mlx, {{"format", "mlx"}}));
+  test::write_bytes(dir / "hf/model.safetensors", test::build_file(hf));
+  std::filesystem::copy_file(src / "config.json", dir / "hf/config.json");
+  boost::json::object config = fixtures::read_json(src / "config.json").as_object();
+  const boost::json::object quant{{"group_size", 32}, {"bits", 4}, {"mode", "affine"}};
+  config["quantization"] = quant;
+  config["quantization_config"] = quant;
+  std::ofstream(dir / "mlx/config.json") << boost::json::serialize(config);
+
+  tiering::Ledger ledger;
+  const model::ModelWeights a = model::load_model(dir / "mlx", streaming(ledger, dir / "mlx"));
+  const model::ModelWeights b = model::load_model(dir / "hf", streaming(ledger, dir / "hf"));
+  EXPECT_FALSE(a.config.mxfp4_experts);
+  EXPECT_EQ(a.experts->store().encoding(), tiering::ExpertEncoding::mlx_gpt_oss);
+  EXPECT_EQ(a.experts->store().layout().format, kernels::WeightFormat::mlx_q4);
+  EXPECT_EQ(a.experts->store().extents(0, 0).size(), 12u);
+  auto& ca = a.experts->cache();
+  auto& cb = b.experts->cache();
+  double worst = 0;
+  std::vector<float> ra(static_cast<size_t>(std::max(H, I))), rb(ra);
+  for (int64_t layer = 0; layer < c.sparse_layers(); ++layer)
+    for (int32_t e = 0; e < int32_t(E); ++e) {
+      ca.request(layer, std::span(&e, 1));
+      cb.request(layer, std::span(&e, 1));
+      const tiering::ExpertViews va = ca.acquire(layer, e), vb = cb.acquire(layer, e);
+      for (auto [x, y] : {std::pair{va.gate_up, vb.gate_up}, {va.down, vb.down}})
+        for (int64_t r = 0; r < x.rows; ++r) {
+          kernels::dequantize_row(x, r, ra.data());
+          kernels::dequantize_row(y, r, rb.data());
+          for (int64_t k = 0; k < x.cols; ++k) worst = std::max(worst, double(std::fabs(ra[size_t(k)] - rb[size_t(k)])));
+        }
+      for (int64_t j = 0; j < 2 * I; ++j) worst = std::max(worst, double(std::fabs(va.gate_up_bias[j] - vb.gate_up_bias[j])));
+      for (int64_t j = 0; j < H; ++j) worst = std::max(worst, double(std::fabs(va.down_bias[j] - vb.down_bias[j])));
+      ca.release(layer, e);
+      cb.release(layer, e);
+    }
+  EXPECT_EQ(worst, 0.0) << "expert rows and biases";
+  const std::vector<int32_t> prompt = fixtures::reference_prompt(src);
+  const double logits = fixtures::max_difference(fixtures::chunked_logits(a, ledger, prompt, 64),
+                                                 fixtures::chunked_logits(b, ledger, prompt, 64));
+  EXPECT_LT(logits, 1e-4);
+  std::printf("[gpt_oss affine mlx experts] slots equal their dequantized values, logits differ by %.2e\n", logits);
+}
+
 // DeepSeek-V3 as mlx-lm's deepseek_v3.py writes it: the attention projections stay MLX (rows reordered as stored),
 // q_b_proj (input 48, not a multiple of the group) stays bf16, and the absorbed kv_b halves come from embed_q (bf16)
 // and unembed_out (4-bit); V2 (deepseek_v2.py) keeps kv_b_proj, 4-bit. Both forms give the f32 kv_b halves the
@@ -249,6 +364,8 @@ TEST(MlxMoeLayouts, RenamedTensorFailsToLoadNamingIt) {
       {"gpt_oss-mlx4", "model.layers.0.self_attn.sinks"},
       {"deepseek_v3-mlx4", "model.layers.2.self_attn.unembed_out.scales"},
       {"deepseek_v3-mlx4", "model.layers.1.self_attn.embed_q.weight"},
+      {"deepseek_v3-mlx4", "model.layers.0.self_attn.o_proj.scales"},
+      {"gpt_oss-mlx4", "model.embed_tokens.scales"},
       {"deepseek_v3-mlx4", "model.layers.3.mlp.switch_mlp.down_proj.weight"},
       {"deepseek_v2-mlx4", "model.layers.1.self_attn.kv_b_proj.biases"},
       {"deepseek_v2-mlx4", "model.layers.0.self_attn.kv_a_proj_with_mqa.weight"}};
@@ -263,6 +380,7 @@ TEST(MlxMoeLayouts, RenamedTensorFailsToLoadNamingIt) {
       // The message names the tensor, or (for a module's missing .scales / .biases) its module.
       const std::string what = e.what(), module = std::string(tensor).substr(0, std::string(tensor).rfind('.'));
       EXPECT_NE(what.find(module), std::string::npos) << name << " " << tensor << ": " << what;
+      std::printf("[%s without %s] %s\n", name, tensor, e.what());
     }
   }
 }

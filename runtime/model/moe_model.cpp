@@ -43,6 +43,19 @@ SourceType source_type(const TensorInfo& t) {
   }
 }
 
+// Every expert's extents of one layer's stacked tensors [E, ...] (in `infos` order): expert e's contiguous slice.
+void add_stacked_extents(const std::vector<const TensorInfo*>& infos, int64_t E, FileTable& files,
+                         std::vector<std::vector<Extent>>& extents) {
+  for (int64_t e = 0; e < E; ++e) {
+    std::vector<Extent> ext;
+    for (const TensorInfo* t : infos) {
+      const uint64_t slice = t->length / uint64_t(E);
+      ext.push_back({files.of(t->file), t->offset + slice * uint64_t(e), slice});
+    }
+    extents.push_back(std::move(ext));
+  }
+}
+
 // gpt-oss's experts (mlp.experts.*): gate_up_proj [E, H, 2I] (gate/up interleaved along 2I) and down_proj [E, I, H]
 // as `x @ W` stores them, or MXFP4's *_blocks / *_scales (rows = output features, interleaved likewise), with
 // gate_up_proj_bias [E, 2I] and down_proj_bias [E, H]; each expert's slice of every tensor is contiguous.
@@ -86,14 +99,7 @@ tiering::ExpertStore gpt_oss_expert_store(const TensorIndex& index, const ModelC
         throw ModelError(fmt::format("'{}' and '{}' differ in dtype", infos.front()->name, t.name));
       source = source_type(t);
     }
-    for (int64_t e = 0; e < E; ++e) {
-      std::vector<Extent> ext;
-      for (const TensorInfo* t : infos) {
-        const uint64_t slice = t->length / uint64_t(E);
-        ext.push_back({files.of(t->file), t->offset + slice * uint64_t(e), slice});
-      }
-      extents.push_back(std::move(ext));
-    }
+    add_stacked_extents(infos, E, files, extents);
   }
   const WeightFormat file_format = source == SourceType::f32   ? WeightFormat::f32
                                    : source == SourceType::f16 ? WeightFormat::f16
@@ -175,14 +181,7 @@ tiering::ExpertStore gpt_oss_mlx_expert_store(const TensorIndex& index, const Mo
       bias_dtype = t.dtype;
       infos.push_back(&t);
     }
-    for (int64_t e = 0; e < E; ++e) {
-      std::vector<Extent> ext;
-      for (const TensorInfo* t : infos) {
-        const uint64_t slice = t->length / uint64_t(E);
-        ext.push_back({files.of(t->file), t->offset + slice * uint64_t(e), slice});
-      }
-      extents.push_back(std::move(ext));
-    }
+    add_stacked_extents(infos, E, files, extents);
   }
   // One element type for the biases and (affine) the scales: what the slot conversion reads them as.
   if (scale_dtype && *scale_dtype != *bias_dtype)

@@ -149,6 +149,31 @@ TEST(GptOssMlx, LogitsAndGreedyTokensWithStreamedExperts) {
   }
 }
 
+// Half of every layer's experts pinned resident (filled once at load), the rest through two slots: the same logits,
+// and fewer reads than streaming everything.
+TEST(GptOssMlx, ResidentSetKeepsTheLogits) {
+  uint64_t streamed = 0;
+  for (bool resident : {false, true}) {
+    tiering::Ledger ledger;
+    model::LoadOptions o = streaming(ledger, fixture("gpt_oss-mlx4"));
+    if (resident)
+      for (int64_t layer = 0; layer < 4; ++layer)
+        for (int64_t e = 0; e < 4; ++e) o.experts.cache.resident.push_back({layer, e});
+    const model::ModelWeights w = model::load_model(fixture("gpt_oss-mlx4"), o);
+    const fixtures::ReferenceMatch m = fixtures::match_reference(w, ledger, fixture("gpt_oss-mlx4"), 64);
+    EXPECT_LT(m.prompt_error, 1e-3);
+    EXPECT_LT(m.step_error, 1e-3);
+    EXPECT_EQ(m.greedy_matches, m.greedy_total);
+    const uint64_t misses = w.experts->telemetry().misses;
+    if (!resident) streamed = misses;
+    if (resident) {
+      EXPECT_LT(misses, streamed);
+      std::printf("[gpt_oss-mlx4] %llu expert reads streaming all, %llu with 16 of 32 resident\n",
+                  (unsigned long long)streamed, (unsigned long long)misses);
+    }
+  }
+}
+
 TEST(GptOssMlx, ChunkedPrefillAndBatch) {
   tiering::Ledger ledger;
   const model::ModelWeights w = fixtures::load_fixture("gpt_oss-mlx4", ledger);

@@ -251,9 +251,12 @@ bj::value to_json(const ModelProfile& p) {
   o["traced_tokens"] = p.traced_tokens;
   if (!p.trace_selections.empty()) o["router_trace"] = bj::value_from(p.trace_selections);
   if (!p.kv_perplexity_increase.empty()) {
-    bj::object q;
-    for (auto& [codec, increase] : p.kv_perplexity_increase) q[codec] = increase;
-    o["kv_quality"] = bj::object{{"tokens", p.kv_quality_tokens}, {"perplexity_increase", q}};
+    bj::object q, revisions;
+    for (auto& [codec, increase] : p.kv_perplexity_increase) {
+      q[codec] = increase;
+      revisions[codec] = kv::codec_revision(kv::parse_codec(codec));
+    }
+    o["kv_quality"] = bj::object{{"tokens", p.kv_quality_tokens}, {"perplexity_increase", q}, {"revisions", revisions}};
   }
   return o;
 }
@@ -342,11 +345,18 @@ ModelProfile model_profile_from_json(const bj::value& v) {
   if (o.contains("kv_quality")) {
     const auto& q = object(field(o, "kv_quality", what), what + ".kv_quality");
     p.kv_quality_tokens = integer(q, "tokens", what + ".kv_quality");
+    // Revision 1 where none is stored (profiles written before codecs had revisions).
+    const bj::object* revisions =
+        q.contains("revisions") ? &object(q.at("revisions"), what + ".kv_quality.revisions") : nullptr;
     for (auto& [codec, increase] : object(field(q, "perplexity_increase", what), what + ".kv_quality.perplexity_increase")) {
-      kv::parse_codec(std::string(codec));  // throws on an unknown codec name
+      const kv::Codec c = kv::parse_codec(std::string(codec));  // throws on an unknown codec name
       const double* d = increase.if_double();
       const int64_t* i = increase.if_int64();
       if (!d && !i) throw std::runtime_error(what + ".kv_quality.perplexity_increase: values must be numbers");
+      const std::string name(codec);
+      const int64_t revision =
+          revisions && revisions->contains(name) ? integer(*revisions, name.c_str(), what + ".kv_quality.revisions") : 1;
+      if (revision != kv::codec_revision(c)) continue;  // measured on other numerics: as if not measured
       p.kv_perplexity_increase[std::string(codec)] = d ? *d : double(*i);
     }
   }

@@ -76,7 +76,10 @@ uint64_t runtime_scratch_bytes(const ModelProfile& m, int64_t prefill_chunk, int
   } else {
     floats += chunk * 3 * m.intermediate;
   }
-  return uint64_t(floats) * 4;
+  // The kernels' MatmulScratch: int8 activations of the widest weight input (a byte a value, 12 bytes a block of 32,
+  // a row pointer set per row), as kernels::matmul_scratch_sizes gives for quantized weights.
+  const int64_t widest = std::max({m.hidden, q, m.intermediate, m.moe_intermediate, m.shared_intermediate});
+  return uint64_t(floats) * 4 + uint64_t(chunk) * (uint64_t(widest) + uint64_t(widest) / 32 * 12 + 32);
 }
 
 // The scratch account's peak: loading stages matrices there before the runtime buffers exist.

@@ -31,9 +31,11 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "runtime/engine/moe.h"
 #include "runtime/engine/ops.h"
 #include "runtime/gpu/cublas_loader.h"
 #include "runtime/gpu/device_kernels.cuh"
+#include "runtime/gpu/mla_kernels.cuh"
 #include "runtime/gpu/gpu_probe.h"
 #include "runtime/kernels/weights.h"
 #include "tiering/expert_tier.h"
@@ -218,11 +220,14 @@ DeviceMatrix upload(const kernels::WeightView& w, tiering::Ledger& ledger, const
   return m;
 }
 
-DeviceBuffer upload_floats(const std::vector<float>& v, tiering::Ledger& ledger, const char* account) {
-  if (v.empty()) return {};
-  DeviceBuffer b(ledger, account, v.size() * sizeof(float));
-  check(cudaMemcpy(b.as(), v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice), "upload floats");
+DeviceBuffer upload_floats(const float* v, size_t count, tiering::Ledger& ledger, const char* account) {
+  if (count == 0) return {};
+  DeviceBuffer b(ledger, account, count * sizeof(float));
+  check(cudaMemcpy(b.as(), v, count * sizeof(float), cudaMemcpyHostToDevice), "upload floats");
   return b;
+}
+DeviceBuffer upload_floats(const std::vector<float>& v, tiering::Ledger& ledger, const char* account) {
+  return upload_floats(v.data(), v.size(), ledger, account);
 }
 
 struct DeviceLayer {
@@ -234,6 +239,11 @@ struct DeviceLayer {
   bool sparse = false;        // the MoE block (else the dense MLP: mlp_only_layers / decoder_sparse_step)
   int64_t expert_layer = -1;  // sparse: this layer's index in the expert tier (host cache requests)
   int64_t intermediate = 0;   // dense: the MLP width
+  // MLA layers (DeepSeek; runtime/model/mla_weights.h): [q_a | kv_a] (or [q | kv_a]), q_b, the LoRA norms and
+  // kv_b_proj's halves in f32; the latent KV lives in latent_refs.
+  bool mla = false;
+  DeviceMatrix mla_in, q_b;
+  DeviceBuffer q_a_norm, kv_a_norm, kv_b_key, kv_b_value;
 };
 
 struct SequenceKv {
@@ -264,6 +274,13 @@ struct GpuLayers::Impl {
   DeviceMatrix output;
   DeviceBuffer final_norm, inv_freq;
   float rope_scale = 1.0f;
+  // MLA (c.arch.mla): the rope dims' frequency table, the kernels' shape, scratch (the [q_a | kv_a] rows, the
+  // normed q_a, q, the absorbed queries, the roped query dims, the heads' outputs) and each layer's latent KV.
+  DeviceBuffer mla_inv_freq, mla_proj, mla_qa, mla_q, mla_q_latent, mla_q_rope, mla_out, mla_split;
+  int64_t mla_split_rows = 0;  // steps of at most this many rows attend in the split form (mla_split: its partials)
+  device::MlaParams mla_shape;
+  std::vector<device::LatentKv> latent_refs;  // per layer (rows null on other layers)
+  engine::RouteScratch route_scratch;         // host routing (engine::route_top_k)
   // Scratch (device).
   DeviceBuffer hidden, normed, qkv, attn, gathered, ffn, act, out, scores, arrivals, x16, w16, logits, meta_dev, moe_dev, router_dev;
   int64_t w16_rows_cap = 0;  // elements of w16
@@ -334,7 +351,7 @@ struct GpuLayers::Impl {
     if (!env_on("TIERLM_GPU_PACKED_MMA")) options.packed_mma = false;
     if (const char* v = std::getenv("TIERLM_GPU_PACKED_MMA"); v && std::string(v) == "all")
       options.packed_mma_4bit = true;
-    if (c.head_dim % 16 != 0 || c.head_dim > 256)
+    if (!c.arch.mla && (c.head_dim % 16 != 0 || c.head_dim > 256))
       throw std::invalid_argument("gpu: head_dim " + std::to_string(c.head_dim) +
                                   " is not supported (a multiple of 16, at most 256)");
     try {
@@ -451,7 +468,17 @@ struct GpuLayers::Impl {
       d.sparse = spec.mlp == model::Mlp::moe;
       d.expert_layer = spec.expert_layer;
       d.intermediate = spec.intermediate > 0 ? spec.intermediate : c.intermediate_size;
+      d.mla = spec.mixer == model::Mixer::mla;
+      if (d.mla) {
+        d.mla_in = upload(L.mla_in.view, vram, "weights", options.widen_dense_weights);
+        d.q_b = upload(L.q_b.view, vram, "weights", options.widen_dense_weights);
+        d.q_a_norm = upload_floats(L.q_a_norm, vram, "weights");
+        d.kv_a_norm = upload_floats(L.kv_a_norm, vram, "weights");
+        d.kv_b_key = upload_floats(L.kv_b_key.as<float>(), L.kv_b_key.size() / 4, vram, "weights");
+        d.kv_b_value = upload_floats(L.kv_b_value.as<float>(), L.kv_b_value.size() / 4, vram, "weights");
+      }
     }
+    if (c.arch.mla) upload_mla_rope();
     if (head) {
       output = upload(w.output(), vram, "weights", options.widen_dense_weights);
       final_norm = upload_floats(w.final_norm, vram, "weights");
@@ -468,7 +495,22 @@ struct GpuLayers::Impl {
   int64_t widest_cols() const {
     int64_t m = std::max(c.hidden_size, c.num_heads * c.head_dim);
     m = std::max({m, c.intermediate_size, c.moe_intermediate_size, c.shared_expert_intermediate_size});
+    if (c.arch.mla) m = std::max({m, c.num_heads * c.mla.v_head_dim, c.mla.q_lora_rank});
     return m;
+  }
+
+  // MLA's RoPE turns the qk_rope_head_dim dims with the model's rope (engine::MlaAttention's Rope).
+  void upload_mla_rope() {
+    const model::MlaConfig& m = c.mla;
+    engine::Rope rope(c.rope, m.qk_rope_head_dim);
+    mla_inv_freq = upload_floats(rope.inverse_frequencies(), vram, "weights");
+    device::MlaParams& p = mla_shape;
+    p.heads = c.num_heads, p.nope = m.qk_nope_head_dim, p.rope = m.qk_rope_head_dim, p.lora = m.kv_lora_rank;
+    p.v = m.v_head_dim;
+    p.norm_eps = 1e-6f;  // q_a_layernorm / kv_a_layernorm: the RMSNorm default (runtime/engine/mla.cpp)
+    p.inv_freq = mla_inv_freq.as<float>();
+    p.rope_scale = c.rope.type == "yarn" ? float(c.rope.attention_factor) : 1.0f;
+    p.softmax_scale = float(m.softmax_scale);
   }
 
   void allocate_scratch() {
@@ -493,12 +535,24 @@ struct GpuLayers::Impl {
     shape.heads = c.num_heads;
     shape.head_dim = c.head_dim;
     shape.kv_heads = c.num_kv_heads;
-    prefill_tiles = use_prefill_attention && device::prefill_attention_supported(shape);
+    prefill_tiles = use_prefill_attention && !c.arch.mla && device::prefill_attention_supported(shape);
     // With tiled prefill attention, the split kernel sees only steps of at most kMaxMatvecRows rows or of one row
     // per sequence (at most max_sequences): its partial sums need no room for a whole chunk.
     const int64_t split_rows =
         prefill_tiles ? std::min(n, std::max<int64_t>(device::kMaxMatvecRows, options.max_sequences)) : n;
-    scores = floats(device::attention_scratch_floats(split_rows, shape, max_context));
+    scores = floats(c.arch.mla ? 1 : device::attention_scratch_floats(split_rows, shape, max_context));
+    if (c.arch.mla) {
+      const model::MlaConfig& m = c.mla;
+      const int64_t first = m.q_lora_rank > 0 ? m.q_lora_rank : c.num_heads * m.qk_head_dim();
+      mla_proj = floats(n * (first + m.latent_floats()));
+      mla_qa = floats(n * m.q_lora_rank);
+      mla_q = floats(n * c.num_heads * m.qk_head_dim());
+      mla_q_latent = floats(n * c.num_heads * m.kv_lora_rank);
+      mla_q_rope = floats(n * c.num_heads * m.qk_rope_head_dim);
+      mla_out = floats(n * c.num_heads * m.v_head_dim);
+      mla_split_rows = std::min(n, device::mla_split_rows(c.num_heads));
+      mla_split = floats(device::mla_split_scratch_floats(mla_split_rows, mla_shape, max_context));
+    }
     arrivals = DeviceBuffer(vram, "scratch", size_t(n * c.num_kv_heads) * 4);
     check(cudaMemset(arrivals.as(), 0, arrivals.size()), "arrivals");
     x16 = DeviceBuffer(vram, "scratch", size_t(n * std::max(widest_cols(), int64_t(1))) * 2);
@@ -507,7 +561,8 @@ struct GpuLayers::Impl {
     int64_t largest = 0;
     for (int64_t l = 0; l < gpu_layers; ++l) {
       const DeviceLayer& d = layers[size_t(l)];
-      for (const DeviceMatrix* m : {&d.qkv, &d.o, &d.gate_up, &d.down, &d.router, &d.shared_gate_up, &d.shared_down})
+      for (const DeviceMatrix* m : {&d.qkv, &d.o, &d.gate_up, &d.down, &d.router, &d.shared_gate_up, &d.shared_down,
+                                    &d.mla_in, &d.q_b})
         largest = std::max(largest, m->ref.rows * m->ref.cols);
     }
     if (head) largest = std::max(largest, output.ref.rows * output.ref.cols);
@@ -545,6 +600,8 @@ struct GpuLayers::Impl {
   }
 
   uint64_t kv_page_bytes_per_layer() const {
+    if (c.arch.mla)  // the latent row: kv_lora_rank + rope values a position (f16, or f32 in exact mode)
+      return uint64_t(device::kKvPage * device::latent_row_bytes(kv_codec_code(), c.mla.latent_floats()));
     const bool q8 = options.kv_codec == GpuKvCodec::q8;
     const uint64_t rows = uint64_t(device::kKvPage * c.num_kv_heads);
     uint64_t bytes = 2 * rows * uint64_t(device::kv_row_bytes(kv_codec_code(), c.head_dim));
@@ -576,7 +633,13 @@ struct GpuLayers::Impl {
     const size_t rows = size_t(pool_pages * device::kKvPage * c.num_kv_heads);
     const size_t row_bytes = size_t(device::kv_row_bytes(kv_codec_code(), c.head_dim));
     const size_t scales = size_t(pool_pages * device::kKvPage * c.num_kv_heads * (c.head_dim / device::q8_block(c.head_dim)));
-    for (int64_t l = 0; l < gpu_layers; ++l) {
+    latent_refs.resize(size_t(gpu_layers));
+    for (int64_t l = 0; l < gpu_layers && c.arch.mla; ++l) {
+      kv_buffers.emplace_back(vram, "kv", size_t(pool_pages) * kv_page_bytes_per_layer());
+      latent_refs[size_t(l)] = {kv_buffers.back().as(), kv_codec_code()};
+      kv_refs.push_back({});
+    }
+    for (int64_t l = 0; l < gpu_layers && !c.arch.mla; ++l) {
       device::KvRef r;
       r.codec = kv_codec_code();
       kv_buffers.emplace_back(vram, "kv", rows * row_bytes);
@@ -639,7 +702,12 @@ struct GpuLayers::Impl {
     const int64_t E = c.num_experts, k = c.num_experts_per_tok;
     routes_on_device.assign(size_t(gpu_layers), false);
     // gpt-oss's router bias, expert biases and clamped SwiGLU are not in the device routing kernels: host routing.
-    if (!device_routing || resident.empty() || c.arch.gpt_oss) return;
+    // Nor are DeepSeek's routers (sigmoid scores, score-correction bias, group limits, routed scaling).
+    const model::RouterConfig& router = c.router;
+    const bool plain_router = router.scoring == model::RouterConfig::Scoring::softmax &&
+                              router.groups == model::RouterConfig::Groups::none && !router.score_correction_bias &&
+                              router.routed_scaling_factor == 1.0;
+    if (!device_routing || resident.empty() || c.arch.gpt_oss || !plain_router) return;
     const char* some = static_cast<const char*>(resident.begin()->second.as());
     const tiering::ExpertViews v = expert_layout.views(some);
     auto as_offsets = [&](const kernels::WeightView& m) {
@@ -1087,6 +1155,11 @@ struct GpuLayers::Impl {
     const float eps = float(c.rms_norm_eps);
     float* h = hidden.as<float>();
     float* x = normed.as<float>();
+    if (d.mla) {
+      mla_attention(l, n, pos_dev, tables);
+      feed_forward(l, n);
+      return;
+    }
     // Decode (one row): the norms and the SiLU gate are fused into the next matvec's load of x.
     if (n == 1 && fused_matvec && device::decode_fusable(d.qkv.ref)) {
       mark("input norm + qkv matrix");
@@ -1125,6 +1198,62 @@ struct GpuLayers::Impl {
     mark("o matrix");
     multiply(d.o.ref, attn.as<float>(), n, h, H, true);
     if (!L.o_bias.empty()) device::add_bias_rows(h, n, H, H, d.o_bias.as<float>(), stream);
+    feed_forward(l, n);
+  }
+
+  // DeepSeek's multi-head latent attention (the absorbed form, as the CPU's engine::MlaAttention, for prefill and
+  // decode alike: the latent cache is the only state, so chunked prefill, whole prefill and decode agree, and no
+  // per-head keys or values are ever expanded): hidden += o_proj(MLA(input_norm(hidden))).
+  void mla_attention(int64_t l, int64_t n, const int32_t* pos_dev, const device::PageTables& tables) {
+    const DeviceLayer& d = layers[size_t(l)];
+    const model::MlaConfig& m = c.mla;
+    const int64_t H = c.hidden_size, heads = c.num_heads;
+    const int64_t first = m.q_lora_rank > 0 ? m.q_lora_rank : heads * m.qk_head_dim(), stride = d.mla_in.ref.rows;
+    float* h = hidden.as<float>();
+    float* x = normed.as<float>();
+    device::MlaParams p = mla_shape;
+    p.kv_norm = d.kv_a_norm.as<float>();
+    p.key = d.kv_b_key.as<float>();
+    p.value = d.kv_b_value.as<float>();
+    mark("input norm");
+    device::rms_norm(h, H, d.input_norm.as<float>(), n, H, H, float(c.rms_norm_eps), x, H, stream);
+    mark("mla: [q_a | kv_a] matrix");
+    multiply(d.mla_in.ref, x, n, mla_proj.as<float>(), stride, false);
+    mark("mla: latent norm/rope/store");
+    device::mla_store_latent(mla_proj.as<float>() + first, stride, n, p, pos_dev, latent_refs[size_t(l)], tables,
+                             stream);
+    const float* q = mla_proj.as<float>();
+    int64_t ldq = stride;
+    if (m.q_lora_rank > 0) {
+      mark("mla: q_a norm + q_b matrix");
+      device::rms_norm(mla_proj.as<float>(), stride, d.q_a_norm.as<float>(), n, m.q_lora_rank, m.q_lora_rank,
+                       p.norm_eps, mla_qa.as<float>(), m.q_lora_rank, stream);
+      multiply(d.q_b.ref, mla_qa.as<float>(), n, mla_q.as<float>(), heads * m.qk_head_dim(), false);
+      q = mla_q.as<float>();
+      ldq = heads * m.qk_head_dim();
+    }
+    mark("mla: absorbed query + rope");
+    device::mla_query(q, ldq, n, p, pos_dev, mla_q_latent.as<float>(), mla_q_rope.as<float>(), stream);
+    mark("mla: attention");
+    if (n <= mla_split_rows)  // few rows (decode): split over positions so that the blocks fill the GPU
+      device::mla_attention_split(mla_q_latent.as<float>(), mla_q_rope.as<float>(), n, p, pos_dev,
+                                  latent_refs[size_t(l)], tables, max_context, mla_split.as<float>(),
+                                  mla_out.as<float>(), stream);
+    else
+      device::mla_attention(mla_q_latent.as<float>(), mla_q_rope.as<float>(), n, p, pos_dev, latent_refs[size_t(l)],
+                            tables, mla_out.as<float>(), stream);
+    mark("o matrix");
+    multiply(d.o.ref, mla_out.as<float>(), n, h, H, true);
+  }
+
+  // The layer's MLP (dense, or the MoE block) on the post-attention norm of hidden, added to hidden.
+  void feed_forward(int64_t l, int64_t n) {
+    const DeviceLayer& d = layers[size_t(l)];
+    const model::LayerWeights& L = w.layers[size_t(l)];
+    const int64_t H = c.hidden_size;
+    const float eps = float(c.rms_norm_eps);
+    float* h = hidden.as<float>();
+    float* x = normed.as<float>();
     const int64_t I = d.intermediate;
     const bool mlp_biases = !L.gate_up_bias.empty() || !L.down_bias.empty();
     if (!d.sparse && n == 1 && !mlp_biases && fused_matvec && device::decode_fusable(d.gate_up.ref) &&
@@ -1153,24 +1282,6 @@ struct GpuLayers::Impl {
   }
 
   // ---- MoE ------------------------------------------------------------------------------------------------
-  void top_k(float* probs, int32_t* ids, float* weights) const {
-    const int64_t E = c.num_experts, k = c.num_experts_per_tok;
-    engine::softmax(probs, E);
-    std::vector<int32_t> order(static_cast<size_t>(E));
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-      return probs[a] > probs[b] || (probs[a] == probs[b] && a < b);
-    });
-    float sum = 0;
-    for (int64_t j = 0; j < k; ++j) {
-      ids[j] = order[size_t(j)];
-      weights[j] = probs[order[size_t(j)]];
-      sum += weights[j];
-    }
-    if ((c.arch.moe_renormalize || c.norm_topk_prob) && sum > 0)
-      for (int64_t j = 0; j < k; ++j) weights[j] /= sum;
-  }
-
   // Least recently used slot. A slot used earlier in this same step may be taken again: its compute is already
   // enqueued, and the copy stream waits for that (slot_free) before overwriting it.
   int64_t victim_slot() {
@@ -1200,13 +1311,17 @@ struct GpuLayers::Impl {
     } else {
       host_routed(l, n);
     }
-    if (c.arch.shared_expert) {
+    if (d.shared_down.present()) {  // qwen2_moe's gated shared expert, or DeepSeek's ungated shared experts
       mark("moe: shared expert");
       const int64_t S = c.shared_expert_intermediate_size;
       multiply(d.shared_gate_up.ref, x, n, ffn.as<float>(), 2 * S, false);
       device::silu_gate(ffn.as<float>(), n, S, act.as<float>(), stream);
-      multiply(d.shared_down.ref, act.as<float>(), n, out.as<float>(), H, false);
-      device::sigmoid_gate_add(x, d.shared_expert_gate.as<float>(), out.as<float>(), n, H, h, stream);
+      if (w.layers[size_t(l)].shared_expert_gate.empty()) {
+        multiply(d.shared_down.ref, act.as<float>(), n, h, H, true);
+      } else {
+        multiply(d.shared_down.ref, act.as<float>(), n, out.as<float>(), H, false);
+        device::sigmoid_gate_add(x, d.shared_expert_gate.as<float>(), out.as<float>(), n, H, h, stream);
+      }
     }
   }
 
@@ -1227,7 +1342,10 @@ struct GpuLayers::Impl {
         for (int64_t e = 0; e < E; ++e) router_host.as<float>()[i * E + e] += bias[size_t(e)];
     std::vector<int32_t> ids(static_cast<size_t>(n * k));
     std::vector<float> weights(static_cast<size_t>(n * k));
-    for (int64_t i = 0; i < n; ++i) top_k(router_host.as<float>() + i * E, ids.data() + i * k, weights.data() + i * k);
+    const std::vector<float>& correction = w.layers[size_t(l)].score_correction_bias;  // DeepSeek-V3
+    for (int64_t i = 0; i < n; ++i)
+      engine::route_top_k(c, router_host.as<float>() + i * E, correction.empty() ? nullptr : correction.data(),
+                          ids.data() + i * k, weights.data() + i * k, route_scratch);
     std::vector<std::vector<int32_t>> rows_of(static_cast<size_t>(E));
     std::vector<std::vector<float>> weight_of(static_cast<size_t>(E));
     std::vector<int32_t> used;
@@ -1333,6 +1451,9 @@ struct GpuLayers::Impl {
 GpuLayers::GpuLayers(const model::ModelWeights& weights, const GpuOptions& options, int64_t max_chunk,
                      int64_t max_context) {
   check_supported(weights.config, std::clamp<int64_t>(options.layers, 0, weights.config.num_layers));
+  if (weights.config.arch.mla && options.layers > 0 && options.kv_codec == GpuKvCodec::q8)
+    throw std::invalid_argument("gpu: the q8 device KV is not supported on MLA layers (" + weights.config.model_type +
+                                "'s latent KV cache is f16, or f32 in exact mode); use the f16 or f32 device KV");
   if (!gpu_available()) throw std::runtime_error("gpu layers requested but " + gpu_unavailable_reason());
   impl_ = std::make_unique<Impl>(weights, options, max_chunk, max_context);
 }
@@ -1458,13 +1579,8 @@ void GpuLayers::check_supported(const model::ModelConfig& c, int64_t layers) {
       throw std::invalid_argument(fmt::format("gpu: layer {} is a Gated DeltaNet layer ({}), which the GPU backend "
                                               "does not run yet; run it on the CPU (--gpu-layers 0)",
                                               i, model::mixer_name(l.mixer)));
-    if (l.mixer == model::Mixer::mla)
-      throw std::invalid_argument(fmt::format("gpu: layer {} is multi-head latent attention ({}: {}, latent KV cache "
-                                              "of kv_lora_rank {} + rope {}) with DeepSeek routing, which the GPU "
-                                              "backend does not run yet; run it on the CPU (--gpu-layers 0)",
-                                              i, c.model_type, model::mixer_name(l.mixer), c.mla.kv_lora_rank,
-                                              c.mla.qk_rope_head_dim));
-    if (l.mixer != model::Mixer::attention && l.mixer != model::Mixer::sliding_attention)
+    if (l.mixer != model::Mixer::attention && l.mixer != model::Mixer::sliding_attention &&
+        l.mixer != model::Mixer::mla)
       throw std::invalid_argument(fmt::format("gpu: layer {} uses {}, which the GPU backend does not run yet; run it "
                                               "on the CPU (fewer --gpu-layers)", i, model::mixer_name(l.mixer)));
     if (l.full_rope || c.rope_of(i).type != c.rope_of(0).type || c.rope_of(i).theta != c.rope_of(0).theta)

@@ -3,9 +3,9 @@
 // output head too when every layer is there. Forward calls run() once per step with the embedded rows; the hidden
 // state crosses PCIe once (up), and once back (down) or as logits.
 // Owns: the device copies of the weights (kept in the host layouts, byte for byte), the paged device KV (one pool of
-// 64-position pages per layer, allocated once; each sequence, keyed by its host KVCache, holds a page table shared
-// by the layers; least recently used sequences outside the current step give their pages back when the pool or
-// max_sequences runs out), scratch, the VRAM expert tier
+// 64-position pages per layer, allocated once; an MLA layer's pages hold its latent rows; each sequence, keyed by
+// its host KVCache, holds a page table shared by the layers; least recently used sequences outside the current step
+// give their pages back when the pool or max_sequences runs out), scratch, the VRAM expert tier
 // (resident hot experts + LRU slots filled from the host expert cache through pinned staging on a copy stream),
 // and a VRAM ledger that every device allocation is charged to. Never: used without a GPU (the constructor throws
 // with the reason), or touched by more than one thread at a time.
@@ -98,9 +98,10 @@ class GpuLayers {
   GpuLayers(const model::ModelWeights& weights, const GpuOptions& options, int64_t max_chunk, int64_t max_context);
   ~GpuLayers();
   // Throws std::invalid_argument naming the first of layers [0, layers) whose LayerSpec the GPU backend does not run
-  // yet: Gated DeltaNet, MLA, gated attention, partial rotary, a per-layer rope, and Gemma 4's block. (Sliding-window
-  // attention, attention / MLP biases, dense layers among sparse ones and gpt-oss's block run.) The constructor calls
-  // it first; callable without a GPU.
+  // yet: Gated DeltaNet, gated attention, partial rotary, a per-layer rope, and Gemma 4's block. (Sliding-window
+  // attention, attention / MLP biases, dense layers among sparse ones, gpt-oss's block and DeepSeek's MLA with its
+  // routers run; the constructor refuses the q8 device KV on MLA layers.) The constructor calls it first; callable
+  // without a GPU.
   static void check_supported(const model::ModelConfig& config, int64_t layers);
   GpuLayers(const GpuLayers&) = delete;
   GpuLayers& operator=(const GpuLayers&) = delete;

@@ -23,6 +23,8 @@ const char* codec_name(Codec c) {
   return "?";
 }
 
+int codec_revision(Codec c) { return c == Codec::turbo3 ? 2 : 1; }
+
 Codec parse_codec(std::string_view name) {
   for (int i = 0; i < kCodecCount; ++i)
     if (name == codec_name(Codec(i))) return Codec(i);

@@ -1,15 +1,19 @@
 // The newer layer kinds on the GPU against transformers: sliding-window attention (mistral-swa, qwen2-swa,
 // mixtral-swa: windows of 8 under a 24-token prompt), attention / MLP biases (llama-bias) and gpt-oss's block
 // (attention sinks, q/k/v/o biases, YaRN rope, alternating windowed layers, router bias, expert biases with the
-// clamped SwiGLU; f32 experts and MXFP4 experts read packed), and dense layers among sparse ones (qwen2_moe-mixed,
-// qwen3_moe-mixed: mlp_only_layers / decoder_sparse_step). Each fixture runs with every layer and the head on the
-// GPU, and with layer 0 alone there (the rest on the CPU): every prompt position's logits and each of the 32
-// greedy steps' within 1e-3 relative of reference.json (transformers' own run), the greedy tokens identical, and the
-// same against the CPU path (exact f32 KV) on the same weights, with the exact device configuration (f32 KV, f16/bf16
-// matrices widened to f32 so prefill's GEMMs do not round activations to f16); with the defaults (f16 KV, f16
-// tensor-core GEMMs) within 1e-2 (gpu_forward_test's bar for them), the greedy tokens identical. A second case decodes a 150-token prompt, so the
-// windowed layers' attention starts past the first KV chunk (the split decode kernel's skipped chunks, the tiled
-// prefill's skipped pages), against the CPU path. Without a GPU every case skips with the reason.
+// clamped SwiGLU; f32 experts and MXFP4 experts read packed), dense layers among sparse ones (qwen2_moe-mixed,
+// qwen3_moe-mixed: mlp_only_layers / decoder_sparse_step), and DeepSeek's block (deepseek_v2, deepseek_v3, their
+// YaRN variants and deepseek_v3-fp8: multi-head latent attention over the device latent KV, DeepSeek's routers on
+// the host, ungated shared experts, first_k_dense_replace dense layers). Each fixture runs with every layer and the
+// head on the GPU, and with layer 0 alone there (the rest on the CPU): every prompt position's logits and each of
+// the 32 greedy steps' within 1e-3 relative of reference.json (transformers' own run), the greedy tokens identical,
+// and the same against the CPU path (exact f32 KV) on the same weights, with the exact device configuration (f32 KV,
+// f16/bf16 matrices widened to f32 so prefill's GEMMs do not round activations to f16); with the defaults (f16 KV,
+// f16 tensor-core GEMMs) within 1e-2 (gpu_forward_test's bar for them), the greedy tokens identical. A second case
+// decodes a 150-token prompt, so the windowed layers' attention starts past the first KV chunk (the split decode
+// kernel's skipped chunks, the tiled prefill's skipped pages), against the CPU path; a third (GpuMla) takes DeepSeek
+// past the first KV page, chunked, batched and with every expert in VRAM. Without a GPU every case skips with the
+// reason.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -132,7 +136,8 @@ TEST_P(GpuReference, MatchesTransformersAndTheCpuPath) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuReference,
                          ::testing::Values("mistral-swa", "qwen2-swa", "mixtral-swa", "llama-bias", "gpt_oss",
-                                           "gpt_oss-mxfp4", "qwen2_moe-mixed", "qwen3_moe-mixed"),
+                                           "gpt_oss-mxfp4", "qwen2_moe-mixed", "qwen3_moe-mixed", "deepseek_v2",
+                                           "deepseek_v3", "deepseek_v3-fp8", "deepseek_v2-yarn", "deepseek_v3-yarn"),
                          test_name);
 
 // A 150-token prompt (positions past two KV chunks of 64 and many windows of 8) prefilled in chunks of 64, then 20
@@ -197,5 +202,117 @@ TEST_P(GpuLongWindow, MatchesTheCpuPathPastTheFirstChunks) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuLongWindow, ::testing::Values("mistral-swa", "qwen2-swa", "gpt_oss", "gpt_oss-mxfp4"),
                          test_name);
+
+// DeepSeek's latent KV on the GPU past the first KV page, exact configuration (f32 latent KV, f32 GEMMs): a 150-token
+// prompt (three pages of 64; the attention kernel's tiles of 128 positions) prefilled whole and in chunks of 64, then
+// decoded 12 steps, also with every expert resident in VRAM (no expert copied); and three sequences of 150, 20 and
+// 70 tokens prefilled in one batched step and decoded together. Chunked == whole and batched == alone within 1e-4
+// relative on the GPU, resident == streamed experts within 1e-5, every step within 1e-3 of the CPU path (chunks of
+// 64). The device latent KV holds kv_lora_rank + rope f32 values a position and layer, the CPU cache's row (f16 at
+// the defaults: half of it).
+class GpuMla : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuMla, ChunkedWholeAndBatchedAgreePastTheFirstPage) {
+  SKIP_WITHOUT_GPU();
+  const std::string name = GetParam();
+  tiering::Ledger ledger;
+  const model::ModelWeights w = fixtures::load_fixture(name, ledger);
+  const int64_t V = w.config.vocab_size, L = w.config.num_layers, latent = w.config.mla.latent_floats();
+  constexpr int kSteps = 12;
+  const std::vector<int64_t> lengths = {150, 20, 70};
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    prompts.emplace_back(static_cast<size_t>(lengths[s]));
+    for (int64_t i = 0; i < lengths[s]; ++i) prompts[s][size_t(i)] = int32_t((i * 37 + int64_t(s) * 11 + 5) % V);
+  }
+  // resident: every routed expert of every sparse layer kept in VRAM (the host routing's resident path).
+  auto gpu_options = [&](bool resident = false) {
+    gpu::GpuOptions o;
+    o.layers = L;
+    o.kv_codec = gpu::GpuKvCodec::f32;
+    o.widen_dense_weights = true;
+    for (int64_t l = 0; l < L && resident; ++l)
+      for (int64_t e = 0; e < w.config.num_experts && w.config.layer(l).mlp == model::Mlp::moe; ++e)
+        o.resident_experts.push_back({l, e});
+    return o;
+  };
+  // One sequence alone: its prompt in chunks of `chunk` (on the GPU or the CPU), then kSteps greedy steps (the
+  // tokens the first run chose, so every run sees the same inputs).
+  std::vector<std::vector<int32_t>> tokens(lengths.size());
+  gpu::GpuExpertStats stats;
+  auto alone = [&](size_t s, int64_t chunk, bool on_gpu, bool resident = false) {
+    kernels::ThreadPool pool(2);
+    engine::Forward forward(w, pool, ledger, 256, 512);
+    std::shared_ptr<gpu::GpuLayers> g;
+    if (on_gpu) forward.use_gpu(g = std::make_shared<gpu::GpuLayers>(w, gpu_options(resident), 256, 512));
+    engine::KVCache cache(w.config, 512, ledger, fixtures::exact_kv(chunk));
+    const std::vector<int32_t>& prompt = prompts[s];
+    const int64_t n = int64_t(prompt.size());
+    std::vector<std::vector<float>> out;
+    std::vector<float> logits(static_cast<size_t>(V));
+    for (int64_t at = 0; at < n; at += chunk)
+      forward.run(std::span(prompt).subspan(size_t(at), size_t(std::min(chunk, n - at))), at, cache, logits.data());
+    out.push_back(logits);
+    for (int i = 0; i < kSteps; ++i) {
+      if (int(tokens[s].size()) == i) tokens[s].push_back(fixtures::argmax(logits.data(), V));
+      forward.run(std::span(&tokens[s][size_t(i)], 1), n + i, cache, logits.data());
+      out.push_back(logits);
+    }
+    if (g) stats = g->expert_stats();
+    return out;
+  };
+  auto worst = [](const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+    double d = 0;
+    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, fixtures::relative_error(a[i].data(), b[i]));
+    return d;
+  };
+  const auto cpu = alone(0, 64, false);
+  const auto chunked = alone(0, 64, true);
+  const auto whole = alone(0, 256, true);
+  const auto resident = alone(0, 64, true, true);
+  const double vs_cpu = worst(chunked, cpu), chunks = worst(chunked, whole), in_vram = worst(resident, chunked);
+  EXPECT_LT(vs_cpu, 1e-3) << name;
+  EXPECT_LT(chunks, 1e-4) << name;
+  EXPECT_LT(in_vram, 1e-5) << name;
+  EXPECT_EQ(stats.misses, 0u) << name;
+  EXPECT_GT(stats.resident_hits, 0u) << name;
+  for (size_t i = 0; i < cpu.size(); ++i)
+    EXPECT_EQ(fixtures::argmax(chunked[i].data(), V), fixtures::argmax(cpu[i].data(), V)) << name << " step " << i;
+
+  std::vector<std::vector<std::vector<float>>> expected;
+  for (size_t s = 0; s < lengths.size(); ++s) expected.push_back(s == 0 ? whole : alone(s, 256, true));
+  kernels::ThreadPool pool(2);
+  auto g = std::make_shared<gpu::GpuLayers>(w, gpu_options(), 256, 512);
+  engine::Forward forward(w, pool, ledger, 256, 512);
+  forward.use_gpu(g);
+  std::vector<std::unique_ptr<engine::KVCache>> caches;
+  std::vector<std::vector<float>> logits(lengths.size(), std::vector<float>(static_cast<size_t>(V)));
+  std::vector<engine::BatchItem> items(lengths.size());
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    caches.push_back(std::make_unique<engine::KVCache>(w.config, 512, ledger, fixtures::exact_kv()));
+    items[s] = {prompts[s], 0, caches[s].get(), logits[s].data(), false};
+  }
+  forward.run_batch(items);
+  double batched = 0;
+  for (int i = 0; i <= kSteps; ++i) {
+    for (size_t s = 0; s < lengths.size(); ++s) {
+      const double d = fixtures::relative_error(logits[s].data(), expected[s][size_t(i)]);
+      batched = std::max(batched, d);
+      EXPECT_LT(d, 1e-4) << name << " sequence " << s << " step " << i;
+    }
+    if (i == kSteps) break;
+    for (size_t s = 0; s < lengths.size(); ++s)
+      items[s] = {std::span(&tokens[s][size_t(i)], 1), lengths[s] + i, caches[s].get(), logits[s].data(), false};
+    forward.run_batch(items);
+  }
+  // The device latent KV: a row of kv_lora_rank + rope f32 values per position and layer, nothing per head.
+  const uint64_t row = uint64_t(latent) * sizeof(float);
+  EXPECT_EQ(g->vram_ledger().used("kv"), uint64_t(g->kv_pages() * gpu::GpuLayers::kv_page_positions() * L) * row);
+  std::printf("[ GPU-MLA  ] %-16s 150-token prompt + %d steps: GPU vs CPU %.3g, chunks of 64 vs whole %.3g, experts "
+              "in VRAM vs streamed %.3g, 3 sequences batched vs alone %.3g; latent KV %llu bytes a position and "
+              "layer (f32)\n", name.c_str(), kSteps, vs_cpu, chunks, in_vram, batched, (unsigned long long)row);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GpuMla, ::testing::Values("deepseek_v2", "deepseek_v3-yarn"), test_name);
 
 }  // namespace

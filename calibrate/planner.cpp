@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/gpu/gpu_layers.h"
 #include "runtime/kv/codec.h"
 
 namespace tierlm::calibrate {
@@ -395,11 +396,32 @@ uint64_t gpu_head_bytes(const ModelProfile& m) {
     if (c.name == "embedding") return c.bytes;
   return 0;
 }
-// Device KV bytes of one layer for `batch` sequences of `context` tokens: f16 K and V, or q8 (1 byte + an f32
-// scale per 32).
-uint64_t gpu_kv_layer_bytes(const ModelProfile& m, const std::string& codec, int64_t context, int64_t batch) {
-  const double per_value = codec == "q8" ? 1.0 + 4.0 / 32 : 2.0;
-  return uint64_t(double(batch) * double(context) * double(m.kv_heads * m.head_dim) * 2 * per_value);
+// Device KV bytes of GPU layers [0, g) for `batch` sequences of `context` tokens, as GpuLayers allocates it: pages
+// of GpuLayers::kv_page_positions() positions of f16 K and V, or q8 (1 byte + an f32 scale per 32), every position
+// on a full-attention layer, a ring bounded to the window on a sliding-window one (GpuLayers::kv_layer_pages, for
+// steps of prefill_chunk + batch rows: Scheduler::step_rows).
+double gpu_kv_value_bytes(const std::string& codec) { return codec == "q8" ? 1.0 + 4.0 / 32 : 2.0; }
+uint64_t gpu_kv_bytes(const ModelProfile& m, const Plan& p, const std::string& codec, int64_t g, int64_t batch) {
+  const double per_value = gpu_kv_value_bytes(codec);
+  const int64_t page = gpu::GpuLayers::kv_page_positions(), chunk = p.prefill_chunk + p.batch;
+  double positions = 0;  // per sequence, times the layer's kv_heads * head_dim
+  for (int64_t l = 0; l < std::min(g, m.layers); ++l) {
+    const kv::StateSpec s = m.state_spec(l);
+    positions += double(gpu::GpuLayers::kv_layer_pages(s.window, p.context, chunk) * page) *
+                 double(s.kv_heads * s.head_dim);
+  }
+  return uint64_t(double(batch) * positions * 2 * per_value);
+}
+// Device KV bytes attention reads per decoded token of one sequence on GPU layers [0, g), averaged over the
+// context: half of it on a full-attention layer, at most the window on a sliding-window one.
+double gpu_kv_read_bytes(const ModelProfile& m, const Plan& p, int64_t g) {
+  double bytes = 0;
+  for (int64_t l = 0; l < std::min(g, m.layers); ++l) {
+    const kv::StateSpec s = m.state_spec(l);
+    const double seen = s.windowed() ? std::min(double(s.window), double(p.context) / 2) : double(p.context) / 2;
+    bytes += seen * double(s.kv_heads * s.head_dim) * 2 * gpu_kv_value_bytes(p.gpu_kv_codec);
+  }
+  return bytes;
 }
 
 // Attention flops of `rows` queries at positions [start, start + rows): QK^T and PV over the positions each query
@@ -497,7 +519,7 @@ StepCost evaluate(const DeviceProfile& d, const ModelProfile& m, const Plan& p, 
   if (g > 0 && d.gpu.memory_gbs > 0) {
     const double gpu_bw = d.gpu.memory_gbs * 1e9;
     t["gpu"] += double(g) * (double(gpu_layer_bytes(m)) / gpu_bw + kGpuLayerOverheadSeconds) +
-                double(B) * double(p.context) / 2 * double(gpu_kv_layer_bytes(m, p.gpu_kv_codec, 1, 1)) * double(g) / gpu_bw +
+                double(B) * gpu_kv_read_bytes(m, p, g) / gpu_bw +
                 (g == L ? double(head) / gpu_bw : 0.0) +
                 2.0 * double(B * m.hidden * 4) / (std::max(d.gpu.h2d_gbs, 0.1) * 1e9);  // hidden state up and down
   }
@@ -519,7 +541,7 @@ StepCost evaluate(const DeviceProfile& d, const ModelProfile& m, const Plan& p, 
   if (g > 0) {
     auto& v = pr.vram;
     v["weights"] = uint64_t(g) * gpu_layer_bytes(m) + (g == L ? head : 0);
-    v["kv"] = uint64_t(g) * gpu_kv_layer_bytes(m, p.gpu_kv_codec, int64_t(round_up(uint64_t(p.context), 32)), B);
+    v["kv"] = gpu_kv_bytes(m, p, p.gpu_kv_codec, g, B);
     v["scratch"] = kGpuScratchBytes;
     if (m.moe()) {
       v["resident_experts"] = uint64_t(p.gpu_resident_count()) * m.expert_bytes;
@@ -608,9 +630,8 @@ static void plan_gpu(const DeviceProfile& d, const ModelProfile& m, Plan& p, con
   const int64_t L = m.layers;
   const uint64_t layer = gpu_layer_bytes(m), head = gpu_head_bytes(m);
   const int64_t min_slots = m.moe() ? 4 * m.top_k : 0;
-  const int64_t context = int64_t(round_up(uint64_t(p.context), 32));
   auto fixed = [&](int64_t g, const std::string& codec) {
-    return uint64_t(g) * (layer + gpu_kv_layer_bytes(m, codec, context, p.batch)) + (g == L ? head : 0) +
+    return uint64_t(g) * layer + gpu_kv_bytes(m, p, codec, g, p.batch) + (g == L ? head : 0) +
            kGpuScratchBytes + uint64_t(min_slots) * m.expert_bytes;
   };
   auto most_layers = [&](const std::string& codec) {
@@ -630,7 +651,7 @@ static void plan_gpu(const DeviceProfile& d, const ModelProfile& m, Plan& p, con
                                    {"gpu_memory_gbs", d.gpu.memory_gbs},
                                    {"h2d_gbs", d.gpu.h2d_gbs},
                                    {"layer_bytes", double(layer)},
-                                   {"kv_layer_bytes", double(gpu_kv_layer_bytes(m, codec, context, p.batch))}};
+                                   {"kv_layer_bytes", double(gpu_kv_bytes(m, p, codec, L, p.batch)) / double(L)}};
   if (request.gpu_layers) g_max = std::min<int64_t>(g_max, *request.gpu_layers);
   if (g_max == 0) {
     p.gpu_reason = fmt::format("{} ({}) has {} for the plan; one layer needs {}", d.gpu.name, mib(d.gpu.memory),

@@ -760,7 +760,7 @@ __global__ void rope_store_kernel(float* qkv, QkvParams p, const int32_t* positi
   __shared__ float shared[32];
   const int64_t slots = p.heads + 2 * p.kv_heads;
   const int64_t row = blockIdx.x / slots, slot = blockIdx.x % slots;
-  const int64_t hd = p.head_dim, half = hd / 2, stride = slots * hd;
+  const int64_t hd = p.head_dim, half = (p.rotary_dim > 0 ? p.rotary_dim : hd) / 2, stride = slots * hd;
   float* v = qkv + row * stride + slot * hd;
   const int32_t pos = positions[row];
   if (slot < p.heads + p.kv_heads) {
@@ -835,7 +835,7 @@ constexpr int kAttentionSums = kSplitThreads * 8;  // floats of shared memory fo
 // One warp: v (hd floats in shared memory) = rope(norm(v + bias)) at pos, with the arithmetic of bias_kernel,
 // rms_norm_kernel (norm width hd) and rope_store_kernel; bias and norm may be null.
 __device__ void prepare_head_vector(float* v, int64_t hd, const float* bias, const float* norm, float eps, bool rope,
-                                    int32_t pos, const float* inv_freq, float rope_scale) {
+                                    int32_t pos, const float* inv_freq, float rope_scale, int64_t rotary_dim) {
   const int lane = threadIdx.x % 32;
   float squares = 0;
   for (int64_t j = lane; j < hd; j += 32) {
@@ -849,7 +849,7 @@ __device__ void prepare_head_vector(float* v, int64_t hd, const float* bias, con
   }
   __syncwarp();
   if (rope) {
-    const int64_t half = hd / 2;
+    const int64_t half = (rotary_dim > 0 ? rotary_dim : hd) / 2;
     for (int64_t j = lane; j < half; j += 32) {
       float s, c;
       sincosf(float(pos) * inv_freq[j], &s, &c);
@@ -995,7 +995,7 @@ __global__ void __launch_bounds__(kSplitThreads) attention_group_kernel(const fl
     __syncthreads();
     for (int64_t h = warp; h < group; h += kSplitWarps)
       prepare_head_vector(q + h * hd, hd, p.bias ? p.bias + (kvh * group + h) * hd : nullptr, p.q_norm, p.eps, true,
-                          pos, p.inv_freq, p.rope_scale);
+                          pos, p.inv_freq, p.rope_scale, p.rotary_dim);
     if (part == int64_t(pos) / chunk && warp < 2) {
       // Warp 0: this position's key, warp 1: its value (in the still unused sums area).
       const bool key = warp == 0;
@@ -1005,7 +1005,7 @@ __global__ void __launch_bounds__(kSplitThreads) attention_group_kernel(const fl
       for (int64_t j = lane; j < hd; j += 32) v[j] = qkv[row * stride + offset + j];
       __syncwarp();
       prepare_head_vector(v, hd, p.bias ? p.bias + offset : nullptr, key ? p.k_norm : nullptr, p.eps, key, pos,
-                          p.inv_freq, p.rope_scale);
+                          p.inv_freq, p.rope_scale, p.rotary_dim);
       const int64_t t = int64_t(pos) - t0;  // the chunk position of this step's row
       store_kv_vector(v, hd, kv, key, kv_row(table, pos, p.kv_heads, kvh),
                       stage ? (key ? staged_k : staged_v) + t * row_bytes : nullptr,

@@ -112,6 +112,8 @@ struct QkvParams {
   float rope_scale = 1.0f; // cos and sin times this (YaRN's attention factor, as engine::Rope), else 1
   int64_t window = 0;      // sliding-window layer: a query at position p sees [p - window + 1, p]; 0: every position
   const float* sinks = nullptr;  // per q head (heads floats): a logit joining the softmax denominator (gpt-oss)
+  int64_t rotary_dim = 0;  // partial rotary: RoPE turns dims [0, rotary_dim) of each head (pairs j, j + rotary_dim / 2),
+                           // the rest pass through (engine::Rope); 0: head_dim
 };
 void qkv_rope_store(float* qkv, int64_t rows, const QkvParams& p, const int32_t* positions, const KvRef& kv,
                     const PageTables& tables, cudaStream_t stream);
@@ -180,6 +182,13 @@ void clamped_swiglu(const float* gate_up, int64_t rows, int64_t intermediate, fl
 void silu_gate(const float* gate_up, int64_t rows, int64_t intermediate, float* out, cudaStream_t stream);
 // y[i] += x[i]
 void add(float* y, const float* x, int64_t count, cudaStream_t stream);
+// Gated attention (qwen3_5): rows of `from` (stride 2 q_rows + 2 kv_rows) hold [query | gate] per head, then k and v.
+// qkv (stride q_rows + 2 kv_rows) gets the queries, keys and values, gate (stride q_rows) the gates
+// (engine's split_query_gate).
+void split_query_gate(const float* from, int64_t rows, int64_t heads, int64_t kv_heads, int64_t head_dim, float* qkv,
+                      float* gate, cudaStream_t stream);
+// out[i] *= sigmoid(gate[i]) (the attention output's gate, per element).
+void sigmoid_gate(float* out, const float* gate, int64_t count, cudaStream_t stream);
 // dst[r] = src[index[r]] (rows of `width` floats)
 void gather_rows(const float* src, const int32_t* index, int64_t rows, int64_t width, float* dst, cudaStream_t stream);
 // dst[index[r]] += weight[r] * src[r]

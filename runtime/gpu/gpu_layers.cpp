@@ -14,6 +14,17 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+namespace tierlm::gpu {
+
+int64_t GpuLayers::kv_layer_pages(int64_t window, int64_t context, int64_t max_chunk) {
+  const int64_t page = kv_page_positions(), all = (context + page - 1) / page;
+  if (window <= 0) return all;
+  // A step of up to max_chunk rows starting at p needs positions [p - window + 1, p + max_chunk) at once.
+  return std::min(all, (window - 1 + std::max<int64_t>(max_chunk, 1) + page - 1) / page + 1);
+}
+
+}  // namespace tierlm::gpu
+
 #ifdef TIERLM_HAVE_CUDA
 
 #include <algorithm>
@@ -37,6 +48,7 @@
 #include "runtime/gpu/device_kernels.cuh"
 #include "runtime/gpu/mla_kernels.cuh"
 #include "runtime/gpu/gpu_probe.h"
+#include "runtime/gpu/split_f16.cuh"
 #include "runtime/kernels/weights.h"
 #include "tiering/expert_tier.h"
 
@@ -247,8 +259,12 @@ struct DeviceLayer {
 };
 
 struct SequenceKv {
-  std::vector<int32_t> pages;         // page table: positions [64 i, 64 i + 64) are in pool page pages[i]
+  std::vector<int32_t> pages;         // full-attention layers: positions [64 i, 64 i + 64) are in pool page pages[i]
+  // Sliding-window layers: positions [64 i, 64 i + 64) are in ring pool page ring[i % ring_pages] (at most
+  // ring_pages pages, taken as the sequence grows).
+  std::vector<int32_t> ring;
   int64_t filled = 0;                 // positions [0, filled) written
+  int64_t written = 0;                // the furthest end ever written (the ring may have reused pages up to it)
   uint64_t last_use = 0;
 };
 
@@ -274,6 +290,7 @@ struct GpuLayers::Impl {
   DeviceMatrix output;
   DeviceBuffer final_norm, inv_freq;
   float rope_scale = 1.0f;
+  int64_t rotary_dim = 0;  // dims RoPE turns per head (partial_rotary_factor), from the host's frequency table
   // MLA (c.arch.mla): the rope dims' frequency table, the kernels' shape, scratch (the [q_a | kv_a] rows, the
   // normed q_a, q, the absorbed queries, the roped query dims, the heads' outputs) and each layer's latent KV.
   DeviceBuffer mla_inv_freq, mla_proj, mla_qa, mla_q, mla_q_latent, mla_q_rope, mla_out, mla_split;
@@ -282,7 +299,9 @@ struct GpuLayers::Impl {
   std::vector<device::LatentKv> latent_refs;  // per layer (rows null on other layers)
   engine::RouteScratch route_scratch;         // host routing (engine::route_top_k)
   // Scratch (device).
-  DeviceBuffer hidden, normed, qkv, attn, gathered, ffn, act, out, scores, arrivals, x16, w16, logits, meta_dev, moe_dev, router_dev;
+  DeviceBuffer hidden, normed, qkv, attn, gathered, ffn, act, out, scores, arrivals, x16, x16_low, w16, logits, meta_dev, moe_dev, router_dev;
+  // Gated attention (qwen3_5): the projection's rows ([query | gate] per head, k, v) and the gates split off them.
+  DeviceBuffer gated_qkv, gates;
   int64_t w16_rows_cap = 0;  // elements of w16
   const int32_t* tiles_dev = nullptr;  // the step's prefill attention tiles (in meta_dev)
   // Pinned staging of transfers.
@@ -292,11 +311,16 @@ struct GpuLayers::Impl {
   bool embed_on_device = false;     // the embedding table is the device copy of the (tied) output head
   std::vector<PinnedBuffer> expert_staging;
   std::vector<cudaEvent_t> staging_done;
-  // Paged device KV: a pool per layer (kv_buffers), the same page ids in every layer; sequences' page tables.
+  // Paged device KV, two pools of a buffer per layer (kv_buffers) with the same page ids in each of the pool's
+  // layers: the full-attention layers' (VRAM account "kv": a sequence's page table covers every position it holds)
+  // and the sliding-window layers' (account "kv_windowed": a sequence holds a ring of at most ring_pages pages,
+  // reused once their positions left every query's window, so a long context costs those layers window-sized KV).
+  // ring_pages: GpuLayers::kv_layer_pages (window + one step of rows), as the planner counts.
   std::vector<DeviceBuffer> kv_buffers;
   std::vector<device::KvRef> kv_refs;  // per layer
-  int64_t pool_pages = 0;
-  std::vector<int32_t> free_pages;
+  int64_t pool_pages = 0, ring_pool_pages = 0, ring_pages = 0;
+  int64_t full_kv_layers = 0, windowed_kv_layers = 0, widest_window = 0;
+  std::vector<int32_t> free_pages, free_ring_pages;
   std::unordered_map<const void*, SequenceKv> sequences;
   uint64_t clock = 0;
   // VRAM expert tier.
@@ -349,6 +373,7 @@ struct GpuLayers::Impl {
         vram(o.vram_budget ? o.vram_budget : default_budget()) {
     if (!env_on("TIERLM_GPU_PDL")) options.programmatic_launch = false;
     if (!env_on("TIERLM_GPU_PACKED_MMA")) options.packed_mma = false;
+    if (const char* v = std::getenv("TIERLM_GPU_SPLIT_GEMM")) options.split_gemm_activations = std::string(v) == "1";
     if (const char* v = std::getenv("TIERLM_GPU_PACKED_MMA"); v && std::string(v) == "all")
       options.packed_mma_4bit = true;
     if (!c.arch.mla && (c.head_dim % 16 != 0 || c.head_dim > 256))
@@ -367,6 +392,7 @@ struct GpuLayers::Impl {
       check(cublas()->set_stream(blas, stream), "cublasSetStream");
       setup_phase("cuBLAS handle");
       upload_weights();
+      count_kv_layers();
       setup_phase("weights upload");
       allocate_scratch();
       setup_phase("scratch");
@@ -488,6 +514,7 @@ struct GpuLayers::Impl {
     // attention factor, which engine::Rope multiplies cos and sin by (check_supported: one rope for every layer).
     engine::Rope rope(c.rope_of(0), c.head_dim);
     inv_freq = upload_floats(rope.inverse_frequencies(), vram, "weights");
+    rotary_dim = 2 * int64_t(rope.inverse_frequencies().size());
     rope_scale = c.rope_of(0).type == "yarn" ? float(c.rope_of(0).attention_factor) : 1.0f;
     weight_bytes = vram.used("weights");
   }
@@ -526,6 +553,10 @@ struct GpuLayers::Impl {
     hidden = floats(n * H);
     normed = floats(n * H);
     qkv = floats(n * (q_rows + 2 * kv_rows));
+    if (c.arch.attention_output_gate) {
+      gated_qkv = floats(n * (2 * q_rows + 2 * kv_rows));
+      gates = floats(n * q_rows);
+    }
     attn = floats(n * q_rows);
     gathered = floats(n * H);
     ffn = floats(n * 2 * F);
@@ -557,6 +588,10 @@ struct GpuLayers::Impl {
     check(cudaMemset(arrivals.as(), 0, arrivals.size()), "arrivals");
     x16 = DeviceBuffer(vram, "scratch", size_t(n * std::max(widest_cols(), int64_t(1))) * 2);
     check(cudaMemset(x16.as(), 0, x16.size()), "scratch");  // GEMM buckets read rows past n (see gemm_rows)
+    if (options.split_gemm_activations) {
+      x16_low = DeviceBuffer(vram, "scratch", x16.size());
+      check(cudaMemset(x16_low.as(), 0, x16_low.size()), "scratch");
+    }
     // f16 copy of a weight's row chunk for cuBLAS: the largest matrix up to 32M elements (64 MB).
     int64_t largest = 0;
     for (int64_t l = 0; l < gpu_layers; ++l) {
@@ -589,10 +624,14 @@ struct GpuLayers::Impl {
 
   // Step metadata (int32): positions, sequence of each row, head rows, token ids (max_chunk each), the prefill
   // attention's tiles ((first row, rows) pairs: 2 x max_chunk), then the page tables of the step's sequences
-  // (max_sequences x pages_per_context()).
+  // (max_sequences x table_sets() x pages_per_context(): per sequence its full-attention table, then its ring
+  // table, where the model has such layers).
   static constexpr int64_t kMetaRowArrays = 6;
   int64_t pages_per_context() const { return (max_context + device::kKvPage - 1) / device::kKvPage; }
-  size_t meta_ints() const { return size_t(kMetaRowArrays * max_chunk + options.max_sequences * pages_per_context()); }
+  int64_t table_sets() const { return std::max<int64_t>(1, (full_kv_layers > 0) + (windowed_kv_layers > 0)); }
+  size_t meta_ints() const {
+    return size_t(kMetaRowArrays * max_chunk + options.max_sequences * table_sets() * pages_per_context());
+  }
   size_t meta_bytes() const { return meta_ints() * 4; }
 
   int kv_codec_code() const {  // device::KvRef::codec
@@ -609,53 +648,79 @@ struct GpuLayers::Impl {
     return bytes;
   }
 
+  // Which GPU layers keep a ring (sliding window) and how many pages it takes; before the scratch (meta_ints).
+  void count_kv_layers() {
+    for (const DeviceLayer& d : layers) {
+      if (d.window == 0) {
+        ++full_kv_layers;
+        continue;
+      }
+      ++windowed_kv_layers;
+      widest_window = std::max(widest_window, d.window);
+      ring_pages = std::max(ring_pages, GpuLayers::kv_layer_pages(d.window, max_context, max_chunk));
+    }
+  }
+
   void allocate_kv_pool() {
     if (gpu_layers == 0) return;
-    const int64_t pages_per_sequence = pages_per_context();
-    const uint64_t page_bytes = kv_page_bytes_per_layer() * uint64_t(gpu_layers);
-    int64_t pages = options.kv_pages;
-    if (pages <= 0) {
-      const int64_t want = options.max_sequences * pages_per_sequence;
+    const int64_t per_context = pages_per_context();
+    const uint64_t layer_page = kv_page_bytes_per_layer();
+    // One sequence of max_context positions: its full-attention pages and its ring.
+    const uint64_t sequence_bytes = layer_page * uint64_t(full_kv_layers * per_context + windowed_kv_layers * ring_pages);
+    if (options.kv_pages > 0) {
+      pool_pages = options.kv_pages;
+      ring_pool_pages = std::min(options.kv_pages, options.max_sequences * ring_pages);
+    } else {
       const uint64_t margin = 64ull << 20;  // cuBLAS workspace, graphs, fragmentation
       const uint64_t used = vram.used(), budget = vram.budget();
-      const int64_t fit = budget > used + margin ? int64_t((budget - used - margin) / page_bytes) : 0;
-      pages = std::min(want, fit);
-      if (pages < pages_per_sequence)
-        throw tiering::LedgerError(
-            "gpu: the VRAM budget (" + std::to_string(budget >> 20) + " MiB, " + std::to_string(used >> 20) +
-            " MiB taken by weights, experts and scratch) leaves room for " + std::to_string(std::max<int64_t>(fit, 0)) +
-            " KV pages of " + std::to_string(device::kKvPage) + " positions; one sequence of " +
-            std::to_string(max_context) + " positions needs " + std::to_string(pages_per_sequence) +
-            " (put fewer layers on the GPU, use the q8 device KV, or shorten the context)");
+      const double fit = budget > used + margin ? double(budget - used - margin) / double(sequence_bytes) : 0.0;
+      if (fit < 1.0)
+        throw tiering::LedgerError(fmt::format(
+            "gpu: the VRAM budget ({} MiB, {} MiB taken by weights, experts and scratch) leaves room for {:.2f} "
+            "sequences' device KV; one sequence of {} positions needs {} MiB ({} pages of {} positions on {} "
+            "full-attention layers, a ring of {} on {} sliding-window layers) (put fewer layers on the GPU, use the "
+            "q8 device KV, or shorten the context)",
+            budget >> 20, used >> 20, fit, max_context, sequence_bytes >> 20, per_context, device::kKvPage,
+            full_kv_layers, ring_pages, windowed_kv_layers));
+      const double sequences = std::min(double(options.max_sequences), fit);
+      pool_pages = int64_t(sequences * double(per_context));
+      ring_pool_pages = int64_t(sequences * double(ring_pages));
     }
-    pool_pages = pages;
+    if (full_kv_layers == 0) pool_pages = 0;
+    if (windowed_kv_layers == 0) ring_pool_pages = 0;
     const bool q8 = options.kv_codec == GpuKvCodec::q8;
-    const size_t rows = size_t(pool_pages * device::kKvPage * c.num_kv_heads);
     const size_t row_bytes = size_t(device::kv_row_bytes(kv_codec_code(), c.head_dim));
-    const size_t scales = size_t(pool_pages * device::kKvPage * c.num_kv_heads * (c.head_dim / device::q8_block(c.head_dim)));
+    const size_t blocks = size_t(c.head_dim / device::q8_block(c.head_dim));
+    // Zeroed: an attention chunk may read (and weigh 0) ring positions no step wrote yet, which must not be NaN.
+    auto buffer = [&](const char* account, size_t bytes) -> void* {
+      kv_buffers.emplace_back(vram, account, bytes);
+      check(cudaMemset(kv_buffers.back().as(), 0, kv_buffers.back().size()), "kv pool");
+      return kv_buffers.back().as();
+    };
     latent_refs.resize(size_t(gpu_layers));
-    for (int64_t l = 0; l < gpu_layers && c.arch.mla; ++l) {
-      kv_buffers.emplace_back(vram, "kv", size_t(pool_pages) * kv_page_bytes_per_layer());
-      latent_refs[size_t(l)] = {kv_buffers.back().as(), kv_codec_code()};
-      kv_refs.push_back({});
-    }
-    for (int64_t l = 0; l < gpu_layers && !c.arch.mla; ++l) {
+    for (int64_t l = 0; l < gpu_layers; ++l) {
+      if (c.arch.mla) {  // full attention over the latent rows: the first pool
+        latent_refs[size_t(l)] = {buffer("kv", size_t(pool_pages) * kv_page_bytes_per_layer()), kv_codec_code()};
+        kv_refs.push_back({});
+        continue;
+      }
+      const bool ring = layers[size_t(l)].window > 0;
+      const char* account = ring ? "kv_windowed" : "kv";
+      const size_t rows = size_t((ring ? ring_pool_pages : pool_pages) * device::kKvPage * c.num_kv_heads);
       device::KvRef r;
       r.codec = kv_codec_code();
-      kv_buffers.emplace_back(vram, "kv", rows * row_bytes);
-      r.keys = kv_buffers.back().as();
-      kv_buffers.emplace_back(vram, "kv", rows * row_bytes);
-      r.values = kv_buffers.back().as();
+      r.keys = buffer(account, rows * row_bytes);
+      r.values = buffer(account, rows * row_bytes);
       if (q8) {
-        kv_buffers.emplace_back(vram, "kv", scales * 4);
-        r.key_scales = kv_buffers.back().as<float>();
-        kv_buffers.emplace_back(vram, "kv", scales * 4);
-        r.value_scales = kv_buffers.back().as<float>();
+        r.key_scales = static_cast<float*>(buffer(account, rows * blocks * 4));
+        r.value_scales = static_cast<float*>(buffer(account, rows * blocks * 4));
       }
       kv_refs.push_back(r);
     }
     free_pages.resize(size_t(pool_pages));
     std::iota(free_pages.rbegin(), free_pages.rend(), 0);  // page 0 is taken first
+    free_ring_pages.resize(size_t(ring_pool_pages));
+    std::iota(free_ring_pages.rbegin(), free_ring_pages.rend(), 0);
   }
 
   void setup_experts() {
@@ -866,7 +931,11 @@ struct GpuLayers::Impl {
             "cublasGemmEx f32");
       return;
     }
-    device::to_f16(x, n * m.cols, x16.as(), stream);
+    const bool split = options.split_gemm_activations;
+    if (split)
+      device::to_f16_split(x, n * m.cols, x16.as(), x16_low.as(), stream);
+    else
+      device::to_f16(x, n * m.cols, x16.as(), stream);
     n = gemm_rows(n, max_rows > 0 ? max_rows : max_chunk);
     // Packed weights are dequantized in whole 16-row panels.
     const int64_t chunk = m.format == 1 ? m.rows : std::max<int64_t>(16, w16_rows_cap / m.cols / 16 * 16);
@@ -883,6 +952,13 @@ struct GpuLayers::Impl {
                          int(m.cols), x16.as(), CUDA_R_16F, int(m.cols), &beta, y + r0, CUDA_R_32F, int(ldy),
                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
             "cublasGemmEx");
+      if (split) {  // + W x_low / kSplitLowScale
+        const float low_alpha = 1.0f / device::kSplitLowScale, one = 1.0f;
+        check(cublas()->gemm_ex(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(count), int(n), int(m.cols), &low_alpha, a,
+                                CUDA_R_16F, int(m.cols), x16_low.as(), CUDA_R_16F, int(m.cols), &one, y + r0,
+                                CUDA_R_32F, int(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+              "cublasGemmEx (low part)");
+      }
     }
   }
 
@@ -899,14 +975,15 @@ struct GpuLayers::Impl {
     return true;
   }
 
-  // Gives a sequence's pages back to the pool (taken again first, in their order) and forgets it.
+  // Gives a sequence's pages back to the pools (taken again first, in their order) and forgets it.
   void drop(std::unordered_map<const void*, SequenceKv>::iterator it) {
     free_pages.insert(free_pages.end(), it->second.pages.rbegin(), it->second.pages.rend());
+    free_ring_pages.insert(free_ring_pages.end(), it->second.ring.rbegin(), it->second.ring.rend());
     sequences.erase(it);
   }
 
-  // The sequence's KV, with pages for positions [0, end). Called with the stream idle (no kernel reads a page
-  // that changes hands).
+  // The sequence's KV, with pages for positions [0, end) (its ring: at most ring_pages). Called with the stream idle
+  // (no kernel reads a page that changes hands).
   SequenceKv& sequence_kv(const void* key, int64_t end, const std::vector<const void*>& batch) {
     auto it = sequences.find(key);
     if (it == sequences.end()) {
@@ -917,15 +994,42 @@ struct GpuLayers::Impl {
     SequenceKv& s = it->second;
     s.last_use = ++clock;
     const int64_t need = (end + device::kKvPage - 1) / device::kKvPage;
-    while (int64_t(s.pages.size()) < need) {
-      if (free_pages.empty() && !drop_one(batch))
-        throw std::runtime_error("gpu: the device KV pool is exhausted (" + std::to_string(pool_pages) +
-                                 " pages of " + std::to_string(device::kKvPage) + " positions, all held by the " +
-                                 std::to_string(batch.size()) + " sequences of this step)");
-      s.pages.push_back(free_pages.back());
-      free_pages.pop_back();
-    }
+    auto take = [&](std::vector<int32_t>& held, int64_t want, std::vector<int32_t>& free, int64_t pool,
+                    const char* which) {
+      while (int64_t(held.size()) < want) {
+        if (free.empty() && !drop_one(batch))
+          throw std::runtime_error(fmt::format("gpu: the device KV pool of the {} layers is exhausted ({} pages of "
+                                               "{} positions, all held by the {} sequences of this step)",
+                                               which, pool, device::kKvPage, batch.size()));
+        held.push_back(free.back());
+        free.pop_back();
+      }
+    };
+    if (full_kv_layers > 0) take(s.pages, need, free_pages, pool_pages, "full-attention");
+    if (windowed_kv_layers > 0)
+      take(s.ring, std::min(need, ring_pages), free_ring_pages, ring_pool_pages, "sliding-window");
     return s;
+  }
+
+  // Whether a step may write `s` from position `first` on when it wrote past it before (a reused prefix): a
+  // sliding-window layer needs the window that ends at `first`, whose pages later positions may have taken over
+  // in the ring (the ring holds pages (last - ring_pages, last] of the furthest position written).
+  bool ring_holds(const SequenceKv& s, int64_t first) const {
+    if (windowed_kv_layers == 0 || first == 0) return true;
+    const int64_t last = (std::max(s.written, first) - 1) / device::kKvPage;
+    const int64_t first_needed = std::max<int64_t>(0, first - widest_window + 1) / device::kKvPage;
+    return first_needed > last - ring_pages;
+  }
+
+  // Writes sequence b's page tables for positions [0, end) into the step's metadata (see meta_ints).
+  void write_tables(const SequenceKv& s, int64_t end, int32_t* tables) const {
+    const int64_t need = (end + device::kKvPage - 1) / device::kKvPage;
+    if (full_kv_layers > 0) {
+      std::copy(s.pages.begin(), s.pages.begin() + need, tables);
+      tables += pages_per_context();
+    }
+    if (windowed_kv_layers > 0)
+      for (int64_t i = 0; i < need; ++i) tables[i] = s.ring[size_t(i % ring_pages)];
   }
 
   // ---- one step -------------------------------------------------------------------------------------------
@@ -955,7 +1059,7 @@ struct GpuLayers::Impl {
     int32_t* heads = ints + 2 * max_chunk;
     int32_t* token_ids = ints + 3 * max_chunk;
     int32_t* tables = ints + kMetaRowArrays * max_chunk;
-    const int64_t stride = pages_per_context();
+    const int64_t stride = pages_per_context(), sets = table_sets();
     std::vector<const void*> batch;
     for (int64_t i = 0; i < n; ++i) {
       if (step.positions[size_t(i)] < 0 || step.positions[size_t(i)] >= max_context)
@@ -993,9 +1097,15 @@ struct GpuLayers::Impl {
         throw std::logic_error("gpu: a step writes a sequence from position " + std::to_string(first) +
                                " but the device holds only positions [0, " + std::to_string(held) +
                                ") of it (its device KV was dropped; reuse at most cached_positions())");
+      if (known != sequences.end() && !ring_holds(known->second, first))
+        throw std::logic_error(fmt::format("gpu: a step writes a sequence from position {}, but its sliding-window "
+                                           "layers' ring has moved on to position {} and no longer holds the window "
+                                           "of {} positions ending there",
+                                           first, known->second.written, widest_window));
       SequenceKv& s = sequence_kv(batch[b], last + 1, batch);
       s.filled = last + 1;
-      std::copy(s.pages.begin(), s.pages.end(), tables + int64_t(b) * stride);
+      s.written = std::max(s.written, s.filled);
+      write_tables(s, last + 1, tables + int64_t(b) * sets * stride);
     }
     const bool one_row_per_sequence = int64_t(batch.size()) == n;  // decode: attention may do the rope/KV store
     // Prefill attention's tiles: runs of consecutive rows of one sequence, at most prefill_tile_rows each.
@@ -1017,7 +1127,7 @@ struct GpuLayers::Impl {
     if (!device_embed) std::memcpy(hidden_host.as(), step.hidden, size_t(n * H) * 4);
     mark(device_embed ? "upload meta + embed" : "upload meta + hidden");
     if (step_begin) check(cudaEventRecord(step_begin, stream), "step event");
-    const size_t meta_used = size_t(kMetaRowArrays * max_chunk + int64_t(batch.size()) * stride) * 4;
+    const size_t meta_used = size_t(kMetaRowArrays * max_chunk + int64_t(batch.size()) * sets * stride) * 4;
     check(cudaMemcpyAsync(meta_dev.as(), meta_host.as(), meta_used, cudaMemcpyHostToDevice, stream), "meta up");
     if (!device_embed)
       check(cudaMemcpyAsync(hidden.as(), hidden_host.as(), size_t(n * H) * 4, cudaMemcpyHostToDevice, stream),
@@ -1027,7 +1137,10 @@ struct GpuLayers::Impl {
     const int32_t* heads_dev = pos_dev + 2 * max_chunk;
     const int32_t* tokens_dev = pos_dev + 3 * max_chunk;
     tiles_dev = pos_dev + 4 * max_chunk;
-    const device::PageTables tables_dev{pos_dev + kMetaRowArrays * max_chunk, stride, row_cache_dev};
+    // Full-attention layers read each sequence's first table, sliding-window layers its ring table (the last).
+    const int32_t* tables_at = pos_dev + kMetaRowArrays * max_chunk;
+    const device::PageTables full_tables{tables_at, sets * stride, row_cache_dev},
+        ring_tables{tables_at + (sets - 1) * stride, sets * stride, row_cache_dev};
 
     // Head rows [r0, r0 + count): final norm, output matrix, then the greedy argmax when asked for.
     auto head_pass = [&](int64_t r0, int64_t count) {
@@ -1046,7 +1159,8 @@ struct GpuLayers::Impl {
     const int64_t first_pass = std::min(head_count, head_pass_rows);
     auto kernels = [&] {
       if (device_embed) device::embed_rows(output.ref, tokens_dev, n, hidden.as<float>(), stream);
-      for (int64_t l = 0; l < gpu_layers; ++l) layer(l, n, pos_dev, tables_dev, one_row_per_sequence);
+      for (int64_t l = 0; l < gpu_layers; ++l)
+        layer(l, n, pos_dev, layers[size_t(l)].window > 0 ? ring_tables : full_tables, one_row_per_sequence);
       if (first_pass > 0) head_pass(0, first_pass);
     };
     // A dense decode step is the same launches every time (positions, KV tables, tokens and head rows are read
@@ -1151,7 +1265,6 @@ struct GpuLayers::Impl {
     const DeviceLayer& d = layers[size_t(l)];
     const model::LayerWeights& L = w.layers[size_t(l)];
     const int64_t H = c.hidden_size, hd = c.head_dim, q_rows = c.num_heads * hd;
-    const int64_t stride = q_rows + 2 * c.num_kv_heads * hd;
     const float eps = float(c.rms_norm_eps);
     float* h = hidden.as<float>();
     float* x = normed.as<float>();
@@ -1160,15 +1273,23 @@ struct GpuLayers::Impl {
       feed_forward(l, n);
       return;
     }
+    // Gated attention: the projection's rows are [query | gate] per head, then k and v; split below.
+    const bool gated = c.arch.attention_output_gate;
+    float* projected = gated ? gated_qkv.as<float>() : qkv.as<float>();
     // Decode (one row): the norms and the SiLU gate are fused into the next matvec's load of x.
     if (n == 1 && fused_matvec && device::decode_fusable(d.qkv.ref)) {
       mark("input norm + qkv matrix");
-      device::matvec_normed(d.qkv.ref, h, d.input_norm.as<float>(), eps, qkv.as<float>(), false, stream);
+      device::matvec_normed(d.qkv.ref, h, d.input_norm.as<float>(), eps, projected, false, stream);
     } else {
       mark("input norm");
       device::rms_norm(h, H, d.input_norm.as<float>(), n, H, H, eps, x, H, stream);
       mark("qkv matrix");
-      multiply(d.qkv.ref, x, n, qkv.as<float>(), stride, false);
+      multiply(d.qkv.ref, x, n, projected, d.qkv.ref.rows, false);
+    }
+    if (gated) {
+      mark("split query / gate");
+      device::split_query_gate(projected, n, c.num_heads, c.num_kv_heads, hd, qkv.as<float>(), gates.as<float>(),
+                               stream);
     }
     device::QkvParams p = attention_shape();
     p.bias = L.qkv_bias.empty() ? nullptr : d.qkv_bias.as<float>();
@@ -1181,6 +1302,7 @@ struct GpuLayers::Impl {
     p.rope_scale = rope_scale;
     p.window = d.window;
     p.sinks = L.sinks.empty() ? nullptr : d.sinks.as<float>();
+    p.rotary_dim = rotary_dim;
     const bool fused = one_row_per_sequence && fused_attention && device::attention_can_fuse(p);
     if (!fused) {
       mark("bias/qk norm/rope/kv store");
@@ -1194,6 +1316,10 @@ struct GpuLayers::Impl {
       mark(fused ? "attention (+ bias/qk norm/rope/kv store)" : "attention");
       device::attention(qkv.as<float>(), n, p, pos_dev, kv_refs[size_t(l)], tables, max_context, fused,
                         scores.as<float>(), arrivals.as<int32_t>(), attn.as<float>(), stream);
+    }
+    if (gated) {
+      mark("output gate");
+      device::sigmoid_gate(attn.as<float>(), gates.as<float>(), n * q_rows, stream);
     }
     mark("o matrix");
     multiply(d.o.ref, attn.as<float>(), n, h, H, true);
@@ -1469,6 +1595,9 @@ void GpuLayers::forget(const void* sequence) {
 }
 int64_t GpuLayers::kv_pages() const { return impl_->pool_pages; }
 int64_t GpuLayers::kv_pages_free() const { return int64_t(impl_->free_pages.size()); }
+int64_t GpuLayers::kv_ring_pages() const { return impl_->ring_pages; }
+int64_t GpuLayers::kv_window_pages() const { return impl_->ring_pool_pages; }
+int64_t GpuLayers::kv_window_pages_free() const { return int64_t(impl_->free_ring_pages.size()); }
 int64_t GpuLayers::kv_page_positions() { return device::kKvPage; }
 int64_t GpuLayers::cached_positions(const void* sequence) const {
   const auto it = impl_->sequences.find(sequence);
@@ -1526,6 +1655,9 @@ void GpuLayers::forget(const void*) {}
 int64_t GpuLayers::cached_positions(const void*) const { return 0; }
 int64_t GpuLayers::kv_pages() const { return 0; }
 int64_t GpuLayers::kv_pages_free() const { return 0; }
+int64_t GpuLayers::kv_ring_pages() const { return 0; }
+int64_t GpuLayers::kv_window_pages() const { return 0; }
+int64_t GpuLayers::kv_window_pages_free() const { return 0; }
 int64_t GpuLayers::kv_page_positions() { return 64; }
 tiering::Ledger& GpuLayers::vram_ledger() { throw std::runtime_error("no CUDA backend"); }
 GpuExpertStats GpuLayers::expert_stats() const { return {}; }
@@ -1586,13 +1718,10 @@ void GpuLayers::check_supported(const model::ModelConfig& c, int64_t layers) {
     if (l.full_rope || c.rope_of(i).type != c.rope_of(0).type || c.rope_of(i).theta != c.rope_of(0).theta)
       throw std::invalid_argument(fmt::format("gpu: layer {} has a rope of its own (per-layer-type rope_parameters), "
                                               "which the GPU backend does not apply yet", i));
-    if (c.arch.attention_output_gate)
-      throw std::invalid_argument(fmt::format("gpu: layer {} is gated attention ({}: q_proj with an output gate, "
-                                              "partial rotary), which the GPU backend does not run yet; run it on "
-                                              "the CPU (--gpu-layers 0)", i, c.model_type));
-    if (c.rope.partial_rotary_factor != 1.0)
-      throw std::invalid_argument(fmt::format("gpu: layer {} uses partial_rotary_factor {}, which the GPU backend "
-                                              "does not apply yet", i, c.rope.partial_rotary_factor));
+    if (c.arch.attention_output_gate && c.arch.qkv_bias)
+      throw std::invalid_argument(fmt::format("gpu: layer {} is gated attention with q/k/v biases ({}), which the "
+                                              "GPU backend does not run yet; run it on the CPU (--gpu-layers 0)",
+                                              i, c.model_type));
   }
 }
 

@@ -109,6 +109,32 @@ TEST(GpuPlanner, NoGpuOrZeroLayersKeepsTheCpuPlanWithAReason) {
   EXPECT_TRUE(z.gpu_resident_experts.empty());
 }
 
+// Sliding-window layers hold a ring of device pages (GpuLayers' pools: the window plus one step of rows), not the
+// context: at 32K a Mistral-7B-shaped model (window 4096 on every layer) plans ring / 512 of the device KV that the
+// same model with full attention plans, and a 6 GB GPU takes more of its layers.
+TEST(GpuPlanner, SlidingWindowLayersCountTheirRingInVram) {
+  ModelProfile full = llama_8b();
+  ModelProfile windowed = full;
+  windowed.layer_windows.assign(size_t(full.layers), 4096);
+  PlanRequest r;
+  r.context = 32768;
+  const DeviceProfile big = device("gpu-server-80gb");
+  const Plan pf = make_plan(big, full, r), pw = make_plan(big, windowed, r);
+  ASSERT_EQ(pf.gpu_layers, full.layers);
+  ASSERT_EQ(pw.gpu_layers, full.layers);
+  ASSERT_EQ(pf.gpu_kv_codec, "f16");
+  ASSERT_EQ(pw.gpu_kv_codec, "f16");
+  const uint64_t page = 64 * uint64_t(full.kv_heads * full.head_dim) * 2 * 2;  // K and V, f16
+  const int64_t rows = pw.prefill_chunk + pw.batch, ring = (4096 - 1 + rows + 63) / 64 + 1;
+  EXPECT_EQ(pf.prediction.vram.at("kv"), uint64_t(pf.batch * full.layers) * 512 * page);
+  EXPECT_EQ(pw.prediction.vram.at("kv"), uint64_t(pw.batch * full.layers * ring) * page);
+  EXPECT_LT(pw.prediction.vram.at("kv") * 6, pf.prediction.vram.at("kv"));
+  const DeviceProfile small = device("desktop-16gb-gpu-6gb");
+  const Plan sf = make_plan(small, full, r), sw = make_plan(small, windowed, r);
+  EXPECT_GT(sw.gpu_layers, sf.gpu_layers) << sf.gpu_reason << " / " << sw.gpu_reason;
+  expect_vram_within_budget(small, sw);
+}
+
 TEST(GpuPlanner, GpuDecisionsRoundTripThroughJson) {
   const Plan p = make_plan(device("desktop-16gb-gpu-6gb"), qwen3_moe_30b(), {});
   const Plan q = plan_from_json(boost::json::parse(boost::json::serialize(to_json(p))));

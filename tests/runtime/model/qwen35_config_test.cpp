@@ -108,7 +108,9 @@ TEST(Qwen35Config, UnimplementedOptionsAreRefusedByName) {
   EXPECT_NE(error_of(llama).find("'partial_rotary_factor'"), std::string::npos);
 }
 
-TEST(Qwen35Config, GpuBackendRefusesDeltaNetAndGatedAttentionByName) {
+// The GPU refuses the Gated DeltaNet layers by name; the gated full-attention layers (output gate, partial rotary)
+// run (gpu_reference_test's GpuGatedAttention holds them to transformers), unless their q/k/v carry biases.
+TEST(Qwen35Config, GpuBackendRefusesDeltaNetByNameAndRunsGatedAttention) {
   const ModelConfig c = parse_config(text_config("qwen3_5_text", ""), "c");
   try {
     tierlm::gpu::GpuLayers::check_supported(c, 1);
@@ -118,11 +120,15 @@ TEST(Qwen35Config, GpuBackendRefusesDeltaNetAndGatedAttentionByName) {
   }
   ModelConfig attention_only = c;
   for (auto& l : attention_only.layers) l.mixer = Mixer::attention;
+  ASSERT_TRUE(attention_only.arch.attention_output_gate);
+  ASSERT_LT(attention_only.rope.partial_rotary_factor, 1.0);
+  EXPECT_NO_THROW(tierlm::gpu::GpuLayers::check_supported(attention_only, 1));
+  attention_only.arch.qkv_bias = true;
   try {
     tierlm::gpu::GpuLayers::check_supported(attention_only, 1);
     ADD_FAILURE() << "no refusal";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("gated attention"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("gated attention with q/k/v biases"), std::string::npos) << e.what();
   }
   EXPECT_NO_THROW(tierlm::gpu::GpuLayers::check_supported(c, 0));
 }

@@ -99,9 +99,12 @@ TEST_P(DeepseekMatchesTransformers, PackedExpertsStreamTheSameLogits) {
 // deepseek_v3-yarn / deepseek_v2-yarn: YaRN rope as the published configs set it (factor 40 over 4096 original
 // positions, beta 32/1): V3's mscale = mscale_all_dim = 1 (softmax scale x mscale(40, 1)^2), the v2 one mscale 0.9
 // against mscale_all_dim 0.707 so the cos/sin attention factor is not 1 either.
+// deepseek_v3-mlx4 / deepseek_v2-mlx4: mlx-lm's layouts (experts stacked as switch_mlp, 4-bit group 32; V3's kv_b
+// split into embed_q / unembed_out, V2's kv_b_proj kept), against transformers on the dequantized weights; packed,
+// their experts stay MLX.
 INSTANTIATE_TEST_SUITE_P(Fixtures, DeepseekMatchesTransformers,
                          ::testing::Values("deepseek_v3", "deepseek_v2", "deepseek_v3-fp8", "deepseek_v3-yarn",
-                                           "deepseek_v2-yarn"),
+                                           "deepseek_v2-yarn", "deepseek_v3-mlx4", "deepseek_v2-mlx4"),
                          [](const auto& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');

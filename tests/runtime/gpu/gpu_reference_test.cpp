@@ -533,6 +533,40 @@ TEST_P(GpuMla, ChunkedWholeAndBatchedAgreePastTheFirstPage) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuMla, ::testing::Values("deepseek_v2", "deepseek_v3-yarn"), test_name);
 
+// The other new layer kinds on the GPU, as GpuMla checks MLA: sliding windows (rings smaller than the 150-token
+// prompt), biases, gpt-oss's sinks / YaRN / MXFP4 experts, dense layers among sparse ones. Every layer on the GPU in
+// the exact configuration: a prompt in chunks of 64 equals it whole (one 256-row step), both equal the CPU path, and
+// three sequences prefilled and decoded in one batch equal each alone.
+class GpuChunkedBatched : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuChunkedBatched, ChunksWholeAndBatchAgreeOnTheGpu) {
+  SKIP_WITHOUT_GPU();
+  const std::string name = GetParam();
+  tiering::Ledger ledger;
+  const model::ModelWeights w = fixtures::load_fixture(name, ledger);
+  const int64_t V = w.config.vocab_size;
+  SequenceRuns runs(w, ledger, {150, 20, 70}, 12);
+  gpu::GpuOptions o;
+  o.layers = w.config.num_layers;
+  o.kv_codec = gpu::GpuKvCodec::f32;
+  o.widen_dense_weights = true;
+  const auto cpu = runs.alone(0, 64, nullptr);
+  const auto chunked = runs.alone(0, 64, &o);
+  const auto whole = runs.alone(0, 256, &o);
+  const double vs_cpu = worst_rows(chunked, cpu), chunks = worst_rows(chunked, whole);
+  EXPECT_LT(vs_cpu, 1e-3) << name;
+  EXPECT_LT(chunks, 1e-4) << name;
+  for (size_t i = 0; i < cpu.size(); ++i)
+    EXPECT_EQ(fixtures::argmax(chunked[i].data(), V), fixtures::argmax(cpu[i].data(), V)) << name << " step " << i;
+  std::vector<std::vector<std::vector<float>>> expected;
+  for (size_t s = 0; s < runs.prompts.size(); ++s) expected.push_back(s == 0 ? whole : runs.alone(s, 256, &o));
+  const double batched = runs.batched(std::make_shared<gpu::GpuLayers>(w, o, 256, 512), expected, 1e-4, name);
+  std::printf("[ GPU-SEQ  ] %-16s 150-token prompt + 12 steps: GPU vs CPU %.3g, chunks of 64 vs whole %.3g, 3 "
+              "sequences batched vs alone %.3g\n", name.c_str(), vs_cpu, chunks, batched);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GpuChunkedBatched, ::testing::ValuesIn(kAttentionFixtures), test_name);
+
 }  // namespace
 
 namespace {

@@ -2,6 +2,9 @@
 // its VRAM budget; a 6 GB GPU takes what fits; no GPU or --gpu-layers 0 keeps everything on the CPU with a reason.
 #include <gtest/gtest.h>
 
+#include <stdexcept>
+#include <string>
+
 #include <boost/json.hpp>
 
 #include "calibrate/apply_plan.h"
@@ -146,5 +149,33 @@ TEST(GpuPlanner, GpuDecisionsRoundTripThroughJson) {
   EXPECT_EQ(q.prediction.vram, p.prediction.vram);
 }
 
+
+// A KV codec the user names (--kv-codec) holds on the GPU layers as well as the CPU's: f32 is the exact
+// configuration (what gpu_reference_test holds to transformers' 1e-3), f16 / q8 themselves; a turbo codec, which
+// has no device form, is refused naming it, never replaced silently by the plan's device KV.
+TEST(GpuPlanner, ANamedKvCodecHoldsOnTheGpuLayersOrIsRefused) {
+  const Plan p = make_plan(device("desktop-16gb-gpu-6gb"), qwen3_moe_30b(), {});
+  gpu::GpuOptions o = gpu_options(p);
+  ASSERT_EQ(o.kv_codec, gpu::GpuKvCodec::f16);
+  EXPECT_FALSE(o.widen_dense_weights);
+  apply_kv_codec_to_gpu("f32", o);
+  EXPECT_EQ(o.kv_codec, gpu::GpuKvCodec::f32);
+  EXPECT_TRUE(o.widen_dense_weights);
+  gpu::GpuOptions q = gpu_options(p);
+  apply_kv_codec_to_gpu("q8", q);
+  EXPECT_EQ(q.kv_codec, gpu::GpuKvCodec::q8);
+  EXPECT_EQ(q.resident_experts, gpu_options(p).resident_experts);  // the plan's VRAM experts stay
+  for (const char* turbo : {"turbo3", "turbo4"}) {
+    gpu::GpuOptions t = gpu_options(p);
+    try {
+      apply_kv_codec_to_gpu(turbo, t);
+      ADD_FAILURE() << turbo << " accepted on the GPU layers";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(turbo), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("--gpu-layers 0"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(apply_kv_codec_to_gpu("f8", o), std::invalid_argument);
+}
 }  // namespace
 }  // namespace tierlm::calibrate

@@ -475,6 +475,34 @@ TEST_P(GpuWindowedKvBytes, RingsBoundTheWindowedLayersAtLongContext) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuWindowedKvBytes, ::testing::Values("mistral-swa", "gpt_oss"), test_name);
 
+// The sequence checks of GpuMla and GpuChunkedBatched on `runs` (a 150-token prompt, then 20 and 70): sequence 0 on
+// the GPU with `o` in chunks of 64 within 1e-4 of it whole (one 256-row step) and within 1e-3 of the CPU path (chunks
+// of 64) with the same argmax every step; the three sequences batched on one GpuLayers within 1e-4 of each alone.
+struct SequenceChecks {
+  double vs_cpu = 0, chunks = 0, batched = 0;
+  std::vector<std::vector<float>> chunked;  // sequence 0 on the GPU in chunks of 64
+  std::shared_ptr<gpu::GpuLayers> batched_gpu;
+};
+
+SequenceChecks check_sequences(SequenceRuns& runs, const gpu::GpuOptions& o, const std::string& name) {
+  const int64_t V = runs.w.config.vocab_size;
+  SequenceChecks r;
+  const auto cpu = runs.alone(0, 64, nullptr);
+  r.chunked = runs.alone(0, 64, &o);
+  const auto whole = runs.alone(0, 256, &o);
+  r.vs_cpu = worst_rows(r.chunked, cpu);
+  r.chunks = worst_rows(r.chunked, whole);
+  EXPECT_LT(r.vs_cpu, 1e-3) << name;
+  EXPECT_LT(r.chunks, 1e-4) << name;
+  for (size_t i = 0; i < cpu.size(); ++i)
+    EXPECT_EQ(fixtures::argmax(r.chunked[i].data(), V), fixtures::argmax(cpu[i].data(), V)) << name << " step " << i;
+  std::vector<std::vector<std::vector<float>>> expected;
+  for (size_t s = 0; s < runs.prompts.size(); ++s) expected.push_back(s == 0 ? whole : runs.alone(s, 256, &o));
+  r.batched_gpu = std::make_shared<gpu::GpuLayers>(runs.w, o, 256, 512);
+  r.batched = runs.batched(r.batched_gpu, expected, 1e-4, name);
+  return r;
+}
+
 // DeepSeek's latent KV on the GPU past the first KV page, exact configuration (f32 latent KV, f32 GEMMs): a 150-token
 // prompt (three pages of 64; the attention kernel's tiles of 128 positions) prefilled whole and in chunks of 64, then
 // decoded 12 steps, also with every expert resident in VRAM (no expert copied); and three sequences of 150, 20 and
@@ -489,7 +517,7 @@ TEST_P(GpuMla, ChunkedWholeAndBatchedAgreePastTheFirstPage) {
   const std::string name = GetParam();
   tiering::Ledger ledger;
   const model::ModelWeights w = fixtures::load_fixture(name, ledger);
-  const int64_t V = w.config.vocab_size, L = w.config.num_layers, latent = w.config.mla.latent_floats();
+  const int64_t L = w.config.num_layers, latent = w.config.mla.latent_floats();
   constexpr int kSteps = 12;
   SequenceRuns runs(w, ledger, {150, 20, 70}, kSteps);
   // resident: every routed expert of every sparse layer kept in VRAM (the host routing's resident path).
@@ -504,31 +532,20 @@ TEST_P(GpuMla, ChunkedWholeAndBatchedAgreePastTheFirstPage) {
     return o;
   };
   const gpu::GpuOptions streamed = gpu_options(), in_vram_options = gpu_options(true);
+  const SequenceChecks c = check_sequences(runs, streamed, name);
   gpu::GpuExpertStats stats;
-  const auto cpu = runs.alone(0, 64, nullptr);
-  const auto chunked = runs.alone(0, 64, &streamed);
-  const auto whole = runs.alone(0, 256, &streamed);
   const auto resident = runs.alone(0, 64, &in_vram_options, &stats);
-  const double vs_cpu = worst_rows(chunked, cpu), chunks = worst_rows(chunked, whole);
-  const double in_vram = worst_rows(resident, chunked);
-  EXPECT_LT(vs_cpu, 1e-3) << name;
-  EXPECT_LT(chunks, 1e-4) << name;
+  const double in_vram = worst_rows(resident, c.chunked);
   EXPECT_LT(in_vram, 1e-5) << name;
   EXPECT_EQ(stats.misses, 0u) << name;
   EXPECT_GT(stats.resident_hits, 0u) << name;
-  for (size_t i = 0; i < cpu.size(); ++i)
-    EXPECT_EQ(fixtures::argmax(chunked[i].data(), V), fixtures::argmax(cpu[i].data(), V)) << name << " step " << i;
-
-  std::vector<std::vector<std::vector<float>>> expected;
-  for (size_t s = 0; s < runs.prompts.size(); ++s) expected.push_back(s == 0 ? whole : runs.alone(s, 256, &streamed));
-  auto g = std::make_shared<gpu::GpuLayers>(w, streamed, 256, 512);
-  const double batched = runs.batched(g, expected, 1e-4, name);
+  const auto& g = c.batched_gpu;
   // The device latent KV: a row of kv_lora_rank + rope f32 values per position and layer, nothing per head.
   const uint64_t row = uint64_t(latent) * sizeof(float);
   EXPECT_EQ(g->vram_ledger().used("kv"), uint64_t(g->kv_pages() * gpu::GpuLayers::kv_page_positions() * L) * row);
   std::printf("[ GPU-MLA  ] %-16s 150-token prompt + %d steps: GPU vs CPU %.3g, chunks of 64 vs whole %.3g, experts "
               "in VRAM vs streamed %.3g, 3 sequences batched vs alone %.3g; latent KV %llu bytes a position and "
-              "layer (f32)\n", name.c_str(), kSteps, vs_cpu, chunks, in_vram, batched, (unsigned long long)row);
+              "layer (f32)\n", name.c_str(), kSteps, c.vs_cpu, c.chunks, in_vram, c.batched, (unsigned long long)row);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuMla, ::testing::Values("deepseek_v2", "deepseek_v3-yarn"), test_name);
@@ -544,25 +561,14 @@ TEST_P(GpuChunkedBatched, ChunksWholeAndBatchAgreeOnTheGpu) {
   const std::string name = GetParam();
   tiering::Ledger ledger;
   const model::ModelWeights w = fixtures::load_fixture(name, ledger);
-  const int64_t V = w.config.vocab_size;
   SequenceRuns runs(w, ledger, {150, 20, 70}, 12);
   gpu::GpuOptions o;
   o.layers = w.config.num_layers;
   o.kv_codec = gpu::GpuKvCodec::f32;
   o.widen_dense_weights = true;
-  const auto cpu = runs.alone(0, 64, nullptr);
-  const auto chunked = runs.alone(0, 64, &o);
-  const auto whole = runs.alone(0, 256, &o);
-  const double vs_cpu = worst_rows(chunked, cpu), chunks = worst_rows(chunked, whole);
-  EXPECT_LT(vs_cpu, 1e-3) << name;
-  EXPECT_LT(chunks, 1e-4) << name;
-  for (size_t i = 0; i < cpu.size(); ++i)
-    EXPECT_EQ(fixtures::argmax(chunked[i].data(), V), fixtures::argmax(cpu[i].data(), V)) << name << " step " << i;
-  std::vector<std::vector<std::vector<float>>> expected;
-  for (size_t s = 0; s < runs.prompts.size(); ++s) expected.push_back(s == 0 ? whole : runs.alone(s, 256, &o));
-  const double batched = runs.batched(std::make_shared<gpu::GpuLayers>(w, o, 256, 512), expected, 1e-4, name);
+  const SequenceChecks c = check_sequences(runs, o, name);
   std::printf("[ GPU-SEQ  ] %-16s 150-token prompt + 12 steps: GPU vs CPU %.3g, chunks of 64 vs whole %.3g, 3 "
-              "sequences batched vs alone %.3g\n", name.c_str(), vs_cpu, chunks, batched);
+              "sequences batched vs alone %.3g\n", name.c_str(), c.vs_cpu, c.chunks, c.batched);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuChunkedBatched, ::testing::ValuesIn(kAttentionFixtures), test_name);

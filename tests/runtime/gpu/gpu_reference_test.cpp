@@ -17,7 +17,10 @@
 // in VRAM; GpuGatedAttention runs qwen3_5_moe-text's gated full-attention layer (partial rotary) on the GPU, its
 // Gated DeltaNet layers on the CPU; GpuPrecision breaks the defaults' error down by switch; GpuDeltaNet runs Qwen3.5
 // (Gated DeltaNet and gated attention layers) on the GPU against transformers and the CPU, token by token, chunked,
-// whole and batched. Without a GPU every case skips with the reason.
+// whole and batched; GpuGemma4 runs Gemma 4's block (gemma4-dense, gemma4-moe, gemma4-cg: sandwich norms,
+// layer_scalar, GeGLU, v_norm, per-layer-type and proportional RoPE, per-layer head_dim and KV heads, k_eq_v, KV-shared
+// layers, per-layer inputs, the MoE block beside the dense MLP, soft-capping) as GpuReference does, and
+// GpuChunkedBatched takes gemma4-dense and gemma4-moe too. Without a GPU every case skips with the reason.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -255,6 +258,56 @@ TEST_P(GpuReference, MatchesTransformersAndTheCpuPath) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuReference, ::testing::ValuesIn(kReferenceFixtures),
+                         test_name);
+
+// Gemma 4 on the GPU, every layer and the head, and layer 0 alone (the rest on the CPU): the exact configuration (f32
+// KV + f32 GEMMs) within 1e-3 of transformers and of the CPU path, the greedy tokens identical. The defaults (f16
+// device KV; these fixtures' f32 weights keep f32 GEMMs) against their oracle, the CPU path with the same layers' KV
+// cache in f16 (the same round-to-nearest storage), within the defaults' 1e-2; their error against transformers is
+// printed: the MoE router's top-k turns a small difference in the hidden state into another expert, which the f16
+// storage alone does on gemma4-cg.
+class GpuGemma4 : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuGemma4, MatchesTransformersAndTheCpuPath) {
+  SKIP_WITHOUT_GPU();
+  const std::string name = GetParam();
+  tiering::Ledger ledger;
+  const model::ModelWeights w = fixtures::load_fixture(name, ledger);
+  const model::ModelConfig& c = w.config;
+  ASSERT_TRUE(c.arch.gemma4);
+  const int64_t V = c.vocab_size, L = c.num_layers;
+  const Reference reference = read_reference(name);
+  const auto& [ref, ref_prompt, ref_steps, ref_greedy] = reference;
+  const Trace cpu = run_reference(w, ledger, name, 0);
+  EXPECT_EQ(cpu.greedy, ref_greedy) << name << " CPU";
+  for (int64_t layers : {L, int64_t(1)}) {
+    const Trace g = run_reference(w, ledger, name, layers);
+    const double error = worst_error(g, ref_prompt, ref_steps, V);
+    const double vs_cpu = worst_error(g, rows_of(cpu.prompt_logits, V), cpu.step_logits, V);
+    std::printf("[ GPU-G4   ] %-13s exact    gpu_layers=%lld: vs transformers %.3g (CPU %.3g), vs CPU %.3g\n",
+                name.c_str(), (long long)layers, error, worst_error(cpu, ref_prompt, ref_steps, V), vs_cpu);
+    EXPECT_LT(error, 1e-3) << name << " gpu_layers=" << layers;
+    EXPECT_LT(vs_cpu, 1e-3) << name << " gpu_layers=" << layers;
+    EXPECT_EQ(g.greedy, ref_greedy) << name << " gpu_layers=" << layers;
+    // The defaults and their oracle: the CPU with the GPU layers' KV cache in f16.
+    engine::KVCacheOptions f16_kv = fixtures::exact_kv();
+    f16_kv.per_layer.assign(size_t(L), kv::Codec::f32);
+    for (int64_t l = 0; l < layers; ++l) f16_kv.per_layer[size_t(l)] = kv::Codec::f16;
+    const Trace cpu16 = run_reference(w, ledger, name, 0, {}, f16_kv);
+    const Trace d = run_reference(w, ledger, name, layers, {gpu::GpuKvCodec::f16, false, false, "defaults"});
+    const double d_error = worst_error(d, ref_prompt, ref_steps, V);
+    const double vs_cpu16 = worst_error(d, rows_of(cpu16.prompt_logits, V), cpu16.step_logits, V);
+    const int same = int(std::inner_product(d.greedy.begin(), d.greedy.end(), ref_greedy.begin(), 0, std::plus<>(),
+                                            std::equal_to<>()));
+    std::printf("[ GPU-G4   ] %-13s defaults gpu_layers=%lld: vs transformers %.3g (CPU with f16 KV %.3g), vs the CPU "
+                "with f16 KV %.3g, greedy %d/%zu\n", name.c_str(), (long long)layers, d_error,
+                worst_error(cpu16, ref_prompt, ref_steps, V), vs_cpu16, same, ref_greedy.size());
+    EXPECT_LT(vs_cpu16, 1e-2) << name << " defaults gpu_layers=" << layers;
+    EXPECT_EQ(d.greedy, cpu16.greedy) << name << " defaults gpu_layers=" << layers;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGemma4, ::testing::Values("gemma4-dense", "gemma4-moe", "gemma4-cg"),
                          test_name);
 
 // Where the defaults' error against transformers comes from: each fixture with every layer on the GPU in six
@@ -572,6 +625,9 @@ TEST_P(GpuChunkedBatched, ChunksWholeAndBatchAgreeOnTheGpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuChunkedBatched, ::testing::ValuesIn(kAttentionFixtures), test_name);
+// Gemma 4: windows of 8 (rings), KV-shared layers reading their source's device KV (gemma4-dense), per-layer head_dim
+// and KV heads, k_eq_v and the MoE block beside the dense MLP (gemma4-moe).
+INSTANTIATE_TEST_SUITE_P(Gemma4, GpuChunkedBatched, ::testing::Values("gemma4-dense", "gemma4-moe"), test_name);
 
 }  // namespace
 

@@ -62,6 +62,14 @@ __global__ void gemma4_qkv_kernel(const float* proj, int64_t ld_proj, Gemma4QkvP
   for (int64_t j = lane; j < hd; j += 32) dst[j] = scale != 1.0f ? v[j] * scale : v[j];
 }
 
+// rsqrt(mean(x^2) + eps) over a row of `width` floats; every thread of the block gets it (shared: 32 floats).
+__device__ __forceinline__ float row_inv_rms(const float* xr, int64_t width, float eps, float* shared) {
+  float s = 0;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) s += xr[i] * xr[i];
+  s = block_total(s, shared);
+  return rsqrtf(s / float(width) + eps);
+}
+
 // One block per row.
 __global__ void rms_norm_add_kernel(const float* x, int64_t ldx, const float* weight, int64_t width, float eps,
                                     float* y, int64_t ldy) {
@@ -69,10 +77,7 @@ __global__ void rms_norm_add_kernel(const float* x, int64_t ldx, const float* we
   __shared__ float shared[32];
   const float* xr = x + int64_t(blockIdx.x) * ldx;
   float* yr = y + int64_t(blockIdx.x) * ldy;
-  float s = 0;
-  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) s += xr[i] * xr[i];
-  s = block_total(s, shared);
-  const float inv = rsqrtf(s / float(width) + eps);
+  const float inv = row_inv_rms(xr, width, eps, shared);
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x) yr[i] += weight[i] * (xr[i] * inv);
 }
 
@@ -82,10 +87,7 @@ __global__ void router_input_kernel(const float* x, int64_t width, const float* 
   __shared__ float shared[32];
   const float* xr = x + int64_t(blockIdx.x) * width;
   float* o = out + int64_t(blockIdx.x) * width;
-  float s = 0;
-  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) s += xr[i] * xr[i];
-  s = block_total(s, shared);
-  const float inv = rsqrtf(s / float(width) + eps);
+  const float inv = row_inv_rms(xr, width, eps, shared);
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x) o[i] = (xr[i] * inv) * scale[i] * root;
 }
 

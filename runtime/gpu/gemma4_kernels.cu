@@ -132,11 +132,13 @@ void rms_norm_add(const float* x, int64_t ldx, const float* weight, int64_t rows
 }
 
 void gelu_gate(const float* gate_up, int64_t rows, int64_t intermediate, float* out, cudaStream_t stream) {
-  if (rows > 0) launch(gelu_gate_kernel, blocks_of(rows * intermediate), 256, 0, stream, gate_up, rows, intermediate, out);
+  if (rows > 0)
+    launch(gelu_gate_kernel, blocks_of(rows * intermediate), 256, 0, stream, gate_up, rows, intermediate, out);
 }
 
 void gelu_times(float* gate, int64_t rows, int64_t width, const float* inputs, int64_t ld_inputs, cudaStream_t stream) {
-  if (rows > 0) launch(gelu_times_kernel, blocks_of(rows * width), 256, 0, stream, gate, rows, width, inputs, ld_inputs);
+  if (rows > 0)
+    launch(gelu_times_kernel, blocks_of(rows * width), 256, 0, stream, gate, rows, width, inputs, ld_inputs);
 }
 
 void router_input(const float* x, int64_t rows, int64_t width, const float* scale, float root, float eps, float* out,

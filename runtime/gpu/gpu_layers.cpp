@@ -597,8 +597,8 @@ struct GpuLayers::Impl {
 
   int64_t widest_cols() const {
     int64_t m = std::max({c.hidden_size, c.num_heads * c.head_dim, c.max_q_rows()});
-    m = std::max({m, c.intermediate_size, c.max_intermediate(), c.moe_intermediate_size, c.shared_expert_intermediate_size,
-                  c.per_layer_input_size});
+    m = std::max({m, c.intermediate_size, c.max_intermediate(), c.moe_intermediate_size,
+                  c.shared_expert_intermediate_size, c.per_layer_input_size});
     if (c.arch.mla) m = std::max({m, c.num_heads * c.mla.v_head_dim, c.mla.q_lora_rank});
     if (c.any_recurrent()) m = std::max(m, c.deltanet.value_dim());  // out_proj's columns
     return m;
@@ -665,7 +665,8 @@ struct GpuLayers::Impl {
       const device::QkvParams p = attention_shape(l);
       if (layers[size_t(l)].deltanet) continue;
       prefill_tiles = prefill_tiles && device::prefill_attention_supported(p);
-      if (prefill_tiles) tile_cap = tile_cap > 0 ? std::min(tile_cap, device::prefill_tile_rows(p)) : device::prefill_tile_rows(p);
+      if (prefill_tiles)
+        tile_cap = tile_cap > 0 ? std::min(tile_cap, device::prefill_tile_rows(p)) : device::prefill_tile_rows(p);
       shape.head_dim = std::max(shape.head_dim, p.head_dim);
       shape.kv_heads = std::max(shape.kv_heads, p.kv_heads);
     }
@@ -1204,7 +1205,8 @@ struct GpuLayers::Impl {
     if (!head && !step.hidden) throw std::invalid_argument("gpu: a step that ends on the host needs hidden rows");
     const int64_t ple_width = c.arch.gemma4 && gpu_layers > 0 ? c.num_layers * c.per_layer_input_size : 0;
     if (ple_width > 0 && int64_t(step.per_layer_inputs.size()) < n * ple_width)
-      throw std::invalid_argument("gpu: a gemma4 step without its rows' per-layer inputs (hidden_size_per_layer_input)");
+      throw std::invalid_argument(
+          "gpu: a gemma4 step without its rows' per-layer inputs (hidden_size_per_layer_input)");
     const int64_t head_count = head ? int64_t(step.head_rows.size()) : 0;
     const bool argmax = head_count > 0 && !step.head_argmax.empty();
     if (head_count > 0 && ((!step.head_out.empty() && int64_t(step.head_out.size()) < head_count) ||

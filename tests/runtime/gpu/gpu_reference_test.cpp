@@ -340,9 +340,9 @@ TEST(GpuGemma4Kv, PerLayerRowsAndNoneForSharedLayers) {
     const uint64_t kv = g.vram_ledger().used("kv"), ring = g.vram_ledger().used("kv_windowed");
     EXPECT_EQ(kv, full * uint64_t(g.kv_pages())) << name;
     EXPECT_EQ(ring, windowed * uint64_t(g.kv_window_pages())) << name;
-    std::printf("[ GPU-G4KV ] %-13s %lld KV-shared layers: device KV %llu + %llu bytes (kv + kv_windowed), %llu and %llu "
-                "bytes a page over the full and windowed layers with KV of their own (%llu over every layer)\n", name,
-                (long long)shared, (unsigned long long)kv, (unsigned long long)ring, (unsigned long long)full,
+    std::printf("[ GPU-G4KV ] %-13s %lld KV-shared layers: device KV %llu + %llu bytes (kv + kv_windowed), %llu and "
+                "%llu bytes a page over the full and windowed layers with KV of their own (%llu over every layer)\n",
+                name, (long long)shared, (unsigned long long)kv, (unsigned long long)ring, (unsigned long long)full,
                 (unsigned long long)windowed, (unsigned long long)all);
   }
 }

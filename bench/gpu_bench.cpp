@@ -6,6 +6,7 @@
 // without a GPU. Usage: gpu_bench [--quick] [--no-chains] [--no-moe] [--formats bf16,q8_0,q4 (also f16)]
 //        [--matvec-ab (only the tensor-core / CUDA-core packed matvec variants)] [--table-prompt N]
 //        [--moe-dir DIR]
+//        gpu_bench --attention-heads: decode attention alone at Gemma-4-26B-A4B's head shapes (head_dim 256 and 512).
 //        gpu_bench --first-use FORMAT [--prompt N] [--long N]: a process's first prompt on the 1B shape (run it as a
 //        fresh process per format): the GpuLayers setup phases, the first and the steady prefill of N tokens (wall
 //        and per-operation device time), and a steady prefill of --long tokens.
@@ -233,7 +234,7 @@ int peer(const std::string& dir, const std::string& formats, int64_t prompt, int
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, dense_only = false, chains = true, moe = true, matvec_ab = false;
+  bool quick = false, dense_only = false, chains = true, moe = true, matvec_ab = false, attention_heads = false;
   std::string formats = "bf16,q8_0,q4";
   int64_t table_prompt = 512;
   std::string moe_dir = "/tmp/tierlm_gpu_bench_moe", first_use_format, peer_dir;
@@ -245,6 +246,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--no-chains")) chains = false;
     if (!std::strcmp(argv[i], "--no-moe")) moe = false;
     if (!std::strcmp(argv[i], "--matvec-ab")) matvec_ab = true;  // only the tensor-core / CUDA-core matvec variants
+    if (!std::strcmp(argv[i], "--attention-heads")) attention_heads = true;
     if (!std::strcmp(argv[i], "--formats") && i + 1 < argc) formats = argv[++i];
     if (!std::strcmp(argv[i], "--table-prompt") && i + 1 < argc) table_prompt = std::atoll(argv[++i]);
     if (!std::strcmp(argv[i], "--moe-dir") && i + 1 < argc) moe_dir = argv[++i];
@@ -261,6 +263,22 @@ int main(int argc, char** argv) {
   if (!peer_dir.empty()) return peer(peer_dir, formats, first_use_prompt, first_use_long, peer_decode);
   if (!first_use_format.empty())
     return first_use(kernels::parse_format(first_use_format), first_use_prompt, first_use_long);
+  if (attention_heads) {
+    // Decode attention at Gemma-4-26B-A4B's shapes (16 heads; sliding layers 8 KV heads of 256, full layers 2 KV
+    // heads of 512, global_head_dim) and 2 KV heads of 256 beside them: the same group, half the head. Gemma 4's
+    // layers run it plain (the rows are turned and stored first), f16 device KV.
+    std::printf("decode attention, f16 KV, us per launch (one layer):\n");
+    for (const auto& [kv_heads, head_dim] : {std::pair<int64_t, int64_t>{8, 256}, {2, 256}, {2, 512}})
+      for (int64_t len : {1024, 4096, 32768}) {
+        std::printf("  16 heads, %lld KV heads, head_dim %lld, len %5lld:", (long long)kv_heads, (long long)head_dim,
+                    (long long)len);
+        for (bool fused : {false, true})
+          if (const auto t = gpu::probe_attention(16, kv_heads, head_dim, len, fused))
+            std::printf("  %s %.2f", fused ? "fused" : "plain", *t);
+        std::printf("\n");
+      }
+    return 0;
+  }
   const auto probe = gpu::probe_gpu(quick);
   const double roofline = probe->d2d_bytes_per_second;
   std::printf("device: %s (cc %d, %d SMs), %.1f GiB, d2d copy %.0f GB/s (roofline), pinned h2d %.1f GB/s, "

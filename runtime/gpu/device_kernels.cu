@@ -755,6 +755,8 @@ __device__ __forceinline__ int64_t kv_row(const int32_t* table, int64_t t, int64
 
 // Block per (row, head slot): slots [0, heads) are q heads, [heads, heads+kv) k heads, then kv v heads.
 
+static_assert(kMaxHeadDim / 16 <= 32);  // q8 blocks of a head: rope_store_kernel's scales
+
 __global__ void rope_store_kernel(float* qkv, QkvParams p, const int32_t* positions, KvRef kv, PageTables tables) {
   kernel_entry();
   __shared__ float shared[32];
@@ -831,6 +833,9 @@ int64_t attention_chunk(int64_t max_len) {
 // position also prepares that position's K and V and writes them into the cache before it reads the chunk, which
 // saves the separate bias / norm / rope-and-store launches.
 constexpr int kAttentionSums = kSplitThreads * 8;  // floats of shared memory for the value sums (>= 2 * head_dim)
+// The widest head: the fused step's K and V vectors share the sums area, and a pass of the values needs one head's
+// 8-dim slices in one block (a thread each).
+static_assert(2 * kMaxHeadDim <= kAttentionSums && kMaxHeadDim / 8 <= kSplitThreads);
 
 // One warp: v (hd floats in shared memory) = rope(norm(v + bias)) at pos, with the arithmetic of bias_kernel,
 // rms_norm_kernel (norm width hd) and rope_store_kernel; bias and norm may be null.

@@ -124,7 +124,9 @@ void qkv_rope_store(float* qkv, int64_t rows, const QkvParams& p, const int32_t*
 // exact mask: positions before it are neither read nor weighted.
 // Split over positions (flash-decoding): partial = attention_scratch_floats(rows, p, max_len) floats of scratch;
 // the last block of each (row, KV head) to finish merges the chunks.
-// head_dim: a multiple of 8, at most 256.
+// head_dim: a multiple of 8, at most kMaxHeadDim (Gemma 4's full layers: global_head_dim 512). Shared memory grows
+// with group * head_dim (the group's queries); decode stages the chunk's K/V only where that fits (see attention()).
+inline constexpr int64_t kMaxHeadDim = 512;
 int64_t attention_scratch_floats(int64_t rows, const QkvParams& p, int64_t max_len);
 // fused: the rows' qkv are as the qkv matvec left them, and no two rows share a sequence (decode); attention then
 // does qkv_rope_store's work itself (bias, per-head q/k norm of width head_dim, RoPE, K/V into the cache), so

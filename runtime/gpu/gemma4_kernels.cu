@@ -10,8 +10,6 @@ using namespace detail;
 
 namespace {
 
-constexpr int kMaxHeadDim = 256;  // check_supported refuses wider heads
-
 unsigned blocks_of(int64_t count) { return unsigned((count + 255) / 256); }
 
 __device__ __forceinline__ float gelu_tanh(float x) {

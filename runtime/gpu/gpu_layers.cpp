@@ -16,6 +16,12 @@
 
 namespace tierlm::gpu {
 
+namespace {
+// The widest attention head the GPU's attention kernels take (device::kMaxHeadDim, which the host-only build does not
+// see; asserted equal below).
+constexpr int64_t kMaxAttentionHeadDim = 512;
+}  // namespace
+
 int64_t GpuLayers::kv_layer_pages(int64_t window, int64_t context, int64_t max_chunk) {
   const int64_t page = kv_page_positions(), all = (context + page - 1) / page;
   if (window <= 0) return all;
@@ -409,9 +415,9 @@ struct GpuLayers::Impl {
     if (const char* v = std::getenv("TIERLM_GPU_SPLIT_GEMM")) options.split_gemm_activations = std::string(v) == "1";
     if (const char* v = std::getenv("TIERLM_GPU_PACKED_MMA"); v && std::string(v) == "all")
       options.packed_mma_4bit = true;
-    if (!c.arch.mla && (c.head_dim % 16 != 0 || c.head_dim > 256))
-      throw std::invalid_argument("gpu: head_dim " + std::to_string(c.head_dim) +
-                                  " is not supported (a multiple of 16, at most 256)");
+    if (!c.arch.mla && (c.head_dim % 16 != 0 || c.head_dim > kMaxAttentionHeadDim))
+      throw std::invalid_argument(fmt::format("gpu: head_dim {} is not supported (a multiple of 16, at most {})",
+                                              c.head_dim, kMaxAttentionHeadDim));
     try {
       phase_clock = std::chrono::steady_clock::now();
       check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
@@ -2022,6 +2028,7 @@ constexpr int64_t kDeltaNetMaxKernel = 8, kDeltaNetMaxHeadDim = 1024, kDeltaNetM
 #ifdef TIERLM_HAVE_CUDA
 static_assert(kDeltaNetMaxKernel == device::kDeltaNetMaxKernel && kDeltaNetMaxHeadDim == device::kDeltaNetMaxHeadDim &&
               kDeltaNetMaxStateBytes == device::kDeltaNetMaxStateBytes);
+static_assert(kMaxAttentionHeadDim == device::kMaxHeadDim);
 #endif
 }  // namespace
 
@@ -2034,11 +2041,11 @@ void GpuLayers::check_supported(const model::ModelConfig& c, int64_t layers) {
     // KV-shared layer on the CPU whose source layer is on the GPU (the host KV cache would not hold its keys).
     for (int64_t i = 0; i < c.num_layers; ++i) {
       const model::LayerSpec l = c.layer(i);
-      if (i < layers && (l.head_dim % 16 != 0 || l.head_dim > 256))
+      if (i < layers && (l.head_dim % 16 != 0 || l.head_dim > kMaxAttentionHeadDim))
         throw std::invalid_argument(fmt::format(
             "gpu: {} layer {} has head_dim {} (global_head_dim on full-attention layers), beyond the GPU attention "
-            "kernels (a multiple of 16, at most 256); run it on the CPU (--gpu-layers {})", c.model_type, i,
-            l.head_dim, i));
+            "kernels (a multiple of 16, at most {}); run it on the CPU (--gpu-layers {})", c.model_type, i,
+            l.head_dim, kMaxAttentionHeadDim, i));
       if (i >= layers && l.kv_source >= 0 && l.kv_source < layers)
         throw std::invalid_argument(fmt::format(
             "gpu: {} layer {} runs on the CPU but reads layer {}'s KV (num_kv_shared_layers), which runs on the GPU; "

@@ -20,13 +20,16 @@
 // whole and batched; GpuGemma4 runs Gemma 4's block (gemma4-dense, gemma4-moe, gemma4-cg: sandwich norms,
 // layer_scalar, GeGLU, v_norm, per-layer-type and proportional RoPE, per-layer head_dim and KV heads, k_eq_v, KV-shared
 // layers, per-layer inputs, the MoE block beside the dense MLP, soft-capping) as GpuReference does, and
-// GpuChunkedBatched takes gemma4-dense and gemma4-moe too. Without a GPU every case skips with the reason.
+// GpuChunkedBatched takes gemma4-dense and gemma4-moe too; GpuWideHeads runs heads 512 wide (Gemma 4's
+// global_head_dim, and a llama shape) against the CPU with f32, f16 and q8 KV. Without a GPU every case skips with the
+// reason.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <memory>
 #include <numeric>
+#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -37,6 +40,7 @@
 #include "runtime/gpu/gpu_layers.h"
 #include "runtime/kv/codec.h"
 #include "runtime/model/model.h"
+#include "runtime/model/synthetic.h"
 #include "tests/runtime/engine/fixture_checks.h"
 #include "tests/runtime/gpu/skip_without_gpu.h"
 
@@ -133,6 +137,7 @@ struct SequenceRuns {
   tiering::Ledger& ledger;
   int steps;
   std::vector<std::vector<int32_t>> prompts, tokens;
+  engine::KVCacheOptions host_kv = fixtures::exact_kv();  // the CPU's KV cache (and the GPU runs' host cache)
   SequenceRuns(const model::ModelWeights& weights, tiering::Ledger& l, const std::vector<int64_t>& lengths, int n)
       : w(weights), ledger(l), steps(n), tokens(lengths.size()) {
     const int64_t V = w.config.vocab_size;
@@ -150,7 +155,9 @@ struct SequenceRuns {
     engine::Forward forward(w, pool, ledger, 256, 512);
     std::shared_ptr<gpu::GpuLayers> g;
     if (gpu) forward.use_gpu(g = std::make_shared<gpu::GpuLayers>(w, *gpu, 256, 512));
-    engine::KVCache cache(w.config, 512, ledger, fixtures::exact_kv(chunk));
+    engine::KVCacheOptions kv_options = host_kv;
+    kv_options.max_chunk = chunk;
+    engine::KVCache cache(w.config, 512, ledger, kv_options);
     const std::vector<int32_t>& prompt = prompts[s];
     const int64_t n = int64_t(prompt.size());
     std::vector<std::vector<float>> out;
@@ -761,5 +768,145 @@ TEST_P(GpuDeltaNet, Qwen35MatchesTransformersChunkedAndBatched) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuDeltaNet, ::testing::Values("qwen3_5", "qwen3_5_moe", "qwen3_5_moe-text"),
                          test_name);
+
+// Heads 512 wide on the GPU (the real Gemma-4-26B-A4B's full-attention layers: global_head_dim 512; the fixtures'
+// are 32): gemma4-dense with its full-attention layers (2, and 5, which reads layer 2's KV) widened to head_dim 512,
+// their q/k/v and o projections and q/k norms drawn anew from a fixed seed; and a plain llama-shaped model (8 heads,
+// 2 KV heads, head_dim 512: the fused decode attention, its K/V staged in shared memory with f16 and q8; and at 256
+// beside it). The CPU
+// path is the oracle (it matches transformers on the Gemma 4 fixtures). Every layer on the GPU, exact configuration
+// (f32 KV, f32 GEMMs): a 150-token prompt in chunks of 64 within 1e-4 relative of the CPU and of it whole, 12 decode
+// steps, three sequences batched (check_sequences); with the f16 and the q8 device KV against the CPU with the same
+// KV codec (the same storage arithmetic), the same prompt and steps: f16 within 1e-3, q8 within a quarter of what
+// the q8 storage itself moves the CPU's logits (measured on an H100: the llama shape's q8 4.7e-3 apart, q8 moving
+// them 3.4e-2).
+float uniform(std::mt19937_64& rng, float lo, float hi) { return lo + (hi - lo) * float(rng() >> 40) / float(1 << 24); }
+
+// A rows x cols matrix of uniform values in [-a, a], in `like`'s format.
+kernels::Weight redrawn(const kernels::Weight& like, int64_t rows, int64_t cols, float a, std::mt19937_64& rng,
+                        tiering::Ledger& ledger) {
+  std::vector<float> v(size_t(rows * cols));
+  for (float& x : v) x = uniform(rng, -a, a);
+  return kernels::make_weight(v.data(), kernels::SourceType::f32, rows, cols, like.view.format, ledger,
+                              tiering::accounts::weights);
+}
+
+model::ModelWeights gemma4_wide_heads(tiering::Ledger& ledger, int64_t head_dim) {
+  model::ModelWeights w = fixtures::load_fixture("gemma4-dense", ledger);
+  model::ModelConfig& c = w.config;
+  std::mt19937_64 rng(512);
+  int64_t widened = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const model::LayerSpec spec = c.layer(l);
+    if (spec.window > 0) continue;
+    model::LayerWeights& L = w.layers[size_t(l)];
+    const int64_t old = spec.head_dim;
+    c.layers[size_t(l)].head_dim = head_dim;
+    // Every row group of the projection (q, and k / v where the layer has KV of its own) grows with the head.
+    L.qkv = redrawn(L.qkv, L.qkv.view.rows / old * head_dim, c.hidden_size, 0.1f, rng, ledger);
+    L.o = redrawn(L.o, c.hidden_size, L.o.view.cols / old * head_dim, 0.02f, rng, ledger);
+    // Small q norm weights keep the scores (over 512 dims, attention scaling 1.0) in softmax's interesting range.
+    L.q_norm.resize(size_t(head_dim));
+    for (float& x : L.q_norm) x = uniform(rng, 0.05f, 0.15f);
+    if (!L.k_norm.empty()) {
+      L.k_norm.resize(size_t(head_dim));
+      for (float& x : L.k_norm) x = uniform(rng, 0.5f, 1.5f);
+    }
+    ++widened;
+  }
+  EXPECT_EQ(widened, 2);
+  return w;
+}
+
+// The synthetic llama's embedding, attention projections and MLP down projection redrawn uniform (the latter small),
+// so that attention carries the logits (with its own weights, the MLP's output does: the CPU's q8 KV moved them 3e-7
+// and every step's argmax was one token).
+model::ModelWeights llama_wide_heads(tiering::Ledger& ledger, int64_t head_dim) {
+  model::ModelConfig c = model::llama_1b_config();
+  c.vocab_size = 512;
+  c.hidden_size = 512;
+  c.intermediate_size = 1024;
+  c.num_layers = 2;
+  c.head_dim = head_dim;
+  c.num_heads = 8;
+  c.num_kv_heads = 2;
+  model::ModelWeights w = model::synthetic_model(c, kernels::WeightFormat::f32, ledger, 7);
+  std::mt19937_64 rng(7);
+  w.embed = redrawn(w.embed, c.vocab_size, c.hidden_size, 0.1f, rng, ledger);
+  if (w.lm_head.view.rows) w.lm_head = redrawn(w.lm_head, c.vocab_size, c.hidden_size, 0.1f, rng, ledger);
+  for (model::LayerWeights& L : w.layers) {
+    L.qkv = redrawn(L.qkv, L.qkv.view.rows, L.qkv.view.cols, 0.15f, rng, ledger);
+    L.o = redrawn(L.o, L.o.view.rows, L.o.view.cols, 0.02f, rng, ledger);
+    L.down = redrawn(L.down, L.down.view.rows, L.down.view.cols, 0.005f, rng, ledger);
+  }
+  return w;
+}
+
+// Sequence 0 (chunks of 64) on the GPU with `codec` device KV against the CPU with the same KV codec, and the CPU
+// with that codec against the CPU with f32 KV (what the storage itself moves the logits): {GPU vs CPU, storage}.
+std::pair<double, double> codec_vs_cpu(SequenceRuns& runs, gpu::GpuOptions o, gpu::GpuKvCodec codec, kv::Codec host,
+                                       const std::vector<std::vector<float>>& cpu_f32) {
+  runs.host_kv.codec = host;
+  o.kv_codec = codec;
+  const auto cpu = runs.alone(0, 64, nullptr), gpu = runs.alone(0, 64, &o);
+  runs.host_kv = fixtures::exact_kv();
+  return {worst_rows(gpu, cpu), worst_rows(cpu, cpu_f32)};
+}
+
+// (model, head_dim): Gemma 4's full layers and the llama shape at 512; the llama shape at 256 beside them (the same
+// kernels, half the head: the f16 / q8 figures' baseline).
+class GpuWideHeads : public ::testing::TestWithParam<std::pair<std::string, int64_t>> {};
+
+TEST_P(GpuWideHeads, MatchTheCpuPath) {
+  SKIP_WITHOUT_GPU();
+  const auto& [model_name, head_dim] = GetParam();
+  const std::string name = model_name + " hd " + std::to_string(head_dim);
+  tiering::Ledger ledger;
+  const model::ModelWeights w =
+      model_name == "gemma4" ? gemma4_wide_heads(ledger, head_dim) : llama_wide_heads(ledger, head_dim);
+  int64_t widest = 0;
+  for (int64_t l = 0; l < w.config.num_layers; ++l) widest = std::max(widest, w.config.layer(l).head_dim);
+  ASSERT_EQ(widest, head_dim);
+  SequenceRuns runs(w, ledger, {150, 20, 70}, 12);
+  gpu::GpuOptions o;
+  o.layers = w.config.num_layers;
+  o.kv_codec = gpu::GpuKvCodec::f32;
+  o.widen_dense_weights = true;
+  const SequenceChecks c = check_sequences(runs, o, name);
+  EXPECT_LT(c.vs_cpu, 1e-4) << name;
+  const auto cpu_f32 = runs.alone(0, 64, nullptr);
+  const auto [f16, f16_storage] = codec_vs_cpu(runs, o, gpu::GpuKvCodec::f16, kv::Codec::f16, cpu_f32);
+  const auto [q8, q8_storage] = codec_vs_cpu(runs, o, gpu::GpuKvCodec::q8, kv::Codec::q8, cpu_f32);
+  // The same codec on both sides: what differs is which values land on either side of a rounding step (the f32
+  // arithmetic before the store differs by ~1e-6), a fraction of what the storage moves the logits.
+  EXPECT_LT(f16, 1e-3) << name;
+  EXPECT_LT(q8, 0.25 * q8_storage) << name;
+  std::printf("[ GPU-WIDE ] %-13s 150-token prompt + 12 steps: GPU vs CPU %.3g (f32 KV), %.3g (f16 KV both; the f16 "
+              "storage moves the CPU %.3g), %.3g (q8 KV both; q8 moves the CPU %.3g); chunks of 64 vs whole %.3g, 3 "
+              "sequences batched vs alone %.3g\n", name.c_str(), c.vs_cpu, f16, f16_storage, q8, q8_storage, c.chunks,
+              c.batched);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, GpuWideHeads,
+                         ::testing::ValuesIn(std::vector<std::pair<std::string, int64_t>>{
+                             {"gemma4", 512}, {"llama", 512}, {"llama", 256}}),
+                         [](const ::testing::TestParamInfo<std::pair<std::string, int64_t>>& info) {
+                           return info.param.first + "_" + std::to_string(info.param.second);
+                         });
+
+// Heads wider than the attention kernels take are refused by name when the GPU layers are built.
+TEST(GpuWideHeadsRefused, WiderThan512) {
+  SKIP_WITHOUT_GPU();
+  tiering::Ledger ledger;
+  const model::ModelWeights w = llama_wide_heads(ledger, 1024);
+  gpu::GpuOptions o;
+  o.layers = w.config.num_layers;
+  try {
+    gpu::GpuLayers g(w, o, 64, 256);
+    ADD_FAILURE() << "head_dim 1024 was not refused";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("head_dim 1024 is not supported"), std::string::npos) << e.what();
+  }
+}
 
 }  // namespace

@@ -163,7 +163,7 @@ TEST(Gemma4Config, UnsupportedOptionsAreErrorsNamingThem) {
 }
 
 // The GPU backend runs Gemma 4's block (gpu_reference_test checks it against transformers); what it refuses, it
-// names: heads wider than its attention kernels take (global_head_dim 512, the default, on full layers), and a
+// names: heads wider than its attention kernels take (beyond 512: the default global_head_dim, 512, runs), and a
 // KV-shared layer left on the CPU whose source layer would be on the GPU (the host KV cache would not hold its keys).
 TEST(Gemma4Config, GpuRunsTheBlockAndRefusesWhatItCannotByName) {
   for (const char* name : {"gemma4-dense", "gemma4-moe", "gemma4-cg"}) {
@@ -187,10 +187,18 @@ TEST(Gemma4Config, GpuRunsTheBlockAndRefusesWhatItCannotByName) {
     const std::string e = refusal(dense, layers);
     EXPECT_NE(e.find("num_kv_shared_layers"), std::string::npos) << layers << ": '" << e << "'";
   }
-  const ModelConfig wide = parse_config(with(""), "c");  // full layer 5: global_head_dim 512
-  ASSERT_EQ(wide.layer(5).head_dim, 512);
-  EXPECT_NE(refusal(wide, 6).find("head_dim 512"), std::string::npos) << refusal(wide, 6);
-  EXPECT_EQ(refusal(wide, 5), "");
+  // The real checkpoint's global_head_dim (512, the default) runs on the GPU (gpu_reference_test's GpuWideHeads);
+  // wider heads, or ones not a multiple of 16, are refused by name.
+  const ModelConfig real = parse_config(with(""), "c");  // full layer 5: global_head_dim 512
+  ASSERT_EQ(real.layer(5).head_dim, 512);
+  EXPECT_EQ(refusal(real, 6), "");
+  for (const char* head_dim : {"1024", "520"}) {
+    const ModelConfig wide = parse_config(with(std::string(R"("global_head_dim": )") + head_dim), "c");
+    const std::string e = refusal(wide, 6);
+    EXPECT_NE(e.find(std::string("head_dim ") + head_dim), std::string::npos) << e;
+    EXPECT_NE(e.find("at most 512"), std::string::npos) << e;
+    EXPECT_EQ(refusal(wide, 5), "");
+  }
 }
 
 }  // namespace

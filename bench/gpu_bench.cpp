@@ -269,7 +269,7 @@ int main(int argc, char** argv) {
               double(probe->total_bytes) / (1 << 30), roofline / 1e9, probe->h2d_pinned_bytes_per_second / 1e9,
               probe->gemm_f16_flops / 1e12);
   // Per-kernel cost of the decode matvec alone, on the llama-1B shapes (qkv, o, gate_up, down, head), bf16 and the
-  // packed q8_0 / q4 (mode: plain, normed = RMSNorm fused, gated = SiLU gate fused).
+  // packed q8_0 / q4 (mode: plain, normed = RMSNorm fused, gated = SiLU gate fused), and the packed llama-8B shapes.
   std::printf("decode matvec chains (one CUDA graph of distinct matrices): us per kernel, plain / programmatic "
               "launch, vs bytes at the roofline\n");
   for (const auto& [rows, cols, count, mode, format] :
@@ -278,7 +278,11 @@ int main(int argc, char** argv) {
         {128256, 2048, 2, 0, 2}, {3072, 2048, 16, 0, 3}, {3072, 2048, 16, 1, 3}, {2048, 2048, 16, 0, 3}, {16384, 2048, 8, 0, 3},
         {16384, 2048, 8, 1, 3}, {2048, 8192, 8, 0, 3}, {2048, 8192, 8, 2, 3}, {128256, 2048, 2, 0, 3},
         {3072, 2048, 16, 1, 4}, {2048, 2048, 16, 0, 4}, {16384, 2048, 8, 1, 4}, {2048, 8192, 8, 2, 4},
-        {128256, 2048, 2, 0, 4}}) {
+        {128256, 2048, 2, 0, 4},
+        // Llama-3-8B's shapes (qkv, o, gate_up, down, head), where the weights rather than the launches should dominate
+        {6144, 4096, 8, 1, 3}, {4096, 4096, 8, 0, 3}, {28672, 4096, 4, 1, 3}, {4096, 14336, 4, 2, 3},
+        {128256, 4096, 2, 0, 3}, {6144, 4096, 8, 1, 4}, {4096, 4096, 8, 0, 4}, {28672, 4096, 4, 1, 4},
+        {4096, 14336, 4, 2, 4}, {128256, 4096, 2, 0, 4}}) {
     if (!chains) break;
     // Packed formats twice: the tensor-core kernel ("mma") and the CUDA-core one ("cuda").
     for (bool mma : {true, false}) {

@@ -6,7 +6,10 @@
 // tok/s, then runs that plan (its threads, prefill chunk, KV codec, expert cache and reader, ledger budget) through
 // the engine's Generator (a prompt, then greedy decode) and prints predicted vs measured with the ratio.
 // Goal (issue 21): within 20%.
-// Usage: fit_accuracy_bench [--dir D] [--keep] [--prompt N] [--decode N] [--only dense|moe]
+// For the MoE budgets it also asks calibrate's planner (the model profiled with router traces and its own decode
+// timings, as `tierlm calibrate --quick` does; hit rates replayed on the trace) and runs that plan the same way.
+// Usage: fit_accuracy_bench [--dir D] [--keep] [--prompt N] [--decode N] [--only dense|moe] [--no-calibrate]
+//        [--trace-tokens N] [--trace-prompts N]   (calibrate's router trace: tokens per prompt, prompts; 0: all)
 #include <sys/resource.h>
 
 #include <chrono>
@@ -20,6 +23,7 @@
 
 #include "calibrate/apply_plan.h"
 #include "calibrate/fit.h"
+#include "calibrate/model_profile.h"
 #include "calibrate/probes.h"
 #include "runtime/engine/forward.h"
 #include "runtime/engine/generator.h"
@@ -82,21 +86,38 @@ Measured generate(model::ModelWeights& w, tiering::Ledger& ledger, const calibra
   return m;
 }
 
-void report(const std::string& name, const calibrate::FitAnswer& a, const Measured& m) {
-  const auto& p = a.plan->prediction;
-  // Prefill as fit predicts this prompt (its time to first token), not a full chunk's rate.
-  const double predicted_prefill = double(a.prompt_tokens) / a.time_to_first_token_seconds;
-  std::printf("%-20s %5.2f %7.1f%% %8.2f %8.2f %5.2f %5.2f %8.1f %8.1f %5.2f %5.2f %6.1f%% %6.1f%%\n",
-              name.c_str(), double(a.plan->budget_bytes) / GiB, 100 * a.streamed_expert_fraction,
+// One row: a plan's predicted decode and prefill (the prompt's time to first token, not a full chunk's rate)
+// against the measured run.
+void report(const std::string& name, const calibrate::Plan& plan, double streamed_fraction, int64_t prompt_tokens,
+            double time_to_first_token, const Measured& m) {
+  const auto& p = plan.prediction;
+  const double predicted_prefill = double(prompt_tokens) / time_to_first_token;
+  std::printf("%-24s %5.2f %7.1f%% %8.2f %8.2f %5.2f %5.2f %8.1f %8.1f %5.2f %5.2f %6.1f%% %6.1f%%\n",
+              name.c_str(), double(plan.budget_bytes) / GiB, 100 * streamed_fraction,
               p.decode_tokens_per_second, m.decode, m.decode / p.decode_tokens_per_second, m.decode_share,
               predicted_prefill, m.prefill, m.prefill / predicted_prefill, m.prefill_share, 100 * p.expert_hit_rate,
               100 * m.hit_rate);
   std::string terms;
   for (auto& [term, seconds] : p.step_seconds)
     if (seconds > 0) terms += fmt::format(" {} {:.3f}", term, seconds * 1e3);
-  std::printf("%-20s   %d threads, chunk %lld, KV %s; predicted step ms:%s\n", "", a.plan->threads,
-              (long long)a.plan->prefill_chunk, a.plan->kv_codec.c_str(), terms.c_str());
+  std::printf("%-24s   %d threads, chunk %lld, KV %s, %lld resident + %lld slots, reader %llu KiB x %u; predicted "
+              "step ms:%s\n", "", plan.threads, (long long)plan.prefill_chunk, plan.kv_codec.c_str(),
+              (long long)plan.resident_count(), (long long)plan.cache_slots,
+              (unsigned long long)(plan.reader_block_size / 1024), plan.reader_queue_depth, terms.c_str());
   std::fflush(stdout);
+}
+
+void report(const std::string& name, const calibrate::FitAnswer& a, const Measured& m) {
+  report(name, *a.plan, a.streamed_expert_fraction, a.prompt_tokens, a.time_to_first_token_seconds, m);
+}
+
+std::string load_average() {
+  double load[3] = {};
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3) load[0] = -1;
+    std::fclose(f);
+  }
+  return fmt::format("{:.2f} {:.2f} {:.2f}", load[0], load[1], load[2]);
 }
 
 std::string dense_config(const std::string& dtype) {
@@ -114,6 +135,8 @@ int main(int argc, char** argv) {
   bool keep = false;
   int64_t prompt = 256, decode = 32;
   std::string only;
+  bool with_calibrate = true;
+  int64_t trace_tokens = 24, trace_prompts = 0;  // calibrate --quick's trace: 24 tokens of every prompt
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--dir" && i + 1 < argc) dir = argv[++i];
@@ -121,6 +144,9 @@ int main(int argc, char** argv) {
     else if (a == "--prompt" && i + 1 < argc) prompt = std::stoll(argv[++i]);
     else if (a == "--decode" && i + 1 < argc) decode = std::stoll(argv[++i]);
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
+    else if (a == "--no-calibrate") with_calibrate = false;
+    else if (a == "--trace-tokens" && i + 1 < argc) trace_tokens = std::stoll(argv[++i]);
+    else if (a == "--trace-prompts" && i + 1 < argc) trace_prompts = std::stoll(argv[++i]);
   }
   model::SyntheticMoeSpec spec;
   spec.layers = 8;
@@ -153,16 +179,11 @@ int main(int argc, char** argv) {
   for (auto& s : device.storage.sweep)
     std::printf("  storage: block %llu KiB, depth %u: %.2f GB/s\n", (unsigned long long)(s.block_size / 1024),
                 s.queue_depth, s.gbs);
-  double load[3] = {};
-  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-    if (std::fscanf(f, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3) load[0] = -1;
-    std::fclose(f);
-  }
-  std::printf("prompt %lld tokens, decode %lld tokens; load average %.2f %.2f %.2f on %d cores\n\n", (long long)prompt,
-              (long long)decode, load[0], load[1], load[2], device.topology.cores);
+  std::printf("prompt %lld tokens, decode %lld tokens; load average %s on %d cores\n\n", (long long)prompt,
+              (long long)decode, load_average().c_str(), device.topology.cores);
   std::printf("decode and prefill: predicted (fit) and measured tok/s, ratio = measured / predicted, cpu = CPU seconds "
               "per wall second per thread the run got (a shared machine's contention, and threads waiting)\n");
-  std::printf("%-20s %5s %8s %8s %8s %5s %5s %8s %8s %5s %5s %7s %7s\n", "model", "GiB", "streamed", "pred dec",
+  std::printf("%-24s %5s %8s %8s %8s %5s %5s %8s %8s %5s %5s %7s %7s\n", "model", "GiB", "streamed", "pred dec",
               "meas dec", "ratio", "cpu", "pred pre", "meas pre", "ratio", "cpu", "pred hit", "meas hit");
   const int64_t context = prompt + decode + 32;
 
@@ -196,6 +217,21 @@ int main(int argc, char** argv) {
     shape.matrix_dtype = "F32";
     shape.packed_expert_format = tiering::read_packed_header(dir / "experts.tierlm").layout.format;
     const double experts_gib = double(model::synthetic_moe_expert_bytes(spec)) / GiB;
+    // calibrate's answer for the same budgets: the model profiled as `tierlm calibrate --quick` profiles it (router
+    // traces of profiles/prompts, the model's own decode timings), planned on its router trace.
+    calibrate::RouterTrace trace;
+    calibrate::ModelProfile calibrated;
+    if (with_calibrate) {
+      calibrate::ModelProfileOptions mo;
+      mo.max_tokens_per_prompt = trace_tokens;
+      mo.max_prompts = trace_prompts;
+      mo.max_seconds = 5;
+      mo.trace = &trace;
+      for (auto& c : device.compute) mo.timing_threads.push_back(c.threads);
+      mo.timing_seconds = 0.15;
+      calibrated = calibrate::measure_model_profile(dir, mo);
+      std::printf("calibrate's model profile: %s\n", calibrated.frequency_source.c_str());
+    }
     // In RAM (every expert resident), then budgets that leave about half and a quarter of the experts resident.
     for (const double share : {1.3, 0.5, 0.25}) {
       calibrate::FitRequest request;
@@ -218,7 +254,29 @@ int main(int argc, char** argv) {
       const std::string label =
           share >= 1 ? "in RAM" : fmt::format("streamed {:.0f}%", 100 * a.streamed_expert_fraction);
       report("moe " + label, a, generate(w, ledger, *a.plan, prompt, decode));
+      if (!with_calibrate) continue;
+      // Both ways of judging a plan on the trace: on the tokens its resident set was chosen on (the planner before
+      // the held-out split), and on the held-out half (make_plan's default).
+      for (const bool held_out : {false, true}) {
+        calibrate::PlanRequest r;
+        r.budget_bytes = request.budget_bytes;
+        r.context = context;
+        r.trace = &trace;
+        r.hold_out_trace = held_out;
+        const calibrate::Plan plan = calibrate::make_plan(device, calibrated, r);
+        const double total = double(calibrated.moe_layers * calibrated.experts);
+        const double streamed = 1.0 - double(plan.resident_count()) / total;
+        tiering::Ledger cledger(plan.budget_bytes);
+        model::LoadOptions clo;
+        clo.ledger = &cledger;
+        clo.experts = calibrate::expert_tier_options(plan);
+        model::ModelWeights cw = model::load_model(dir, clo);
+        report(fmt::format("  calib {} {:.0f}%", held_out ? "held-out" : "same-trace", 100 * streamed), plan, streamed,
+               prompt, calibrate::prefill_seconds(device, calibrated, plan, prompt),
+               generate(cw, cledger, plan, prompt, decode));
+      }
     }
+    std::printf("load average at the end: %s\n", load_average().c_str());
     if (!keep) fs::remove_all(dir);
   }
   return 0;

@@ -2,6 +2,9 @@
 #include "calibrate/apply_plan.h"
 
 #include <algorithm>
+#include <stdexcept>
+
+#include "runtime/kv/codec.h"
 
 namespace tierlm::calibrate {
 
@@ -28,6 +31,26 @@ gpu::GpuOptions gpu_options(const Plan& plan) {
   for (int64_t l = 0; l < int64_t(plan.gpu_resident_experts.size()) && l < plan.gpu_layers; ++l)
     for (int32_t e : plan.gpu_resident_experts[size_t(l)]) o.resident_experts.emplace_back(l, e);
   return o;
+}
+
+void apply_kv_codec_to_gpu(const std::string& codec, gpu::GpuOptions& options) {
+  switch (kv::parse_codec(codec)) {  // throws on an unknown name
+    case kv::Codec::f32:
+      options.kv_codec = gpu::GpuKvCodec::f32;
+      options.widen_dense_weights = true;
+      return;
+    case kv::Codec::f16:
+      options.kv_codec = gpu::GpuKvCodec::f16;
+      return;
+    case kv::Codec::q8:
+      options.kv_codec = gpu::GpuKvCodec::q8;
+      return;
+    case kv::Codec::turbo3:
+    case kv::Codec::turbo4:
+      break;
+  }
+  throw std::invalid_argument("--kv-codec " + codec + ": the GPU layers' device KV takes f32, f16 or q8, not " +
+                              codec + "; pick one of those, or --gpu-layers 0 to keep every layer on the CPU");
 }
 
 }  // namespace tierlm::calibrate

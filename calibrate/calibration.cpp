@@ -31,6 +31,10 @@ WisdomEntry calibrate_model(const CalibrateOptions& o) {
   mp.progress = o.progress;
   for (auto& c : entry.device.compute) mp.timing_threads.push_back(c.threads);  // every count the planner may pick
   mp.timing_seconds = o.quick ? 0.15 : 0.4;
+  mp.kv_quality_seconds = o.quick ? 10 : 60;
+  // The model measurement holds what a plan would: the default budget's share of the memory usable now (the
+  // probes' buffers are gone by then), so calibrate fits where serve will.
+  mp.memory_budget_bytes = uint64_t(double(entry.device.memory.usable()) * kDefaultBudgetFraction);
   RouterTrace trace;
   mp.trace = &trace;
   entry.model = measure_model_profile(o.model_dir, mp);

@@ -111,7 +111,8 @@ bj::value to_json(const DeviceProfile& p) {
   const auto& s = p.storage;
   bj::array sweep;
   for (auto& x : s.sweep)
-    sweep.push_back(bj::object{{"block_size", x.block_size}, {"queue_depth", x.queue_depth}, {"gbs", x.gbs}, {"iops", x.iops}});
+    sweep.push_back(bj::object{{"block_size", x.block_size}, {"queue_depth", x.queue_depth}, {"gbs", x.gbs},
+                               {"iops", x.iops}, {"cpu_seconds_per_read", x.cpu_seconds_per_read}});
   o["storage"] = bj::object{{"path", s.path},         {"device", s.device},     {"filesystem", s.filesystem},
                             {"rotational", s.rotational}, {"direct_io", s.direct_io}, {"io_uring", s.io_uring},
                             {"warning", s.warning},   {"sweep", sweep}};
@@ -192,7 +193,8 @@ DeviceProfile device_profile_from_json(const bj::value& v) {
   for (auto& x : array(s, "sweep", sw)) {
     const auto& xo = object(x, sw + ".sweep[]");
     p.storage.sweep.push_back({unsigned_integer(xo, "block_size", sw), unsigned(integer(xo, "queue_depth", sw)),
-                               number(xo, "gbs", sw), number(xo, "iops", sw)});
+                               number(xo, "gbs", sw), number(xo, "iops", sw),
+                               xo.contains("cpu_seconds_per_read") ? number(xo, "cpu_seconds_per_read", sw) : 0.0});
   }
   const std::string bw = what + ".bandwidth";
   for (auto& x : array(o, "bandwidth", what)) {

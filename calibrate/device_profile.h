@@ -47,6 +47,10 @@ struct StorageSample {
   unsigned queue_depth = 0;
   double gbs = 0;    // 1e9 bytes per second
   double iops = 0;   // reads per second
+  // CPU seconds the submitting thread spent per read (io_uring submit and reap, the kernel's page pinning of an
+  // O_DIRECT read, the syscalls): the cost a reader pays per request on the thread waiting for it. 0: not measured
+  // (a profile from before it was probed).
+  double cpu_seconds_per_read = 0;
 };
 
 struct StorageInfo {

@@ -14,8 +14,12 @@ namespace tierlm::calibrate {
 namespace bj = boost::json;
 
 kernels::WeightFormat stored_weight_format(const model::ModelConfig& config, const FitModelShape& shape) {
-  if (config.quantization)
-    return config.quantization->bits == 8 ? kernels::WeightFormat::mlx_q8 : kernels::WeightFormat::mlx_q4;
+  if (config.quantization) {
+    // Most dense modules' format: an MLX gpt-oss folder keeps only its experts in the top level's mxfp4.
+    const model::QuantizationConfig::Module dense = config.quantization->dense();
+    if (dense.mxfp4) return kernels::WeightFormat::mxfp4;
+    return dense.bits == 8 ? kernels::WeightFormat::mlx_q8 : kernels::WeightFormat::mlx_q4;
+  }
   const std::string dtype = shape.matrix_dtype.empty() ? config.torch_dtype : shape.matrix_dtype;
   if (dtype == "BF16" || dtype == "bfloat16") return kernels::WeightFormat::bf16;
   if (dtype == "F16" || dtype == "float16") return kernels::WeightFormat::f16;

@@ -8,6 +8,7 @@
 
 #include "calibrate/device_profile.h"
 #include "calibrate/json_fields.h"
+#include "runtime/kv/codec.h"
 #include "tiering/expert_layout.h"
 
 namespace tierlm::calibrate {
@@ -181,11 +182,13 @@ std::string model_fingerprint(const fs::path& dir, const std::string& formats) {
   return fingerprint_hash(text.str());
 }
 
-std::vector<std::vector<double>> frequencies(const RouterTrace& t) {
+std::vector<std::vector<double>> frequencies(const RouterTrace& t, int64_t first, int64_t last) {
   std::vector<std::vector<double>> f(size_t(t.layers), std::vector<double>(size_t(t.experts), 0.0));
-  const int64_t tokens = t.tokens();
+  if (last < 0 || last > t.tokens()) last = t.tokens();
+  first = std::clamp<int64_t>(first, 0, last);
+  const int64_t tokens = last - first;
   if (tokens == 0) return f;
-  for (int64_t i = 0; i < tokens; ++i)
+  for (int64_t i = first; i < last; ++i)
     for (int64_t l = 0; l < t.layers; ++l)
       for (int64_t j = 0; j < t.top_k; ++j)
         f[size_t(l)][size_t(t.selections[size_t((i * t.layers + l) * t.top_k + j)])] += 1.0 / double(tokens);
@@ -215,6 +218,7 @@ bj::value to_json(const ModelProfile& p) {
                         {"expert_conversion_bytes", p.expert_conversion_bytes},
                         {"packed_experts", p.packed_experts},
                         {"shared_intermediate", p.shared_intermediate}};
+  if (!p.expert_read_extents.empty()) o["moe"].as_object()["read_extents"] = bj::value_from(p.expert_read_extents);
   o["load_scratch_bytes"] = p.load_scratch_bytes;
   if (p.scratch_row_bytes > 0)
     o["runtime_scratch"] = bj::object{{"row_bytes", p.scratch_row_bytes}, {"fixed_bytes", p.scratch_fixed_bytes}};
@@ -245,6 +249,15 @@ bj::value to_json(const ModelProfile& p) {
   o["frequency_source"] = p.frequency_source;
   o["traced_prompts"] = p.traced_prompts;
   o["traced_tokens"] = p.traced_tokens;
+  if (!p.trace_selections.empty()) o["router_trace"] = bj::value_from(p.trace_selections);
+  if (!p.kv_perplexity_increase.empty()) {
+    bj::object q, revisions;
+    for (auto& [codec, increase] : p.kv_perplexity_increase) {
+      q[codec] = increase;
+      revisions[codec] = kv::codec_revision(kv::parse_codec(codec));
+    }
+    o["kv_quality"] = bj::object{{"tokens", p.kv_quality_tokens}, {"perplexity_increase", q}, {"revisions", revisions}};
+  }
   return o;
 }
 
@@ -282,6 +295,17 @@ ModelProfile model_profile_from_json(const bj::value& v) {
   p.expert_conversion_bytes = unsigned_integer(m, "expert_conversion_bytes", what);
   p.packed_experts = boolean(m, "packed_experts", what);
   if (m.contains("shared_intermediate")) p.shared_intermediate = integer(m, "shared_intermediate", what);
+  if (m.contains("read_extents")) {
+    const auto* values = m.at("read_extents").if_array();
+    if (!values) throw std::runtime_error(what + ".moe.read_extents: must be an array of byte counts");
+    for (auto& v : *values) {
+      const int64_t* n = v.if_int64();
+      const uint64_t* u = v.if_uint64();
+      const uint64_t bytes = u ? *u : n && *n > 0 ? uint64_t(*n) : 0;
+      if (bytes == 0) throw std::runtime_error(what + ".moe.read_extents: values must be integers > 0");
+      p.expert_read_extents.push_back(bytes);
+    }
+  }
   if (o.contains("load_scratch_bytes")) p.load_scratch_bytes = unsigned_integer(o, "load_scratch_bytes", what);
   if (o.contains("runtime_scratch")) {
     const auto& r = object(field(o, "runtime_scratch", what), what + ".runtime_scratch");
@@ -318,6 +342,24 @@ ModelProfile model_profile_from_json(const bj::value& v) {
       p.layer_recurrent_bytes.push_back(uint64_t(*n));
     }
   }
+  if (o.contains("kv_quality")) {
+    const auto& q = object(field(o, "kv_quality", what), what + ".kv_quality");
+    p.kv_quality_tokens = integer(q, "tokens", what + ".kv_quality");
+    // Revision 1 where none is stored (profiles written before codecs had revisions).
+    const bj::object* revisions =
+        q.contains("revisions") ? &object(q.at("revisions"), what + ".kv_quality.revisions") : nullptr;
+    for (auto& [codec, increase] : object(field(q, "perplexity_increase", what), what + ".kv_quality.perplexity_increase")) {
+      const kv::Codec c = kv::parse_codec(std::string(codec));  // throws on an unknown codec name
+      const double* d = increase.if_double();
+      const int64_t* i = increase.if_int64();
+      if (!d && !i) throw std::runtime_error(what + ".kv_quality.perplexity_increase: values must be numbers");
+      const std::string name(codec);
+      const int64_t revision =
+          revisions && revisions->contains(name) ? integer(*revisions, name.c_str(), what + ".kv_quality.revisions") : 1;
+      if (revision != kv::codec_revision(c)) continue;  // measured on other numerics: as if not measured
+      p.kv_perplexity_increase[std::string(codec)] = d ? *d : double(*i);
+    }
+  }
   if (o.contains("timings"))
     for (auto& t : array(o, "timings", what)) {
       const auto& to = object(t, what + ".timings[]");
@@ -347,6 +389,17 @@ ModelProfile model_profile_from_json(const bj::value& v) {
   p.frequency_source = string_or(o, "frequency_source", "");
   p.traced_prompts = integer(o, "traced_prompts", what);
   p.traced_tokens = integer(o, "traced_tokens", what);
+  if (o.contains("router_trace")) {
+    const auto* ids = o.at("router_trace").if_array();
+    const int64_t per_token = p.moe_layers * p.top_k;
+    if (!ids || per_token <= 0 || int64_t(ids->size()) % per_token != 0)
+      throw std::runtime_error(what + ".router_trace: must hold moe_layers x top_k expert ids per token");
+    for (auto& v : *ids) {
+      const int64_t* e = v.if_int64();
+      if (!e || *e < 0 || *e >= p.experts) throw std::runtime_error(what + ".router_trace: expert ids out of range");
+      p.trace_selections.push_back(int32_t(*e));
+    }
+  }
   return p;
 }
 

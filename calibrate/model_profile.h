@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,9 @@ struct WeightClass {
 struct RouterTrace {
   int64_t layers = 0, experts = 0, top_k = 0;
   std::vector<int32_t> selections;  // tokens * layers * top_k expert ids
+  // A replay (estimate_hit_rate) counts hits from this token on; the tokens before it only warm the LRU slots. The
+  // planner sets it to hold out the part of the trace it did not choose the resident set on (0: count every token).
+  int64_t held_out_from = 0;
   int64_t tokens() const { return layers > 0 && top_k > 0 ? int64_t(selections.size()) / (layers * top_k) : 0; }
 };
 
@@ -79,6 +83,10 @@ struct ModelProfile {
   uint64_t expert_bytes = 0;          // one expert block in memory (a resident expert or a cache slot)
   uint64_t expert_payload_bytes = 0;  // what one expert's matvecs stream (without alignment padding)
   uint64_t expert_read_bytes = 0;     // bytes one miss reads from disk
+  // The reads one miss issues, in order (4 KiB aligned lengths summing to expert_read_bytes): one for a packed file,
+  // three for dense per-expert tensors, six for MXFP4, nine for MLX. Empty: one read of expert_read_bytes. The
+  // planner sizes the reader's block from them (a read longer than the block is split into several requests).
+  std::vector<uint64_t> expert_read_extents;
   uint64_t expert_staging_bytes = 0;  // extra per slot when the disk format needs conversion (0: packed file)
   uint64_t expert_conversion_bytes = 0;  // the cache's one-off conversion reservation ("expert_staging")
   bool packed_experts = false;
@@ -87,13 +95,25 @@ struct ModelProfile {
   std::vector<std::vector<double>> expert_frequency;
   std::string frequency_source;  // "router traces: N prompts, T tokens" or "uniform (...)"
   int64_t traced_prompts = 0, traced_tokens = 0;
+  // The router trace itself (RouterTrace::selections: tokens x moe_layers x top_k ids), kept so that a plan made
+  // again from the wisdom file (serve's re-fit) is judged on its held-out half as calibrate's was. Empty: none.
+  std::vector<int32_t> trace_selections;
+  RouterTrace router_trace() const { return {moe_layers, experts, top_k, trace_selections}; }
   std::vector<ModelTiming> timings;  // empty: the planner falls back to its constants
+  // KV codec quality measured on this model (measure_kv_quality): each lossy codec's perplexity increase over the
+  // exact f32 cache on profiles/text/kv-quality.txt (0.008 = +0.8%). The planner picks a turbo codec by itself only
+  // where it is measured at most kKvMaxPerplexityIncrease; empty: not measured (a config-only profile, --quick).
+  std::map<std::string, double> kv_perplexity_increase;
+  int64_t kv_quality_tokens = 0;      // tokens the perplexities were measured on
 
   bool moe() const { return experts > 0; }
   // Everything held in memory whatever the plan (all classes but the routed experts).
   uint64_t dense_bytes() const;
   uint64_t dense_read_per_token() const;
   uint64_t total_expert_bytes() const { return uint64_t(moe_layers * experts) * expert_bytes; }
+  std::vector<uint64_t> read_extents() const {
+    return expert_read_extents.empty() ? std::vector<uint64_t>{expert_read_bytes} : expert_read_extents;
+  }
 };
 
 // Bytes of a [rows x cols] matrix in a kernel format (packed layouts rounded as the kernels pad them).
@@ -117,7 +137,20 @@ struct ModelProfileOptions {
   // timing_seconds.
   std::vector<int> timing_threads;
   double timing_seconds = 0.3;
+  double kv_quality_seconds = 60;      // the KV codec quality pass (calibrate/kv_quality.h); 0: skipped
+  // The ledger budget of the model measurement (0: unbounded). The dense weights load within it and the expert
+  // cache takes the room left (less an eighth of the budget, at most kMeasureLeaveFreeBytes, for the traces' KV and
+  // the engine's scratch), at most layers x top_k slots: in a cgroup of 2x the dense weights an unpacked bf16 MoE's
+  // layers x top_k slots alone would not fit.
+  uint64_t memory_budget_bytes = 0;
+  // When given, receives the measurement's ledger peak and the expert cache's slots (MoE models).
+  struct Memory {
+    uint64_t ledger_peak = 0;
+    int64_t cache_slots = 0;
+  };
+  Memory* memory = nullptr;
 };
+inline constexpr uint64_t kMeasureLeaveFreeBytes = 128ull << 20;
 
 // Loads the model (dense part; experts stay on disk), measures the bytes of each class from the loaded weights and
 // the expert tier, and for MoE models runs the prompts token by token, recording each layer's routed experts.
@@ -127,8 +160,8 @@ ModelProfile measure_model_profile(const std::filesystem::path& model_dir, const
 // (safetensors headers), the run formats. 16 hex digits.
 std::string model_fingerprint(const std::filesystem::path& model_dir, const std::string& formats);
 
-// Expert frequencies from a trace (rows sum to top_k).
-std::vector<std::vector<double>> frequencies(const RouterTrace& trace);
+// Expert frequencies from a trace (rows sum to top_k), over its tokens [first, last) (last < 0: to the end).
+std::vector<std::vector<double>> frequencies(const RouterTrace& trace, int64_t first = 0, int64_t last = -1);
 
 boost::json::value to_json(const ModelProfile& p);
 ModelProfile model_profile_from_json(const boost::json::value& v);

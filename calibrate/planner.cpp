@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/gpu/gpu_layers.h"
 #include "runtime/kv/codec.h"
 
 namespace tierlm::calibrate {
@@ -76,7 +77,10 @@ uint64_t runtime_scratch_bytes(const ModelProfile& m, int64_t prefill_chunk, int
   } else {
     floats += chunk * 3 * m.intermediate;
   }
-  return uint64_t(floats) * 4;
+  // The kernels' MatmulScratch: int8 activations of the widest weight input (a byte a value, 12 bytes a block of 32,
+  // a row pointer set per row), as kernels::matmul_scratch_sizes gives for quantized weights.
+  const int64_t widest = std::max({m.hidden, q, m.intermediate, m.moe_intermediate, m.shared_intermediate});
+  return uint64_t(floats) * 4 + uint64_t(chunk) * (uint64_t(widest) + uint64_t(widest) / 32 * 12 + 32);
 }
 
 // The scratch account's peak: loading stages matrices there before the runtime buffers exist.
@@ -222,6 +226,62 @@ uint64_t kv_cache_bytes(const ModelProfile& m, const std::string& codec, int64_t
                            chunk);
 }
 
+ReaderChoice choose_reader(const StorageInfo& storage, const ModelProfile& m) {
+  ReaderChoice best;
+  if (storage.sweep.empty()) return best;
+  const std::vector<uint64_t> extents = m.read_extents();
+  const uint64_t longest = *std::max_element(extents.begin(), extents.end());
+  uint64_t bytes = 0;
+  for (uint64_t e : extents) bytes += e;
+  // A block larger than the smallest probed one covering the longest read issues the same requests, each shorter
+  // than the probe's: its measured rate does not apply.
+  uint64_t covering = 0;
+  unsigned deepest = 0;
+  for (auto& s : storage.sweep) {
+    if (s.block_size >= longest && (covering == 0 || s.block_size < covering)) covering = s.block_size;
+    deepest = std::max(deepest, s.queue_depth);
+  }
+  const int64_t k = std::max<int64_t>(m.top_k, 1);
+  struct Candidate {
+    const StorageSample* sample;
+    int64_t requests;  // one expert's
+    int64_t waves;     // submissions one layer's top_k misses need at the cell's depth
+    double seconds;
+  };
+  std::vector<Candidate> candidates;
+  for (auto& s : storage.sweep) {
+    if (s.gbs <= 0 || s.block_size == 0 || s.queue_depth == 0 || (s.block_size > longest && s.block_size != covering))
+      continue;
+    int64_t requests = 0;
+    for (uint64_t e : extents) requests += int64_t((e + s.block_size - 1) / s.block_size);
+    const int64_t layer_requests = k * requests;
+    const int64_t waves = (layer_requests + s.queue_depth - 1) / s.queue_depth;
+    // Reads beyond the queue depth start only when the forward thread next polls the reader (ExpertReader::pump),
+    // i.e. after the compute they were meant to overlap: one submission (waves == 1) is what the cost assumes.
+    if (waves > 1 && s.queue_depth != deepest) continue;
+    const double seconds = double(k * int64_t(bytes)) / (s.gbs * 1e9) + double(layer_requests) * s.cpu_seconds_per_read;
+    candidates.push_back({&s, requests, waves, seconds});
+  }
+  if (candidates.empty()) return best;
+  int64_t fewest_waves = candidates.front().waves;
+  for (auto& c : candidates) fewest_waves = std::min(fewest_waves, c.waves);
+  double fastest = 1e300;
+  for (auto& c : candidates)
+    if (c.waves == fewest_waves) fastest = std::min(fastest, c.seconds);
+  const Candidate* chosen = nullptr;
+  for (auto& c : candidates)
+    if (c.waves == fewest_waves && c.seconds <= fastest * 1.05 &&
+        (!chosen || c.requests < chosen->requests || (c.requests == chosen->requests && c.seconds < chosen->seconds)))
+      chosen = &c;
+  best.block_size = chosen->sample->block_size;
+  best.queue_depth = std::max(chosen->sample->queue_depth, unsigned(std::min<int64_t>(k, 64)));
+  best.gbs = chosen->sample->gbs;
+  best.requests_per_expert = chosen->requests;
+  best.seconds = chosen->seconds;
+  best.submissions = chosen->waves;
+  return best;
+}
+
 double estimate_hit_rate(const ModelProfile& m, const std::vector<std::vector<int32_t>>& resident, int64_t slots,
                          const RouterTrace* trace) {
   if (!m.moe()) return 1.0;
@@ -238,15 +298,16 @@ double estimate_hit_rate(const ModelProfile& m, const std::vector<std::vector<in
       for (int64_t l = 0; l < trace->layers; ++l)
         for (int64_t j = 0; j < k; ++j) {
           const int32_t e = trace->selections[size_t((t * trace->layers + l) * k + j)];
-          ++total;
+          const bool counted = t >= trace->held_out_from;  // earlier tokens only warm the slots
+          total += counted;
           if (is_resident[size_t(l)][size_t(e)]) {
-            ++hits;
+            hits += counted;
             continue;
           }
           const int64_t key = l * m.experts + e;
           auto it = where.find(key);
           if (it != where.end()) {
-            ++hits;
+            hits += counted;
             lru.splice(lru.begin(), lru, it->second);
             continue;
           }
@@ -335,11 +396,32 @@ uint64_t gpu_head_bytes(const ModelProfile& m) {
     if (c.name == "embedding") return c.bytes;
   return 0;
 }
-// Device KV bytes of one layer for `batch` sequences of `context` tokens: f16 K and V, or q8 (1 byte + an f32
-// scale per 32).
-uint64_t gpu_kv_layer_bytes(const ModelProfile& m, const std::string& codec, int64_t context, int64_t batch) {
-  const double per_value = codec == "q8" ? 1.0 + 4.0 / 32 : 2.0;
-  return uint64_t(double(batch) * double(context) * double(m.kv_heads * m.head_dim) * 2 * per_value);
+// Device KV bytes of GPU layers [0, g) for `batch` sequences of `context` tokens, as GpuLayers allocates it: pages
+// of GpuLayers::kv_page_positions() positions of f16 K and V, or q8 (1 byte + an f32 scale per 32), every position
+// on a full-attention layer, a ring bounded to the window on a sliding-window one (GpuLayers::kv_layer_pages, for
+// steps of prefill_chunk + batch rows: Scheduler::step_rows).
+double gpu_kv_value_bytes(const std::string& codec) { return codec == "q8" ? 1.0 + 4.0 / 32 : 2.0; }
+uint64_t gpu_kv_bytes(const ModelProfile& m, const Plan& p, const std::string& codec, int64_t g, int64_t batch) {
+  const double per_value = gpu_kv_value_bytes(codec);
+  const int64_t page = gpu::GpuLayers::kv_page_positions(), chunk = p.prefill_chunk + p.batch;
+  double positions = 0;  // per sequence, times the layer's kv_heads * head_dim
+  for (int64_t l = 0; l < std::min(g, m.layers); ++l) {
+    const kv::StateSpec s = m.state_spec(l);
+    positions += double(gpu::GpuLayers::kv_layer_pages(s.window, p.context, chunk) * page) *
+                 double(s.kv_heads * s.head_dim);
+  }
+  return uint64_t(double(batch) * positions * 2 * per_value);
+}
+// Device KV bytes attention reads per decoded token of one sequence on GPU layers [0, g), averaged over the
+// context: half of it on a full-attention layer, at most the window on a sliding-window one.
+double gpu_kv_read_bytes(const ModelProfile& m, const Plan& p, int64_t g) {
+  double bytes = 0;
+  for (int64_t l = 0; l < std::min(g, m.layers); ++l) {
+    const kv::StateSpec s = m.state_spec(l);
+    const double seen = s.windowed() ? std::min(double(s.window), double(p.context) / 2) : double(p.context) / 2;
+    bytes += seen * double(s.kv_heads * s.head_dim) * 2 * gpu_kv_value_bytes(p.gpu_kv_codec);
+  }
+  return bytes;
 }
 
 // Attention flops of `rows` queries at positions [start, start + rows): QK^T and PV over the positions each query
@@ -437,7 +519,7 @@ StepCost evaluate(const DeviceProfile& d, const ModelProfile& m, const Plan& p, 
   if (g > 0 && d.gpu.memory_gbs > 0) {
     const double gpu_bw = d.gpu.memory_gbs * 1e9;
     t["gpu"] += double(g) * (double(gpu_layer_bytes(m)) / gpu_bw + kGpuLayerOverheadSeconds) +
-                double(B) * double(p.context) / 2 * double(gpu_kv_layer_bytes(m, p.gpu_kv_codec, 1, 1)) * double(g) / gpu_bw +
+                double(B) * gpu_kv_read_bytes(m, p, g) / gpu_bw +
                 (g == L ? double(head) / gpu_bw : 0.0) +
                 2.0 * double(B * m.hidden * 4) / (std::max(d.gpu.h2d_gbs, 0.1) * 1e9);  // hidden state up and down
   }
@@ -459,7 +541,7 @@ StepCost evaluate(const DeviceProfile& d, const ModelProfile& m, const Plan& p, 
   if (g > 0) {
     auto& v = pr.vram;
     v["weights"] = uint64_t(g) * gpu_layer_bytes(m) + (g == L ? head : 0);
-    v["kv"] = uint64_t(g) * gpu_kv_layer_bytes(m, p.gpu_kv_codec, int64_t(round_up(uint64_t(p.context), 32)), B);
+    v["kv"] = gpu_kv_bytes(m, p, p.gpu_kv_codec, g, B);
     v["scratch"] = kGpuScratchBytes;
     if (m.moe()) {
       v["resident_experts"] = uint64_t(p.gpu_resident_count()) * m.expert_bytes;
@@ -548,9 +630,8 @@ static void plan_gpu(const DeviceProfile& d, const ModelProfile& m, Plan& p, con
   const int64_t L = m.layers;
   const uint64_t layer = gpu_layer_bytes(m), head = gpu_head_bytes(m);
   const int64_t min_slots = m.moe() ? 4 * m.top_k : 0;
-  const int64_t context = int64_t(round_up(uint64_t(p.context), 32));
   auto fixed = [&](int64_t g, const std::string& codec) {
-    return uint64_t(g) * (layer + gpu_kv_layer_bytes(m, codec, context, p.batch)) + (g == L ? head : 0) +
+    return uint64_t(g) * layer + gpu_kv_bytes(m, p, codec, g, p.batch) + (g == L ? head : 0) +
            kGpuScratchBytes + uint64_t(min_slots) * m.expert_bytes;
   };
   auto most_layers = [&](const std::string& codec) {
@@ -570,7 +651,7 @@ static void plan_gpu(const DeviceProfile& d, const ModelProfile& m, Plan& p, con
                                    {"gpu_memory_gbs", d.gpu.memory_gbs},
                                    {"h2d_gbs", d.gpu.h2d_gbs},
                                    {"layer_bytes", double(layer)},
-                                   {"kv_layer_bytes", double(gpu_kv_layer_bytes(m, codec, context, p.batch))}};
+                                   {"kv_layer_bytes", double(gpu_kv_bytes(m, p, codec, L, p.batch)) / double(L)}};
   if (request.gpu_layers) g_max = std::min<int64_t>(g_max, *request.gpu_layers);
   if (g_max == 0) {
     p.gpu_reason = fmt::format("{} ({}) has {} for the plan; one layer needs {}", d.gpu.name, mib(d.gpu.memory),
@@ -706,7 +787,8 @@ Plan plan_for_batch(const DeviceProfile& d, const ModelProfile& m, const PlanReq
                          {{"scratch_bytes", double(scratch)}}});
 
   // KV codec: the most exact (f32 first) whose cache fits in kKvShareOfFreeMemory of what the weights leave; else the
-  // smallest that fits at all.
+  // smallest that fits at all. Turbo codecs only where their measured perplexity cost is at most
+  // kKvMaxPerplexityIncrease (f16 and q8 are near-exact: +0.002% / +0.07% on tests/fixtures/models/code-small).
   const uint64_t fixed_pre_kv = m.dense_bytes() + scratch + (m.moe() ? m.expert_conversion_bytes : 0);
   if (fixed_pre_kv > p.budget_bytes)
     throw PlanError(fmt::format("budget {} is below the model's dense weights + scratch ({}): raise --budget to at "
@@ -724,11 +806,27 @@ Plan plan_for_batch(const DeviceProfile& d, const ModelProfile& m, const PlanReq
   std::vector<std::string> codecs = {"f32", "f16", "q8", "turbo4", "turbo3"};
   std::map<std::string, double> kv_ms{{"free_bytes", double(free_for_kv)}};
   std::vector<std::string> usable_codecs;
+  std::vector<std::string> quality_refused;  // codecs that would fit but whose quality cost is unmeasured or too high
   for (auto& c : codecs) try {
       kv_ms["kv_bytes_" + c] = double(kv_bytes(c));
+      if (c.rfind("turbo", 0) == 0) {
+        const auto measured = m.kv_perplexity_increase.find(c);
+        if (measured != m.kv_perplexity_increase.end()) kv_ms["perplexity_increase_" + c] = measured->second;
+        if (measured == m.kv_perplexity_increase.end() || measured->second > kKvMaxPerplexityIncrease) {
+          quality_refused.push_back(measured == m.kv_perplexity_increase.end()
+                                        ? c + " (quality not measured)"
+                                        : fmt::format("{} (+{:.2f}% perplexity measured)", c, 100 * measured->second));
+          continue;
+        }
+      }
       usable_codecs.push_back(c);
     } catch (const std::invalid_argument&) {
     }
+  std::string refused_note;
+  if (!quality_refused.empty()) {
+    refused_note = fmt::format("; not chosen by quality (over {:.0f}% perplexity or unmeasured): ", kKvMaxPerplexityIncrease * 100);
+    for (size_t i = 0; i < quality_refused.size(); ++i) refused_note += (i ? ", " : "") + quality_refused[i];
+  }
   std::string because;
   if (request.kv_codec) {
     p.kv_codec = *request.kv_codec;
@@ -748,36 +846,32 @@ Plan plan_for_batch(const DeviceProfile& d, const ModelProfile& m, const PlanReq
     }
     if (p.kv_codec.empty())
       throw PlanError(fmt::format("context {} x batch {} does not fit: KV needs {} even with {}{}, {} is free after the "
-                                  "weights; lower --context/--batch or raise --budget",
+                                  "weights; lower --context/--batch or raise --budget{}",
                                   p.context, p.batch, mib(kv_bytes(usable_codecs.back())), usable_codecs.back(),
                                   m.moe() ? fmt::format(" (+ {} for the minimum expert cache)", mib(min_expert_bytes)) : "",
-                                  mib(free_for_kv)));
+                                  mib(free_for_kv),
+                                  quality_refused.empty() ? ""
+                                                          : " (or accept a lossier cache with --kv-codec: " +
+                                                                refused_note.substr(2) + ")"));
+    because += refused_note;
   }
   p.rationale.push_back({"kv_codec", p.kv_codec, because, kv_ms});
   const uint64_t fixed = fixed_pre_kv + kv_bytes(p.kv_codec);
   if (fixed > p.budget_bytes) throw PlanError("KV cache with codec " + p.kv_codec + " does not fit the budget");
 
   if (m.moe()) {
-    // Reader: the block size with the best measured bandwidth among those not above one expert read, and the
-    // shallowest queue depth reaching 90% of it.
-    uint64_t best_block = 4096;
-    double best_gbs = 0;
-    for (auto& s : d.storage.sweep)
-      if (s.block_size <= std::max<uint64_t>(m.expert_read_bytes, 4096) && s.gbs > best_gbs) {
-        best_gbs = s.gbs;
-        best_block = s.block_size;
-      }
-    unsigned depth = 64;
-    for (auto& s : d.storage.sweep)
-      if (s.block_size == best_block && s.gbs >= 0.9 * best_gbs) depth = std::min(depth, s.queue_depth);
-    if (d.storage.sweep.empty()) depth = 32;
-    p.reader_block_size = best_block;
-    p.reader_queue_depth = std::max(depth, unsigned(std::min<int64_t>(m.top_k, 64)));
+    const ReaderChoice reader = choose_reader(d.storage, m);
+    p.reader_block_size = reader.block_size;
+    p.reader_queue_depth = reader.queue_depth;
     p.reader_direct = d.storage.direct_io;
-    p.rationale.push_back({"reader", fmt::format("block {} KiB, queue depth {}", best_block / 1024, p.reader_queue_depth),
-                           "best measured block size up to one expert read, shallowest depth within 90% (at least top_k)",
-                           {{"storage_gbs", best_gbs}, {"expert_read_bytes", double(m.expert_read_bytes)},
-                            {"iops_4k", d.storage.iops_4k()}}});
+    p.rationale.push_back({"reader", fmt::format("block {} KiB, queue depth {}", reader.block_size / 1024, reader.queue_depth),
+                           "the probed block and depth that read one layer's top_k missed experts soonest in the "
+                           "fewest submissions (1: all their requests in flight at once): their bytes at the cell's "
+                           "GB/s plus its CPU per request times their requests (within 5%: the fewest requests)",
+                           {{"storage_gbs", reader.gbs}, {"expert_read_bytes", double(m.expert_read_bytes)},
+                            {"requests_per_expert", double(reader.requests_per_expert)},
+                            {"submissions", double(reader.submissions)},
+                            {"predicted_read_seconds", reader.seconds}, {"iops_4k", d.storage.iops_4k()}}});
 
     // Resident experts vs cache slots: every split of the memory left is costed; the fastest predicted step wins.
     const uint64_t avail = p.budget_bytes - fixed;
@@ -812,7 +906,8 @@ Plan plan_for_batch(const DeviceProfile& d, const ModelProfile& m, const PlanReq
     p.rationale.push_back(
         {"experts", fmt::format("{} resident, {} cache slots", p.resident_count(), p.cache_slots),
          std::string("fastest predicted decode step over resident/slot splits of the memory left; hit rates ") +
-             (request.trace ? "replayed from the router trace" : "from expert frequencies (LRU approximation)"),
+             (request.trace ? "replayed on the router trace's held-out second half (resident set ranked on the first)"
+                            : "from expert frequencies (LRU approximation)"),
          {{"available_bytes", double(avail)}, {"expert_bytes", double(m.expert_bytes)},
           {"hit_rate", chosen.prediction.expert_hit_rate}, {"total_experts", double(total)},
           {"traced_tokens", double(m.traced_tokens)}}});
@@ -830,7 +925,34 @@ Plan plan_for_batch(const DeviceProfile& d, const ModelProfile& m, const PlanReq
 
 }  // namespace
 
-Plan make_plan(const DeviceProfile& d, const ModelProfile& m, const PlanRequest& request) {
+namespace {
+
+// A plan on a router trace must not be judged on the tokens it was chosen on: a resident set taken from a short
+// trace holds every expert that trace touched, and replaying the same trace then claims ~100% hits (Gemma-4-26B-A4B
+// in bench/results/headline.md: 12.2 tok/s predicted, 0.5 measured). So the trace is split in two, in order (the
+// prompts of the first half, the prompts of the second): the resident set is ranked by the first half's
+// frequencies, the cache sized against hit rates replayed on the second half with the first half warming the LRU
+// slots. A trace of fewer than 2 tokens teaches nothing: the hit rate then comes from the profile's frequencies.
+struct HeldOut {
+  ModelProfile model;
+  RouterTrace trace;
+  PlanRequest request;
+};
+
+std::optional<HeldOut> hold_out(const ModelProfile& m, const PlanRequest& request) {
+  if (!request.trace || !m.moe() || !request.hold_out_trace || request.trace->held_out_from > 0) return std::nullopt;
+  HeldOut h{m, *request.trace, request};
+  const int64_t tokens = h.trace.tokens();
+  if (tokens < 2) {
+    h.request.trace = nullptr;
+    return h;
+  }
+  h.trace.held_out_from = tokens / 2;
+  h.model.expert_frequency = frequencies(h.trace, 0, h.trace.held_out_from);
+  return h;  // make_plan points the request at the copy's trace
+}
+
+Plan make_plan_on(const DeviceProfile& d, const ModelProfile& m, const PlanRequest& request) {
   if (!request.fit_batch || request.batch <= 1) return plan_for_batch(d, m, request);
   // The batch is a default, not something the user asked for: halve it until its KV fits beside the weights and
   // the minimum expert cache, rather than fail; the plan records the batch it was sized for (serve's default).
@@ -850,6 +972,15 @@ Plan make_plan(const DeviceProfile& d, const ModelProfile& m, const PlanRequest&
       r.batch = std::max<int64_t>(1, r.batch / 2);
     }
   }
+}
+
+}  // namespace
+
+Plan make_plan(const DeviceProfile& d, const ModelProfile& m, const PlanRequest& request) {
+  std::optional<HeldOut> h = hold_out(m, request);
+  if (!h) return make_plan_on(d, m, request);
+  h->request.trace = h->request.trace ? &h->trace : nullptr;  // the copy's own trace, not the moved-from one
+  return make_plan_on(d, h->model, h->request);
 }
 
 }  // namespace tierlm::calibrate

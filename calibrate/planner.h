@@ -34,7 +34,13 @@ struct PlanRequest {
   std::optional<std::string> kv_codec;  // force a codec (f16, q8, turbo4, turbo3)
   std::optional<int> threads;
   std::optional<int64_t> gpu_layers;    // at most this many GPU layers (0: CPU only)
-  const RouterTrace* trace = nullptr;   // when given, cache hit rates are simulated on it instead of estimated
+  // When given, cache hit rates are replayed on it instead of estimated: make_plan ranks the resident set on its
+  // first half and replays the second (RouterTrace::held_out_from), so the plan is never judged on the tokens it was
+  // chosen on.
+  const RouterTrace* trace = nullptr;
+  // false: rank and replay the whole trace, the resident set judged on the tokens it was chosen on (the planner
+  // before the held-out split; only bench/fit_accuracy_bench asks for it, to show the two side by side).
+  bool hold_out_trace = true;
 };
 
 // Cost-model constants (see calibrate/README.md for where they come from).
@@ -53,6 +59,9 @@ inline constexpr double kGpuExpertOverheadSeconds = 10e-6;
 inline constexpr uint64_t kGpuReserveBytes = 1ull << 30;  // GpuOptions' default: free memory minus 1 GiB
 inline constexpr uint64_t kGpuScratchBytes = 256ull << 20;
 inline constexpr double kGemmEfficiency = 0.6;          // fraction of square-SGEMM GFLOP/s prefill reaches
+// A turbo KV codec is picked by the planner only where calibrate measured it on this model at most this much above the
+// exact cache's perplexity (ModelProfile::kv_perplexity_increase); --kv-codec still forces any codec.
+inline constexpr double kKvMaxPerplexityIncrease = 0.01;
 inline constexpr double kKvShareOfFreeMemory = 0.25;    // a codec is "comfortable" if KV fits in this share
 
 // Why a decision was made: the decision, its value, and the measurements it rests on.
@@ -126,6 +135,23 @@ uint64_t kv_sequence_bytes(const ModelProfile& model, const std::string& codec, 
 // KV memory.
 uint64_t kv_cache_bytes(const ModelProfile& model, const std::string& codec, int64_t context, int64_t batch,
                         int64_t chunk = 1);
+// The expert reader's block and queue depth for this model on this storage, from the expert's own reads
+// (ModelProfile::read_extents) and the storage sweep: among the probed (block, depth) cells whose depth holds every
+// request of one layer's top_k misses at once (the reader starts requests beyond its depth only when the forward
+// thread polls it again, after the compute the reads were to overlap), the one reading them soonest: top_k x the
+// expert's bytes / the cell's GB/s + their requests x the cell's CPU seconds per read; within 5% of that (the
+// probe's spread), the fewest requests. Where no cell holds them all, the deepest cells' fewest submissions. A block
+// above the smallest one covering the longest read is no candidate (its requests would be shorter than probed).
+// Without a sweep: 1 MiB x 32 (ReaderOptions' defaults).
+struct ReaderChoice {
+  uint64_t block_size = 1ull << 20;
+  unsigned queue_depth = 32;
+  double gbs = 0, seconds = 0;
+  int64_t requests_per_expert = 0;
+  int64_t submissions = 0;  // queue-depth waves one layer's top_k misses take (1: all in flight at once)
+};
+ReaderChoice choose_reader(const StorageInfo& storage, const ModelProfile& model);
+
 // Fraction of routed experts found in memory, by the LRU characteristic-time approximation (no trace) or by
 // replaying the trace through resident set + LRU slots.
 double estimate_hit_rate(const ModelProfile& model, const std::vector<std::vector<int32_t>>& resident, int64_t slots,

@@ -70,10 +70,15 @@ std::string render_entry(const WisdomEntry& e) {
   for (auto& c : m.classes) line(fmt::format("  {:<14} {:>12}", c.name, bytes(double(c.bytes))));
   if (m.moe()) line(fmt::format("  expert frequencies: {}", m.frequency_source));
   for (auto& t : m.timings)
-    line(fmt::format("  decode timing @{} threads: step {:.3f} ms (fixed routing, all experts in memory), expert "
-                     "{:.1f} us, router {:.1f} us, miss {:.0f} us alone / {:.0f} us in a batch",
-                     t.threads, t.step_seconds * 1e3, t.expert_seconds * 1e6, t.router_seconds * 1e6,
-                     t.miss_seconds * 1e6, t.miss_batch_seconds * 1e6));
+    line(fmt::format("  decode timing @{} threads: step {}, expert {:.1f} us, router {:.1f} us, miss {:.0f} us alone / "
+                     "{:.0f} us in a batch",
+                     t.threads,
+                     t.step_seconds > 0 ? fmt::format("{:.3f} ms (fixed routing, all experts in memory)",
+                                                      t.step_seconds * 1e3)
+                                        : std::string("not timed (the memory budget holds fewer than layers x top_k "
+                                                      "experts; the plan's step is analytic)"),
+                     t.expert_seconds * 1e6, t.router_seconds * 1e6, t.miss_seconds * 1e6,
+                     t.miss_batch_seconds * 1e6));
   line("");
   line(fmt::format("plan     budget {}, context {}, batch {}", bytes(double(p.budget_bytes)), p.context, p.batch));
   line(fmt::format("  {:<16} {}", "threads", p.threads));

@@ -12,7 +12,11 @@ std::string mib(uint64_t b) { return fmt::format("{:.1f} MiB", double(b) / doubl
 
 std::optional<Plan> try_plan(const WisdomEntry& e, const PlanRequest& request, std::string* why = nullptr) {
   try {
-    return make_plan(e.device, e.model, request);
+    // The stored router trace, as calibrate planned on it (its held-out half judges the re-fitted cache).
+    const RouterTrace trace = e.model.router_trace();
+    PlanRequest r = request;
+    if (trace.tokens() > 0) r.trace = &trace;
+    return make_plan(e.device, e.model, r);
   } catch (const PlanError& error) {
     if (why) *why = error.what();
     return std::nullopt;

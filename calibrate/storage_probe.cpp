@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -89,7 +90,14 @@ void write_scratch(const std::string& path, uint64_t bytes) {
   close(fd);
 }
 
-// One cell of the sweep: random block-aligned reads, `depth` in flight, for `seconds`.
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+// One cell of the sweep: random block-aligned reads, `depth` in flight, for `seconds`, with the CPU time this
+// thread spent per read.
 StorageSample time_reads(int fd, Ring* ring, char* buffers, uint64_t file_bytes, uint64_t block, unsigned depth,
                          double seconds) {
   StorageSample sample;
@@ -98,6 +106,7 @@ StorageSample time_reads(int fd, Ring* ring, char* buffers, uint64_t file_bytes,
   const uint64_t blocks = file_bytes / block;
   uint64_t state = 0x2545F4914F6CDD1Dull ^ (block * 131 + depth);
   uint64_t bytes = 0, reads = 0;
+  const double cpu_start = thread_cpu_seconds();
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::duration<double>(seconds);
   if (ring && ring->ok) {
@@ -139,6 +148,7 @@ StorageSample time_reads(int fd, Ring* ring, char* buffers, uint64_t file_bytes,
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
   sample.gbs = double(bytes) / elapsed / 1e9;
   sample.iops = double(reads) / elapsed;
+  if (reads > 0) sample.cpu_seconds_per_read = (thread_cpu_seconds() - cpu_start) / double(reads);
   return sample;
 }
 

@@ -68,7 +68,9 @@ ExpertStore::ExpertStore(std::vector<std::string> files, int64_t layers, int64_t
                       : encoding_ == ExpertEncoding::transposed ? 4
                       : encoding_ == ExpertEncoding::mxfp4      ? 6
                       : encoding_ == ExpertEncoding::fp8_blocks ? 6
-                                                                : 9;
+                      : encoding_ == ExpertEncoding::mlx_gpt_oss
+                          ? (slot_.format == kernels::WeightFormat::mxfp4 ? 9 : 12)
+                          : 9;
   for (auto& e : extents_) {
     if (e.size() != want) throw std::invalid_argument("expert store: wrong number of extents for the encoding");
     for (const Extent& x : e)
@@ -89,17 +91,43 @@ uint64_t ExpertStore::conversion_bytes() const {
   // Contiguous copies of the sources plus the converted weights before they are copied into the slot.
   // transposed: also the transposed copies (as large as the sources) and the two f32 bias rows.
   if (encoding_ == ExpertEncoding::transposed) return 2 * staging_bytes_ + slot_.bytes + 8 * 64;
-  // mxfp4: the copies, the weights (widened to f32 rows and converted for another slot format), the bias rows.
-  if (encoding_ == ExpertEncoding::mxfp4)
+  // mxfp4 into an mxfp4 slot: the blocks and scales are copied from staging straight into the slot (finish_mxfp4),
+  // so only store_biases' temporaries remain: the two bias extents gathered, then as f32 rows. Into another slot
+  // format: the copies, the weights (widened to f32 rows and converted), the bias rows.
+  if (encoding_ == ExpertEncoding::mxfp4) {
+    const uint64_t bias_values = uint64_t(2 * slot_.intermediate + slot_.hidden);
+    const uint64_t biases = bias_values * (element_size(source_type_) + sizeof(float));
+    if (slot_.format == kernels::WeightFormat::mxfp4) return biases;
     return 2 * staging_bytes_ + slot_.bytes + uint64_t(3 * slot_.hidden * slot_.intermediate) * 4 + 12 * 64;
+  }
   if (encoding_ == ExpertEncoding::mlx) return 0;  // repacked from staging straight into the slot
+  if (encoding_ == ExpertEncoding::mlx_gpt_oss) {
+    // The three bias extents gathered and widened to f32, the interleaved gate/up bias row; affine: gate and up's
+    // words, scales and biases interleaved row by row before they are repacked (mxfp4 rows go straight in).
+    const uint64_t bias_values = uint64_t(2 * slot_.intermediate + slot_.hidden);
+    uint64_t bytes = bias_values * (element_size(source_type_) + sizeof(float)) +
+                     uint64_t(2 * slot_.intermediate) * sizeof(float) + 8 * 64;
+    if (slot_.format != kernels::WeightFormat::mxfp4)
+      bytes += uint64_t(2 * slot_.intermediate) *
+                   (uint64_t(slot_.hidden * slot_.bits / 8) +
+                    2 * uint64_t(slot_.hidden / slot_.group_size) * element_size(source_type_)) +
+               3 * 64;
+    return bytes;
+  }
   return staging_bytes_ + slot_.bytes + 6 * 64;
 }
 
 uint64_t ExpertStore::read_bytes(int64_t layer, int64_t expert) const {
   uint64_t total = 0;
-  for (const StagedExtent& s : stage(extents(layer, expert))) total += s.read_length;
+  for (uint64_t length : read_lengths(layer, expert)) total += length;
   return total;
+}
+
+std::vector<uint64_t> ExpertStore::read_lengths(int64_t layer, int64_t expert) const {
+  if (encoding_ == ExpertEncoding::packed) return {slot_.bytes};
+  std::vector<uint64_t> lengths;
+  for (const StagedExtent& s : stage(extents(layer, expert))) lengths.push_back(s.read_length);
+  return lengths;
 }
 
 std::vector<ReadRequest> ExpertStore::plan(int64_t layer, int64_t expert, void* slot, void* staging) const {
@@ -170,6 +198,11 @@ void ExpertStore::finish(int64_t layer, int64_t expert, const void* staging, voi
   if (encoding_ == ExpertEncoding::mxfp4) {
     finish_mxfp4(layer, expert, ext, [&](size_t i) { return base + staged[i].data_offset; },
                  [&](size_t i) { return gather({i}); }, slot, ledger);
+    return;
+  }
+  if (encoding_ == ExpertEncoding::mlx_gpt_oss) {
+    finish_mlx_gpt_oss(layer, expert, ext, [&](size_t i) { return base + staged[i].data_offset; },
+                       [&](size_t i) { return gather({i}); }, slot, ledger);
     return;
   }
   if (encoding_ == ExpertEncoding::transposed) {
@@ -262,6 +295,72 @@ void ExpertStore::finish_mxfp4(int64_t layer, int64_t expert, std::span<const Ex
   };
   slot_.store(widen(gu), widen(d), slot);
   store_biases(gather(4), gather(5), slot, ledger);
+}
+
+void ExpertStore::finish_mlx_gpt_oss(int64_t layer, int64_t expert, std::span<const Extent> ext,
+                                     const std::function<const std::byte*(size_t)>& staged_at,
+                                     const std::function<LedgerBuffer(size_t)>& gather, void* slot,
+                                     Ledger& ledger) const {
+  const int64_t H = slot_.hidden, I = slot_.intermediate;
+  const bool fp4 = slot_.format == WeightFormat::mxfp4;
+  const size_t per = fp4 ? 2 : 3;  // extents per projection; the biases follow the three projections
+  const uint64_t es = element_size(source_type_);
+  // Bytes of one row of each part, for a row of `cols` inputs: words, scales (and affine biases).
+  auto row_bytes = [&](int64_t cols) {
+    return fp4 ? std::vector<uint64_t>{uint64_t(cols / 2), uint64_t(cols / 32)}
+               : std::vector<uint64_t>{uint64_t(cols * slot_.bits / 8), uint64_t(cols / slot_.group_size) * es,
+                                       uint64_t(cols / slot_.group_size) * es};
+  };
+  const std::vector<uint64_t> gate_row = row_bytes(H), down_row = row_bytes(I);
+  bool sizes_ok = ext[3 * per].length == uint64_t(I) * es && ext[3 * per + 1].length == uint64_t(I) * es &&
+                  ext[3 * per + 2].length == uint64_t(H) * es;
+  for (size_t k = 0; k < per; ++k)
+    sizes_ok = sizes_ok && ext[k].length == uint64_t(I) * gate_row[k] && ext[per + k].length == ext[k].length &&
+               ext[2 * per + k].length == uint64_t(H) * down_row[k];
+  if (!sizes_ok)
+    throw ReaderError(fmt::format("expert {}.{}: MLX gpt-oss tensor sizes do not match the expert shape", layer,
+                                  expert));
+  // Gate row j and up row j of part k, one after the other (the gate_up matrix's rows 2j and 2j + 1), into `to`.
+  auto interleave = [&](size_t k, std::byte* to) {
+    const std::byte* gate = staged_at(k);
+    const std::byte* up = staged_at(per + k);
+    const uint64_t n = gate_row[k];
+    for (int64_t j = 0; j < I; ++j) {
+      std::memcpy(to + uint64_t(2 * j) * n, gate + uint64_t(j) * n, n);
+      std::memcpy(to + uint64_t(2 * j + 1) * n, up + uint64_t(j) * n, n);
+    }
+  };
+  auto part = [&](int i) { return static_cast<std::byte*>(slot) + slot_.parts[i].offset; };
+  if (fp4) {
+    // The slot's mxfp4 parts hold the codes and exponents as stored (ExpertLayout), gate_up's rows interleaved.
+    interleave(0, part(0));
+    interleave(1, part(1));
+    std::memcpy(part(3), staged_at(2 * per), ext[2 * per].length);
+    std::memcpy(part(4), staged_at(2 * per + 1), ext[2 * per + 1].length);
+  } else {
+    LedgerBuffer words(ledger, accounts::scratch, 2 * ext[0].length);
+    LedgerBuffer scales(ledger, accounts::scratch, 2 * ext[1].length);
+    LedgerBuffer biases(ledger, accounts::scratch, 2 * ext[2].length);
+    interleave(0, words.as<std::byte>());
+    interleave(1, scales.as<std::byte>());
+    interleave(2, biases.as<std::byte>());
+    kernels::pack_mlx_rows(words.data(), scales.data(), biases.data(), source_type_, 2 * I, H, slot_.group_size,
+                           slot_.bits, {part(0), part(1), part(2), 2 * I, 0});
+    kernels::pack_mlx_rows(staged_at(2 * per), staged_at(2 * per + 1), staged_at(2 * per + 2), source_type_, H, I,
+                           slot_.group_size, slot_.bits, {part(3), part(4), part(5), H, 0});
+  }
+  // Output biases: gate's and up's interleaved like their rows, in f32.
+  const LedgerBuffer gate_bias = gather(3 * per), up_bias = gather(3 * per + 1), down_bias = gather(3 * per + 2);
+  auto widen = [&](const LedgerBuffer& b, int64_t n) {
+    return kernels::make_weight(b.data(), source_type_, 1, n, WeightFormat::f32, ledger, accounts::scratch);
+  };
+  const kernels::Weight g = widen(gate_bias, I), u = widen(up_bias, I), d = widen(down_bias, H);
+  LedgerBuffer gate_up(ledger, accounts::scratch, size_t(2 * I) * sizeof(float));
+  for (int64_t j = 0; j < I; ++j) {
+    gate_up.as<float>()[2 * j] = g.data.as<float>()[j];
+    gate_up.as<float>()[2 * j + 1] = u.data.as<float>()[j];
+  }
+  slot_.store_row_biases(gate_up.as<float>(), d.data.as<float>(), slot);
 }
 
 // The experts' output biases as f32 (a one-row f32 weight is its values) into the slot's row-bias parts.

@@ -12,6 +12,11 @@
 //           extents; per expert slices of *_blocks [E, rows, cols/32, 16] and *_scales [E, rows, cols/32]); the
 //           blocks and scales land in an mxfp4 slot unchanged (4.25 bits per weight), or are widened for another
 //           slot format.
+//   mlx_gpt_oss  gpt-oss experts as mlx-lm writes them (its sanitize splits gate_up's interleaved rows apart):
+//           gate, up and down as MLX modules sliced out of mlp.experts.{gate,up,down}_proj [E, rows, ...], mxfp4
+//           (weight, scales: six extents) or affine (weight, scales, biases: nine), then their float output biases
+//           gate.bias, up.bias, down.bias; finish() interleaves gate and up rows again (even rows gate, the gpt-oss
+//           forward's order) into an mxfp4 or mlx_q4/mlx_q8 slot and keeps the biases in f32.
 // For dense and mlx the reads cover 4 KiB aligned ranges into a staging block, then finish() converts them into the
 // slot format: dense through kernels::make_weight, mlx repacked straight into the slot by kernels::pack_mlx_rows.
 // Owns: extents, file list, slot layout. Never: read files itself (ExpertReader does), or allocate slots.
@@ -32,7 +37,7 @@ namespace tierlm::tiering {
 
 // dense: per projection one extent of source_type elements; mlx: weight, scales, biases per projection; fp8_blocks:
 // float8_e4m3fn weight and its f32 weight_scale_inv (one per 128x128 block) per projection, dequantized at a miss.
-enum class ExpertEncoding : uint8_t { packed, dense, mlx, transposed, mxfp4, fp8_blocks };
+enum class ExpertEncoding : uint8_t { packed, dense, mlx, transposed, mxfp4, fp8_blocks, mlx_gpt_oss };
 
 struct Extent {
   int32_t file = 0;
@@ -61,8 +66,10 @@ class ExpertStore {
   uint64_t staging_bytes() const { return staging_bytes_; }
   // Scratch bytes finish() allocates while converting (charged by the cache as a reservation).
   uint64_t conversion_bytes() const;
-  // Bytes one fill reads from disk (aligned).
+  // Bytes one fill reads from disk (aligned), and the length of each of its reads in order (before the reader splits
+  // them into blocks).
   uint64_t read_bytes(int64_t layer, int64_t expert) const;
+  std::vector<uint64_t> read_lengths(int64_t layer, int64_t expert) const;
   // The reads that fill `slot` (packed) or `staging` (others).
   std::vector<ReadRequest> plan(int64_t layer, int64_t expert, void* slot, void* staging) const;
   // After the reads: converts staging into the slot; no-op for packed. Temporaries go through `scratch_ledger`.
@@ -80,6 +87,9 @@ class ExpertStore {
   void finish_mxfp4(int64_t layer, int64_t expert, std::span<const Extent> ext,
                     const std::function<const std::byte*(size_t)>& staged_at,
                     const std::function<LedgerBuffer(size_t)>& gather, void* slot, Ledger& ledger) const;
+  void finish_mlx_gpt_oss(int64_t layer, int64_t expert, std::span<const Extent> ext,
+                          const std::function<const std::byte*(size_t)>& staged_at,
+                          const std::function<LedgerBuffer(size_t)>& gather, void* slot, Ledger& ledger) const;
   void store_biases(const LedgerBuffer& gate_up_bias, const LedgerBuffer& down_bias, void* slot,
                     Ledger& ledger) const;
 

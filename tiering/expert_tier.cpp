@@ -14,7 +14,8 @@ int64_t automatic_slots(const ExpertStore& store, const Ledger& ledger, const Ex
     throw LedgerError(fmt::format("memory budget too small for the expert cache: {} bytes left fit {} expert slots "
                                   "of {} bytes, at least {} are needed",
                                   available, slots, slot, options.min_slots));
-  return std::min<int64_t>(slots, store.layers() * store.experts());
+  const int64_t every = store.layers() * store.experts();
+  return std::min<int64_t>(slots, options.max_slots > 0 ? std::min(options.max_slots, every) : every);
 }
 
 }  // namespace tierlm::tiering

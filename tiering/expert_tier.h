@@ -15,6 +15,7 @@ struct ExpertTierOptions {
   ReaderOptions reader;
   uint64_t leave_free_bytes = 0;  // automatic sizing keeps this much of the budget for KV and scratch
   int64_t min_slots = 1;          // automatic sizing fails below this (one token's top-k)
+  int64_t max_slots = 0;          // automatic sizing takes at most this many (0: up to every expert)
 };
 
 // Slots that fit in what the ledger has left, after the resident set, the conversion reservation and

@@ -5,7 +5,8 @@
 # opened with dlopen, and the device has it):
 #   tools/gpu_device_run.sh pack      -> .devpack/devlibs.tar.xz (carry .devpack); BINARIES="build/bench/gpu_bench
 #   ..." packs only those (a quicker build when the others are not needed); STUB_BLAS=1 carries a plain
-#   cblas_sgemm instead of OpenBLAS (tools/device_cblas_stub.c), when the checkout leaves too little of the 64 MiB
+#   cblas_sgemm instead of OpenBLAS (tools/device_cblas_stub.c), when the checkout leaves too little of the 64 MiB;
+#   the tracked tree alone is ~64 MB: `bash tools/device_slim.sh on` before the run call, `off` right after
 # There: tools/gpu_device_run.sh run  -> logs under $OUT (test1/2.log, kernels.log, sanitizers.log, cli.log,
 #        scheduler_gpu.log, serve.log, bench.log); QUICK=1: one test pass, no sanitizers, no benchmarks.
 set -uo pipefail

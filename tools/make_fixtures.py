@@ -4,7 +4,8 @@
 For each tiny architecture: a random model (fixed seed, weights re-drawn at unit scale so logits are well separated),
 saved with save_pretrained (safetensors, f32), plus reference.json holding a prompt (token ids), the logits of every
 prompt position, 32 greedy tokens (full re-forward, no cache) and the logits of every greedy step.
-Also: MLX affine 4/8-bit versions of one model (weight/scales/biases, group 64) with references computed from the
+Also: MLX affine 4/8-bit versions of one model (weight/scales/biases, group 64) and mlx-community layouts of the
+Qwen3.5 MoE, Gemma 4, gpt-oss (MXFP4 experts) and DeepSeek-V3/V2 fixtures, with references computed from the
 dequantized weights, and the embedded default model (tools/train_default_model.py).
 
 usage: python3 tools/make_fixtures.py OUT_DIR [--skip-train] [--only NAME,...]
@@ -14,6 +15,8 @@ equals the one made with all the others; new specs are appended at the end for t
 import json
 import math
 import os
+import re
+import shutil
 import sys
 import time
 
@@ -458,16 +461,25 @@ def make_fp8_deepseek(base_name, model, block=128):
     cfg["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                                   "weight_block_size": [block, block]}
     write_json(os.path.join(d, "config.json"), cfg)
+    ref = reference_of_state(model, deq_state, base_name, name)
+    write_json(os.path.join(d, "reference.json"), ref)
+    print(f"{name}: greedy {ref['greedy'][:8]}..., min margin {ref['min_margin']:.4f}", flush=True)
+
+
+def reference_of_state(model, state, base_name, name):
+    """transformers' reference on `state` (f32 tensors under the base fixture's checkpoint names, e.g. the values a
+    quantized copy dequantizes to): saved beside the model's config and loaded back with from_pretrained, so the
+    reference runs exactly those values; the prompt is the base fixture's."""
     tmp = os.path.join(OUT, "_deq_" + name)
     model.config.save_pretrained(tmp)
-    save_file(deq_state, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+    save_file({k: v.contiguous() for k, v in state.items()}, os.path.join(tmp, "model.safetensors"),
+              metadata={"format": "pt"})
     deq_model = type(model).from_pretrained(tmp, dtype=torch.float32)
     ref = reference(deq_model, json.load(open(os.path.join(OUT, "models", base_name, "reference.json")))["prompt"])
     ref["model_type"] = model.config.model_type
-    write_json(os.path.join(d, "reference.json"), ref)
-    import shutil
+    ref["transformers"] = transformers.__version__
     shutil.rmtree(tmp)
-    print(f"{name}: greedy {ref['greedy'][:8]}..., min margin {ref['min_margin']:.4f}", flush=True)
+    return ref
 
 
 def mlx_quantize_into(state, base, v, bits, group):
@@ -602,6 +614,144 @@ def make_mlx_gemma4(base_name, model, bits=4, group=32):
     print(f"{name}: greedy {ref['greedy'][:8]}..., min margin {ref['min_margin']:.4f}", flush=True)
 
 
+def mlx_mxfp4_into(state, base, v):
+    """MLX's "mxfp4" mode (mx.quantize(..., mode="mxfp4"): group 32, no biases) of v ([..., rows, cols], quantized
+    row-wise) into state[base + ".weight"] (uint32 [..., rows, cols/8]: the E2M1 codes, element 0 in the low nibble,
+    i.e. gpt-oss's blocks viewed as little-endian words) and state[base + ".scales"] (uint8 E8M0 [..., rows,
+    cols/32]); returns the dequantized values."""
+    rows = v.reshape(-1, v.shape[-1]).float()
+    blocks, scales, deq = mxfp4_quantize(rows)
+    b = blocks.reshape(rows.shape[0], -1, 4).to(torch.int64)
+    words = b[..., 0] | (b[..., 1] << 8) | (b[..., 2] << 16) | (b[..., 3] << 24)
+    lead = list(v.shape[:-1])
+    state[base + ".weight"] = words.to(torch.uint32).reshape(lead + [words.shape[-1]]).contiguous()
+    state[base + ".scales"] = scales.reshape(lead + [scales.shape[-1]]).contiguous()
+    return deq.reshape(v.shape)
+
+
+def write_mlx_folder(d, state, cfg, quant, ref):
+    """The files mlx-lm's save_model / save_config write: one shard with metadata format mlx, its index, config.json
+    carrying the quantization dict as both "quantization" and "quantization_config"; plus our reference.json."""
+    os.makedirs(d, exist_ok=True)
+    save_file(state, os.path.join(d, "model.safetensors"), metadata={"format": "mlx"})
+    write_json(os.path.join(d, "model.safetensors.index.json"),
+               {"metadata": {}, "weight_map": {k: "model.safetensors" for k in sorted(state)}})
+    cfg["quantization"] = quant
+    cfg["quantization_config"] = quant
+    write_json(os.path.join(d, "config.json"), cfg)
+    write_json(os.path.join(d, "reference.json"), ref)
+    print(f"{os.path.basename(d)}: {len(state)} tensors, greedy {ref['greedy'][:8]}..., "
+          f"min margin {ref['min_margin']:.4f}", flush=True)
+
+
+def make_mlx_gpt_oss(base_name, model, bits=4, group=64):
+    """gpt-oss as mlx-lm writes it when it converts OpenAI's MXFP4 checkpoint with -q (mlx-community's
+    gpt-oss-*-MXFP4-Q4 / -Q8): model.* / lm_head names as in HF; experts split by mlx-lm's sanitize from the
+    interleaved gate_up (even output rows gate, odd up) into mlp.experts.{gate,up,down}_proj, kept MXFP4 (top-level
+    quantization mode "mxfp4", group 32: uint32 words + uint8 scales, no biases) with their float .bias; every other
+    Linear and the embedding affine at `bits` (group 64) and mlp.router at 8 bits, each recorded per module path
+    (quantize_model's fine-grained entries); sinks, norms and biases bf16. From the saved base fixture; the
+    reference runs transformers on exactly the dequantized values."""
+    from safetensors.torch import load_file
+    name = f"{base_name}-mlx{bits}"
+    src = load_file(os.path.join(OUT, "models", base_name, "model.safetensors"))
+    state, deq = {}, {}
+    quant = {"group_size": 32, "bits": 4, "mode": "mxfp4"}
+    with torch.no_grad():
+        for k, v in src.items():
+            v = v.float()
+            if k.endswith("mlp.experts.gate_up_proj"):  # [E, H, 2I] as x @ W; output 2j gate unit j, 2j+1 up
+                p = k[: -len("gate_up_proj")]
+                rows = v.transpose(1, 2)
+                dg = mlx_mxfp4_into(state, p + "gate_proj", rows[:, 0::2, :].contiguous())
+                du = mlx_mxfp4_into(state, p + "up_proj", rows[:, 1::2, :].contiguous())
+                out = torch.empty_like(rows)
+                out[:, 0::2, :] = dg
+                out[:, 1::2, :] = du
+                deq[k] = out.transpose(1, 2).contiguous()
+            elif k.endswith("mlp.experts.down_proj"):  # [E, I, H] as x @ W
+                p = k[: -len("down_proj")]
+                out = mlx_mxfp4_into(state, p + "down_proj", v.transpose(1, 2).contiguous())
+                deq[k] = out.transpose(1, 2).contiguous()
+            elif k.endswith("mlp.experts.gate_up_proj_bias"):
+                p = k[: -len("gate_up_proj_bias")]
+                w = v.to(torch.bfloat16)
+                state[p + "gate_proj.bias"] = w[:, 0::2].contiguous()
+                state[p + "up_proj.bias"] = w[:, 1::2].contiguous()
+                deq[k] = w.float()
+            elif k.endswith("mlp.experts.down_proj_bias"):
+                w = v.to(torch.bfloat16)
+                state[k[: -len("down_proj_bias")] + "down_proj.bias"] = w.contiguous()
+                deq[k] = w.float()
+            elif v.dim() == 2 and k.endswith(".weight") and v.shape[1] % group == 0:
+                base = k[: -len(".weight")]
+                b = 8 if k.endswith("mlp.router.weight") else bits
+                quant[base] = {"group_size": group, "bits": 8} if b == 8 else \
+                    {"group_size": group, "bits": b, "mode": "affine"}
+                deq[k] = mlx_quantize_into(state, base, v, b, group)
+            else:
+                w = v.to(torch.bfloat16)
+                state[k] = w.contiguous()
+                deq[k] = w.float()
+    ref = reference_of_state(model, deq, base_name, name)
+    write_mlx_folder(os.path.join(OUT, "models", name), state, model.config.to_dict(), quant, ref)
+
+
+def make_mlx_deepseek(base_name, model, bits=4, group=32):
+    """DeepSeek-V3 / V2 as mlx-lm's deepseek_v3.py / deepseek_v2.py sanitize and quantize_model leave them: model.* /
+    lm_head names; experts stacked into mlp.switch_mlp.{gate,up,down}_proj [E, rows, cols]; deepseek_v3 splits
+    kv_b_proj per head into the MultiLinear embed_q [heads, kv_lora_rank, qk_nope_head_dim] (its K half transposed)
+    and unembed_out [heads, v_head_dim, kv_lora_rank] (its V half); deepseek_v2 keeps kv_b_proj. Every Linear,
+    MultiLinear and the embedding whose input dim is a multiple of the group is affine-quantized (group 32, so the
+    experts' down_proj quantizes), the others stay bf16 (here q_b_proj and embed_q, as quantize_model skips them);
+    the router mlp.gate.weight (a bare parameter in mlx-lm) bf16, e_score_correction_bias f32. The reference runs
+    transformers on exactly the dequantized values."""
+    from safetensors.torch import load_file
+    name = f"{base_name}-mlx{bits}"
+    c = model.config
+    heads, nope, vd, lora = c.num_attention_heads, c.qk_nope_head_dim, c.v_head_dim, c.kv_lora_rank
+    split_kv_b = c.model_type == "deepseek_v3"
+    src = load_file(os.path.join(OUT, "models", base_name, "model.safetensors"))
+    state, deq, experts = {}, {}, {}
+    quant = {"group_size": group, "bits": bits, "mode": "affine"}
+
+    def quantized_or_float(base, v):
+        if v.shape[-1] % group == 0:
+            return mlx_quantize_into(state, base, v, bits, group)
+        w = v.to(torch.bfloat16)
+        state[base + ".weight"] = w.contiguous()
+        return w.float()
+
+    with torch.no_grad():
+        for k, v in src.items():
+            v = v.float()
+            m = re.match(r"(model\.layers\.\d+\.mlp\.)experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$", k)
+            if m:
+                experts.setdefault((m.group(1), m.group(3)), {})[int(m.group(2))] = v
+            elif split_kv_b and k.endswith("self_attn.kv_b_proj.weight"):  # per head rows [k_nope | v] over the latent
+                p = k[: -len("kv_b_proj.weight")]
+                per_head = v.reshape(heads, nope + vd, lora)
+                dk = quantized_or_float(p + "embed_q", per_head[:, :nope, :].transpose(1, 2).contiguous())
+                dv = quantized_or_float(p + "unembed_out", per_head[:, nope:, :].contiguous())
+                deq[k] = torch.cat([dk.transpose(1, 2), dv], dim=1).reshape(heads * (nope + vd), lora)
+            elif k.endswith("e_score_correction_bias"):
+                state[k] = v.contiguous()
+                deq[k] = v
+            elif v.dim() == 2 and k.endswith(".weight") and not k.endswith("mlp.gate.weight"):
+                deq[k] = quantized_or_float(k[: -len(".weight")], v)
+            else:
+                w = v.to(torch.bfloat16)
+                state[k] = w.contiguous()
+                deq[k] = w.float()
+        for (prefix, proj), per_expert in experts.items():
+            n = len(per_expert)
+            d = quantized_or_float(prefix + "switch_mlp." + proj, torch.stack([per_expert[e] for e in range(n)]))
+            for e in range(n):
+                deq[f"{prefix}experts.{e}.{proj}.weight"] = d[e].contiguous()
+    ref = reference_of_state(model, deq, base_name, name)
+    write_mlx_folder(os.path.join(OUT, "models", name), state, c.to_dict(), quant, ref)
+
+
 def main():
     os.makedirs(os.path.join(OUT, "models"), exist_ok=True)
     manifest = {}
@@ -621,8 +771,12 @@ def main():
                 make_mlx_gemma4(name, model, 4)
             if name == "gpt_oss":
                 make_mxfp4_gptoss(name, model)
+                make_mlx_gpt_oss(name, model)  # from the saved fixture: make_mxfp4_gptoss rewrote the weights
             if name == "deepseek_v3":
                 make_fp8_deepseek(name, model)
+                make_mlx_deepseek(name, model)
+            if name == "deepseek_v2":
+                make_mlx_deepseek(name, model)
         except Exception as e:  # keep going: one architecture failing must not lose the others
             import traceback
             traceback.print_exc()

@@ -3,7 +3,7 @@
 
 Usage: make_tokenizer_golden.py CORPUS_JSONL TOKENIZERS_DIR OUT_DIR
 TOKENIZERS_DIR holds <name>/tokenizer.json (as tools/fetch_tokenizers.sh lays them out). For each <name> it writes
-OUT_DIR/golden_<name>.jsonl with one JSON object per line:
+OUT_DIR/golden_<name>.jsonl.gz (gzip, mtime 0) with one JSON object per line:
   {"kind": "meta", ...}                                  versions and sizes
   {"kind": "text", "id": N, "enc": [...], "enc_special": [...], "dec": str, "dec_skip": str}
       enc = encode(text, add_special_tokens=False), enc_special = encode(text, add_special_tokens=True);
@@ -12,6 +12,8 @@ OUT_DIR/golden_<name>.jsonl with one JSON object per line:
       decode of seeded random id sequences (byte tokens, added tokens, anything), to pin invalid UTF-8 handling.
 It also records HF's DecodeStream chunks for some texts ("stream" on text lines) when the installed version has it.
 """
+import gzip
+import io
 import json
 import os
 import random
@@ -59,9 +61,9 @@ def main():
             added = []
         single_char = sorted(i for s, i in vocab.items() if len(s) == 1)
         byte_tokens = sorted(i for s, i in vocab.items() if len(s) == 6 and s.startswith("<0x") and s.endswith(">"))
-        path = os.path.join(out_dir, f"golden_{name}.jsonl")
+        path = os.path.join(out_dir, f"golden_{name}.jsonl.gz")
         mismatched_streams = 0
-        with open(path, "w", encoding="utf-8", newline="\n") as out:
+        with io.TextIOWrapper(gzip.GzipFile(path, "wb", mtime=0), encoding="utf-8", newline="\n") as out:
             meta = {"kind": "meta", "name": name, "tokenizers_version": tokenizers.__version__,
                     "vocab_size_with_added": size, "vocab_size_model": tok.get_vocab_size(with_added_tokens=False),
                     "max_id": max_id}

@@ -26,6 +26,7 @@ import transformers
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tool_dialogs  # noqa: E402
+from train_step import train_step  # noqa: E402
 
 TINY_CHAT_TEMPLATE = r"""{%- if tools -%}
 {{- '<|im_start|>system\n' -}}
@@ -174,22 +175,16 @@ def main():
         x = torch.stack([doc_data[s:s + seq] for s in ds] + [dia_data[s:s + seq] for s in dd]).cuda()
         frac = (time.time() - t0) / budget_s
         lr = 2e-3 * min(1.0, (step + 1) / 100) * (1.0 - 0.9 * frac)
-        for pg in opt.param_groups:
-            pg["lr"] = lr
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(x, labels=x).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        loss = train_step(model, opt, x, lr)
         if step % 200 == 0:
             print(f"step {step} loss {loss.item():.3f} ({time.time() - t0:.0f}s)", flush=True)
         step += 1
     print(f"trained {step} steps, final loss {loss.item():.3f}", flush=True)
     model.config.output_router_logits = False
-    model = model.cpu().to(torch.bfloat16)
-    model.save_pretrained(d, safe_serialization=True)
-    model = model.float().eval()
+    model.cpu().to(torch.bfloat16).save_pretrained(d, safe_serialization=True)
+    # References come from the saved files: .to(bfloat16) also rounds the rotary inv_freq buffer, which a model loaded
+    # from disk recomputes in float32 (train_quality_model.py's first reference was 0.10 nats off a token for that).
+    model = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
 
     @torch.no_grad()
     def greedy(ids, steps, stop=None):

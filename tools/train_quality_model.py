@@ -28,6 +28,9 @@ import torch
 import transformers
 from tokenizers import Tokenizer
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from train_step import train_step  # noqa: E402
+
 HELD_OUT = ("email", "xml", "json", "http", "concurrent")
 
 
@@ -93,22 +96,16 @@ def main():
         x = torch.stack([data[s:s + seq] for s in starts]).cuda()
         frac = max((time.time() - t0) / budget_s, step / max_steps)
         lr = 3e-3 * min(1.0, (step + 1) / 100) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * frac)))
-        for pg in opt.param_groups:
-            pg["lr"] = lr
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(x, labels=x).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        loss = train_step(model, opt, x, lr)
         if step % 200 == 0:
             print(f"step {step} loss {loss.item():.3f} ({time.time() - t0:.0f}s)", flush=True)
         step += 1
     train_seconds = time.time() - t0
     print(f"trained {step} steps ({epochs} epochs), final loss {loss.item():.3f}", flush=True)
-    model = model.cpu().to(torch.bfloat16)
-    model.save_pretrained(out, safe_serialization=True)
-    model = model.float().eval()
+    model.cpu().to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
+    # The reference is scored on the saved files: .to(bfloat16) also rounds the rotary inv_freq buffer, which a model
+    # loaded from disk recomputes in float32 (scoring the in-memory copy differed by up to 0.10 nats a token).
+    model = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
 
     @torch.no_grad()
     def nll(token_ids):
@@ -118,7 +115,7 @@ def main():
         return (-lp.gather(1, x[0, 1:, None].long())[:, 0]).tolist()
 
     text = open("profiles/text/kv-quality.txt", encoding="utf-8").read()
-    text_ids = tok.encode(text).ids[:2048]
+    text_ids = tok.encode(text).ids[:1024]  # the trained length
     text_nll = nll(text_ids)
     heldout = []
     for s in range(0, min(len(held_ids) - 1024, 64 * 1024), 1024):

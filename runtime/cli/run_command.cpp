@@ -93,6 +93,8 @@ void run(const RunOptions& given, const CLI::App& cmd) {
   if (o.gpu_layers > 0) {
     gpu::GpuOptions gpu_options = o.gpu_plan;
     gpu_options.layers = o.gpu_layers;
+    // A codec the user named holds on the GPU layers too (f32: the exact configuration), or is refused there by name.
+    if (cmd.count("--kv-codec")) calibrate::apply_kv_codec_to_gpu(o.kv_codec, gpu_options);
     gpu_options.host_ledger = &ledger;
     gpu_layers = std::make_shared<gpu::GpuLayers>(weights, gpu_options, o.prefill_chunk, context);
     forward.use_gpu(gpu_layers);

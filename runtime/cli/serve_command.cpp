@@ -116,7 +116,8 @@ std::shared_ptr<gpu::GpuLayers> make_gpu_layers(const ServeOptions& o, const mod
                "({}); VRAM ledger {:.1f} MB used of {}",
                gpu->layers(), weights.config.num_layers, gpu->runs_head() ? " and the output head" : "",
                double(gpu->weight_bytes()) / 1e6, sched.max_batch, sched.context,
-               options.kv_codec == gpu::GpuKvCodec::q8 ? "q8" : "f16", double(vram.used()) / 1e6,
+               options.kv_codec == gpu::GpuKvCodec::q8 ? "q8" : options.kv_codec == gpu::GpuKvCodec::f32 ? "f32" : "f16",
+               double(vram.used()) / 1e6,
                vram.budget() == tiering::Ledger::kUnlimited ? std::string("no budget")
                                                             : fmt::format("{:.1f} MB", double(vram.budget()) / 1e6));
   return gpu;
@@ -133,6 +134,8 @@ void serve(ServeOptions o, const CLI::App& cmd) {
 
   model::LoadOptions load;
   apply_wisdom(o, cmd, load);
+  // A codec the user named holds on the GPU layers too (f32: the exact configuration), or is refused there by name.
+  if (cmd.count("--kv-codec") && o.gpu_layers > 0) calibrate::apply_kv_codec_to_gpu(o.kv_codec, o.gpu_plan);
   if (o.expert_prefetch >= 0) load.experts.cache.prefetch_limit = o.expert_prefetch;
   kv::set_default_codec(kv::parse_codec(o.kv_codec));  // every slot's KV cache takes the process default
   LoadedModel loaded = load_for_cli(o.model, o.mem_budget_gib, o.weight_format, load);

@@ -1,5 +1,6 @@
 #include "runtime/engine/forward.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -34,11 +35,37 @@ void split_query_gate(float* row, int64_t heads, int64_t head_dim, float* gate) 
   }
 }
 
+// What matvec/matmul of up to `rows` activation rows take from the MatmulScratch for every weight the forward pass
+// multiplies: each layer's projections, the routed experts in the tier's slot format, the output head.
+kernels::MatmulScratch::Sizes matmul_scratch_needs(const model::ModelWeights& w, int64_t rows) {
+  kernels::MatmulScratch::Sizes need{};
+  auto add = [&](const kernels::MatmulScratch::Sizes& s) {
+    for (size_t r = 0; r < need.size(); ++r) need[r] = std::max(need[r], s[r]);
+  };
+  auto weight = [&](const kernels::Weight& m) {
+    if (m.view.rows > 0) add(kernels::matmul_scratch_sizes(m.view, rows));
+  };
+  for (const model::LayerWeights& L : w.layers) {
+    for (const kernels::Weight* m : {&L.qkv, &L.o, &L.linear_in, &L.mla_in, &L.q_b, &L.gate_up, &L.down, &L.router,
+                                     &L.shared_gate_up, &L.shared_down, &L.per_layer_input_gate,
+                                     &L.per_layer_projection})
+      weight(*m);
+  }
+  weight(w.per_layer_model_projection);
+  if (w.output().rows > 0) add(kernels::matmul_scratch_sizes(w.output(), 1));  // the head: one row at a time
+  if (w.experts) {
+    const tiering::ExpertLayout& e = w.experts->store().layout();
+    add(kernels::matmul_scratch_sizes(e.format, 2 * e.intermediate, e.hidden, e.group_size, rows));
+    add(kernels::matmul_scratch_sizes(e.format, e.hidden, e.intermediate, e.group_size, rows));
+  }
+  return need;
+}
+
 }  // namespace
 
 Forward::Forward(const model::ModelWeights& w, kernels::ThreadPool& pool, tiering::Ledger& ledger, int64_t max_chunk,
                  int64_t max_context)
-    : w_(w), pool_(pool), max_chunk_(max_chunk), max_context_(max_context), ledger_(ledger),
+    : w_(w), pool_(pool), max_chunk_(max_chunk), max_context_(max_context), ledger_(ledger), matmul_scratch_(ledger),
       row_cache_(size_t(max_chunk)), row_pos_(size_t(max_chunk)) {
   if (max_chunk <= 0 || max_context <= 0) throw std::invalid_argument("forward: chunk and context must be positive");
   const auto& c = w.config;
@@ -49,6 +76,7 @@ Forward::Forward(const model::ModelWeights& w, kernels::ThreadPool& pool, tierin
   const int64_t q_rows = c.max_q_rows(), kv_rows = c.max_kv_rows(), H = c.hidden_size;
   // The widest fused attention projection of any layer (its query rows doubled with qwen3_5's output gate).
   qkv_stride_ = std::max(c.attention_input_rows(), q_rows + 2 * kv_rows);
+  matmul_scratch_.reserve(matmul_scratch_needs(w, max_chunk));
   hidden_ = scratch_floats(ledger, max_chunk * H);
   normed_ = scratch_floats(ledger, max_chunk * H);
   qkv_ = scratch_floats(ledger, max_chunk * qkv_stride_);
@@ -122,6 +150,7 @@ void Forward::run(std::span<const int32_t> tokens, int64_t pos, KVCache& cache, 
 }
 
 void Forward::run_batch(std::span<const BatchItem> items) {
+  kernels::MatmulScratch::Scope scratch_scope(matmul_scratch_);
   const auto& c = w_.config;
   const int64_t H = c.hidden_size, V = c.vocab_size;
   float* hidden = hidden_.as<float>();

@@ -7,7 +7,9 @@
 // (sandwich norms, the dense MLP beside the experts, per-layer inputs, layer scalar, soft-capped logits) is the
 // feed_forward_gemma4 / per-layer-input path.
 // n == 1 (decode) uses matvec; n > 1 (prefill) uses matmul so each weight is read once per chunk.
-// Owns: scratch activations (ledger account "scratch", sized for max_chunk tokens). Never: allocate per step.
+// Owns: scratch activations and the kernels' MatmulScratch (ledger account "scratch", both sized for max_chunk
+// tokens at construction; the MatmulScratch is the calling thread's for the length of a step). Never: allocate per
+// step.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +60,7 @@ class Forward {
   int64_t max_chunk() const { return max_chunk_; }
   const model::ModelWeights& weights() const { return w_; }
   MoeBlock* moe() { return moe_.get(); }  // null for models without sparse layers
+  uint64_t matmul_scratch_bytes() const { return matmul_scratch_.bytes(); }
   // Runs layers [0, gpu->layers()) (and the head, when gpu->runs_head()) on the GPU from now on; null: CPU only.
   void use_gpu(std::shared_ptr<gpu::GpuLayers> gpu);
   gpu::GpuLayers* gpu() { return gpu_.get(); }
@@ -80,6 +83,7 @@ class Forward {
   std::vector<model::LayerSpec> specs_;  // config.layer(i) for every layer
   std::vector<Rope> ropes_;               // per layer: its type's RoPE at its head_dim
   tiering::Ledger& ledger_;
+  kernels::MatmulScratch matmul_scratch_;  // what matvec/matmul of max_chunk rows by any of the weights take
   tiering::LedgerBuffer hidden_, normed_, qkv_, attn_, gate_, ffn_, ffn_act_, logits_;
   int64_t qkv_stride_ = 0;  // floats of one row of the fused attention projection
   std::unique_ptr<GatedDeltaNet> deltanet_;  // the mixer of gated_deltanet layers

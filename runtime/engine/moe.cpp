@@ -31,7 +31,6 @@ MoeBlock::MoeBlock(const model::ModelWeights& w, kernels::ThreadPool& pool, tier
     : w_(w), pool_(pool), cache_(cache_of(w)), max_rows_(max_rows), experts_(w.config.num_experts),
       k_(w.config.num_experts_per_tok), hidden_size_(w.config.hidden_size),
       ffn_width_(std::max(w.config.moe_intermediate_size, w.config.shared_expert_intermediate_size)),
-      renormalize_(w.config.arch.moe_renormalize || w.config.norm_topk_prob),
       gate_(w.config.arch.gpt_oss ? clamped_swiglu_interleaved : gate_for(w.config.hidden_act)) {
   logits_ = scratch_floats(ledger, max_rows * experts_);
   ids_ = tiering::LedgerBuffer(ledger, tiering::accounts::scratch, size_t(max_rows * k_) * sizeof(int32_t));
@@ -49,7 +48,6 @@ MoeBlock::MoeBlock(const model::ModelWeights& w, kernels::ThreadPool& pool, tier
   lookahead_ids_.resize(size_t(k_));
   lookahead_weights_.resize(size_t(k_));
   batch_.reserve(size_t(experts_));
-  order_.reserve(size_t(experts_));
   const int64_t L = w.config.num_layers;
   expert_layer_.resize(size_t(L));
   next_sparse_.assign(size_t(L), -1);
@@ -63,23 +61,26 @@ MoeBlock::MoeBlock(const model::ModelWeights& w, kernels::ThreadPool& pool, tier
 // groups set to 0 under group-limited routing (as the definitions' masked_fill(0.0)); ties go to the lower id, as a
 // stable sort gives. The weights are the chosen experts' unbiased scores, renormalized when the architecture or
 // norm_topk_prob says so, times routed_scaling_factor.
-void MoeBlock::top_k(const float* logits, const float* bias, int32_t* ids, float* weights) const {
-  const model::RouterConfig& router = w_.config.router;
-  float* probs = const_cast<float*>(logits);
+void route_top_k(const model::ModelConfig& config, float* logits, const float* bias, int32_t* ids, float* weights,
+                 RouteScratch& scratch) {
+  const model::RouterConfig& router = config.router;
+  const int64_t experts = config.num_experts, k = config.num_experts_per_tok;
+  const bool renormalize = config.arch.moe_renormalize || config.norm_topk_prob;
+  float* probs = logits;
   if (router.scoring == model::RouterConfig::Scoring::sigmoid) {
-    for (int64_t e = 0; e < experts_; ++e) probs[e] = 1.0f / (1.0f + std::exp(-probs[e]));
+    for (int64_t e = 0; e < experts; ++e) probs[e] = 1.0f / (1.0f + std::exp(-probs[e]));
   } else {
-    softmax(probs, experts_);
+    softmax(probs, experts);
   }
   const float* choice = probs;
   if (bias || router.groups != model::RouterConfig::Groups::none) {
-    std::vector<float>& c = choice_;
-    c.assign(probs, probs + experts_);
+    std::vector<float>& c = scratch.choice;
+    c.assign(probs, probs + experts);
     if (bias)
-      for (int64_t e = 0; e < experts_; ++e) c[size_t(e)] += bias[e];
+      for (int64_t e = 0; e < experts; ++e) c[size_t(e)] += bias[e];
     if (router.groups != model::RouterConfig::Groups::none) {
-      const int64_t groups = router.n_group, per = experts_ / groups;
-      std::vector<float>& score = group_score_;
+      const int64_t groups = router.n_group, per = experts / groups;
+      std::vector<float>& score = scratch.group_score;
       score.assign(size_t(groups), 0.0f);
       for (int64_t g = 0; g < groups; ++g) {
         float best = -INFINITY, second = -INFINITY;
@@ -94,7 +95,7 @@ void MoeBlock::top_k(const float* logits, const float* bias, int32_t* ids, float
         }
         score[size_t(g)] = router.groups == model::RouterConfig::Groups::max ? best : best + second;
       }
-      std::vector<int32_t>& group_order = group_order_;
+      std::vector<int32_t>& group_order = scratch.group_order;
       group_order.resize(size_t(groups));
       std::iota(group_order.begin(), group_order.end(), 0);
       std::partial_sort(group_order.begin(), group_order.begin() + router.topk_group, group_order.end(),
@@ -102,30 +103,34 @@ void MoeBlock::top_k(const float* logits, const float* bias, int32_t* ids, float
                           const float x = score[size_t(a)], y = score[size_t(b)];
                           return x > y || (x == y && a < b);
                         });
-      std::vector<bool>& keep = group_keep_;
+      std::vector<bool>& keep = scratch.group_keep;
       keep.assign(size_t(groups), false);
       for (int64_t g = 0; g < router.topk_group; ++g) keep[size_t(group_order[size_t(g)])] = true;
-      for (int64_t e = 0; e < experts_; ++e)
+      for (int64_t e = 0; e < experts; ++e)
         if (!keep[size_t(e / per)]) c[size_t(e)] = 0.0f;
     }
     choice = c.data();
   }
-  std::vector<int32_t>& order = order_;
-  order.resize(size_t(experts_));
+  std::vector<int32_t>& order = scratch.order;
+  order.resize(size_t(experts));
   std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + k_, order.end(), [&](int32_t a, int32_t b) {
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
     return choice[a] > choice[b] || (choice[a] == choice[b] && a < b);
   });
   float sum = 0;
-  for (int64_t j = 0; j < k_; ++j) {
+  for (int64_t j = 0; j < k; ++j) {
     ids[j] = order[size_t(j)];
     weights[j] = probs[order[size_t(j)]];
     sum += weights[j];
   }
-  if (renormalize_ && sum > 0)
-    for (int64_t j = 0; j < k_; ++j) weights[j] /= sum;
+  if (renormalize && sum > 0)
+    for (int64_t j = 0; j < k; ++j) weights[j] /= sum;
   if (router.routed_scaling_factor != 1.0)
-    for (int64_t j = 0; j < k_; ++j) weights[j] = float(weights[j] * router.routed_scaling_factor);
+    for (int64_t j = 0; j < k; ++j) weights[j] = float(weights[j] * router.routed_scaling_factor);
+}
+
+void MoeBlock::top_k(const float* logits, const float* bias, int32_t* ids, float* weights) const {
+  route_top_k(w_.config, const_cast<float*>(logits), bias, ids, weights, route_scratch_);
 }
 
 void MoeBlock::route(int64_t layer, const float* x, int64_t n) {

@@ -24,6 +24,19 @@
 
 namespace tierlm::engine {
 
+// The routing scratch reused between route_top_k calls (no allocation per row once grown).
+struct RouteScratch {
+  std::vector<int32_t> order, group_order;
+  std::vector<float> choice, group_score;
+  std::vector<bool> group_keep;
+};
+
+// One row's routing as MoeBlock applies it, for any backend that routes on the host (the GPU layers' host routing
+// calls it too, so routing lives in one place): `logits` (num_experts floats, turned into the scores in place) ->
+// the num_experts_per_tok expert ids and weights. bias: the layer's e_score_correction_bias or null.
+void route_top_k(const model::ModelConfig& config, float* logits, const float* bias, int32_t* ids, float* weights,
+                 RouteScratch& scratch);
+
 class MoeBlock {
  public:
   // Fills one row's top-k expert ids and weights in place of the router (synthetic routing for benchmarks).
@@ -56,7 +69,6 @@ class MoeBlock {
   kernels::ThreadPool& pool_;
   tiering::ExpertCache& cache_;
   int64_t max_rows_, experts_, k_, hidden_size_, ffn_width_;
-  bool renormalize_;
   GateFn gate_;  // the experts' activation (SiLU, or Gemma 4's GeLU-tanh)
   bool prefetch_ = true;
   RoutingOverride override_;
@@ -66,9 +78,7 @@ class MoeBlock {
   std::vector<std::vector<int32_t>> expert_rows_;
   std::vector<std::vector<float>> expert_weights_;
   std::vector<int32_t> used_, batch_, lookahead_ids_;
-  mutable std::vector<int32_t> order_, group_order_;
-  mutable std::vector<float> choice_, group_score_;
-  mutable std::vector<bool> group_keep_;
+  mutable RouteScratch route_scratch_;
   std::vector<float> lookahead_weights_;
   std::vector<int64_t> expert_layer_;  // per model layer: its expert-tier index, -1 for dense layers
   std::vector<int64_t> next_sparse_;   // per model layer: the next sparse model layer, -1 when none

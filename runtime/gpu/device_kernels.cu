@@ -760,13 +760,14 @@ __global__ void rope_store_kernel(float* qkv, QkvParams p, const int32_t* positi
   __shared__ float shared[32];
   const int64_t slots = p.heads + 2 * p.kv_heads;
   const int64_t row = blockIdx.x / slots, slot = blockIdx.x % slots;
-  const int64_t hd = p.head_dim, half = hd / 2, stride = slots * hd;
+  const int64_t hd = p.head_dim, half = (p.rotary_dim > 0 ? p.rotary_dim : hd) / 2, stride = slots * hd;
   float* v = qkv + row * stride + slot * hd;
   const int32_t pos = positions[row];
   if (slot < p.heads + p.kv_heads) {
     for (int64_t j = threadIdx.x; j < half; j += blockDim.x) {
       float s, c;
       sincosf(float(pos) * p.inv_freq[j], &s, &c);
+      c *= p.rope_scale, s *= p.rope_scale;
       const float a = v[j], b = v[j + half];
       v[j] = a * c - b * s;
       v[j + half] = b * c + a * s;
@@ -780,6 +781,9 @@ __global__ void rope_store_kernel(float* qkv, QkvParams p, const int32_t* positi
   if (kv.codec == 0) {
     __half* dst = static_cast<__half*>(is_key ? kv.keys : kv.values) + at * hd;
     for (int64_t j = threadIdx.x; j < hd; j += blockDim.x) dst[j] = __float2half(v[j]);
+  } else if (kv.codec == 2) {
+    float* dst = static_cast<float*>(is_key ? kv.keys : kv.values) + at * hd;
+    for (int64_t j = threadIdx.x; j < hd; j += blockDim.x) dst[j] = v[j];
   } else {
     // One thread per block of dims finds its scale; then every dim is coded with its block's scale.
     const int block = q8_block(hd), nb = int(hd / block);
@@ -831,7 +835,7 @@ constexpr int kAttentionSums = kSplitThreads * 8;  // floats of shared memory fo
 // One warp: v (hd floats in shared memory) = rope(norm(v + bias)) at pos, with the arithmetic of bias_kernel,
 // rms_norm_kernel (norm width hd) and rope_store_kernel; bias and norm may be null.
 __device__ void prepare_head_vector(float* v, int64_t hd, const float* bias, const float* norm, float eps, bool rope,
-                                    int32_t pos, const float* inv_freq) {
+                                    int32_t pos, const float* inv_freq, float rope_scale, int64_t rotary_dim) {
   const int lane = threadIdx.x % 32;
   float squares = 0;
   for (int64_t j = lane; j < hd; j += 32) {
@@ -845,10 +849,11 @@ __device__ void prepare_head_vector(float* v, int64_t hd, const float* bias, con
   }
   __syncwarp();
   if (rope) {
-    const int64_t half = hd / 2;
+    const int64_t half = (rotary_dim > 0 ? rotary_dim : hd) / 2;
     for (int64_t j = lane; j < half; j += 32) {
       float s, c;
       sincosf(float(pos) * inv_freq[j], &s, &c);
+      c *= rope_scale, s *= rope_scale;
       const float a = v[j], b = v[j + half];
       v[j] = a * c - b * s;
       v[j + half] = b * c + a * s;
@@ -868,6 +873,14 @@ __device__ void store_kv_vector(const float* v, int64_t hd, const KvRef& kv, boo
       const __half x = __float2half(v[j]);
       dst[j] = x;
       if (copy_row) static_cast<__half*>(copy_row)[j] = x;
+    }
+    return;
+  }
+  if (kv.codec == 2) {
+    float* dst = static_cast<float*>(key ? kv.keys : kv.values) + at * hd;
+    for (int64_t j = lane; j < hd; j += 32) {
+      dst[j] = v[j];
+      if (copy_row) static_cast<float*>(copy_row)[j] = v[j];
     }
     return;
   }
@@ -911,7 +924,7 @@ __global__ void __launch_bounds__(kSplitThreads) attention_group_kernel(const fl
     const int64_t t0 = (int(blockIdx.x) % int(chunks)) * chunk;
     const int64_t older = min(int64_t(positions[r]), t0 + chunk) - t0;
     const int32_t* table = tables.pages + tables.seq_of_row[r] * tables.stride;
-    const int64_t row_bytes = hd * (kv.codec == 0 ? 2 : 1), words = row_bytes / 16;
+    const int64_t row_bytes = kv_row_bytes(kv.codec, hd), words = row_bytes / 16;
     char* staged_k = reinterpret_cast<char*>(dynamic + group * hd + group * chunk + kAttentionSums);
     char* staged_v = staged_k + chunk * row_bytes;
     for (int64_t idx = threadIdx.x; idx < older * words; idx += blockDim.x) {
@@ -922,7 +935,7 @@ __global__ void __launch_bounds__(kSplitThreads) attention_group_kernel(const fl
       *reinterpret_cast<uint4*>(staged_k + t * row_bytes + w * 16) = kw;
       *reinterpret_cast<uint4*>(staged_v + t * row_bytes + w * 16) = vw;
     }
-    if (kv.codec != 0) {
+    if (kv.codec == 1) {
       const int64_t nb = hd / q8_block(hd);
       float* ks = reinterpret_cast<float*>(staged_v + chunk * row_bytes);
       float* vs = ks + chunk * nb;
@@ -939,7 +952,7 @@ __global__ void __launch_bounds__(kSplitThreads) attention_group_kernel(const fl
                   h = int(rkvh) % int(p.kv_heads);
     const int64_t t0 = (int(blockIdx.x) % int(chunks)) * chunk, end = min(int64_t(positions[r]) + 1, t0 + chunk);
     const int32_t* table = tables.pages + tables.seq_of_row[r] * tables.stride;
-    const int64_t row_bytes = hd * (kv.codec == 0 ? 2 : 1);
+    const int64_t row_bytes = kv_row_bytes(kv.codec, hd);
     for (int64_t t = t0 + threadIdx.x; t < end; t += blockDim.x) {
       const int64_t at = kv_row(table, t, p.kv_heads, h);
       prefetch_l2_thread(static_cast<const char*>(kv.keys) + at * row_bytes, uint32_t(row_bytes));
@@ -952,8 +965,10 @@ __global__ void __launch_bounds__(kSplitThreads) attention_group_kernel(const fl
   const int64_t row_kvh = int(blockIdx.x) / int(chunks), part = int(blockIdx.x) % int(chunks);
   const int64_t row = int(row_kvh) / int(p.kv_heads), kvh = int(row_kvh) % int(p.kv_heads);
   const int64_t len = int64_t(positions[row]) + 1;
+  // A windowed layer: positions [lo, len); chunks wholly before lo take no part (nor count in the merge).
+  const int64_t lo = p.window > 0 ? max(int64_t(0), len - p.window) : 0, first_live = lo / chunk;
   const int64_t t0 = part * chunk, n = min(len - t0, chunk);
-  if (n <= 0) return;
+  if (n <= 0 || part < first_live) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t stride = (p.heads + 2 * p.kv_heads) * hd;
   const int32_t* table = tables.pages + tables.seq_of_row[row] * tables.stride;
@@ -966,7 +981,7 @@ __global__ void __launch_bounds__(kSplitThreads) attention_group_kernel(const fl
   float* q = dynamic;
   float* sc = q + group * hd;
   float* sums = sc + group * chunk;  // kAttentionSums floats
-  const int64_t row_bytes = hd * (kv.codec == 0 ? 2 : 1), nb = hd / q8_block(hd);
+  const int64_t row_bytes = kv_row_bytes(kv.codec, hd), nb = hd / q8_block(hd);
   char* staged_k = reinterpret_cast<char*>(sums + kAttentionSums);
   char* staged_v = staged_k + chunk * row_bytes;
   float* staged_ks = reinterpret_cast<float*>(staged_v + chunk * row_bytes);
@@ -980,7 +995,7 @@ __global__ void __launch_bounds__(kSplitThreads) attention_group_kernel(const fl
     __syncthreads();
     for (int64_t h = warp; h < group; h += kSplitWarps)
       prepare_head_vector(q + h * hd, hd, p.bias ? p.bias + (kvh * group + h) * hd : nullptr, p.q_norm, p.eps, true,
-                          pos, p.inv_freq);
+                          pos, p.inv_freq, p.rope_scale, p.rotary_dim);
     if (part == int64_t(pos) / chunk && warp < 2) {
       // Warp 0: this position's key, warp 1: its value (in the still unused sums area).
       const bool key = warp == 0;
@@ -990,11 +1005,11 @@ __global__ void __launch_bounds__(kSplitThreads) attention_group_kernel(const fl
       for (int64_t j = lane; j < hd; j += 32) v[j] = qkv[row * stride + offset + j];
       __syncwarp();
       prepare_head_vector(v, hd, p.bias ? p.bias + offset : nullptr, key ? p.k_norm : nullptr, p.eps, key, pos,
-                          p.inv_freq);
+                          p.inv_freq, p.rope_scale, p.rotary_dim);
       const int64_t t = int64_t(pos) - t0;  // the chunk position of this step's row
       store_kv_vector(v, hd, kv, key, kv_row(table, pos, p.kv_heads, kvh),
                       stage ? (key ? staged_k : staged_v) + t * row_bytes : nullptr,
-                      stage && kv.codec != 0 ? (key ? staged_ks : staged_vs) + t * nb : nullptr);
+                      stage && kv.codec == 1 ? (key ? staged_ks : staged_vs) + t * nb : nullptr);
     }
     __syncthreads();  // the cache writes above are visible to the whole block from here
     for (int64_t j = threadIdx.x; j < group * hd; j += blockDim.x) q[j] *= scale;
@@ -1020,7 +1035,7 @@ __global__ void __launch_bounds__(kSplitThreads) attention_group_kernel(const fl
 #pragma unroll
       for (int e = 0; e < 8; ++e) s += qh[j + e] * k[e];
     }
-    sc[h * chunk + t] = s;
+    sc[h * chunk + t] = t0 + t < lo ? -INFINITY : s;  // before the window: weight 0 (the chunk holds lo: m finite)
   }
   __syncthreads();
   float* out_base = partial + ((row * p.heads + kvh * group) * chunks + part) * (hd + 2);
@@ -1101,7 +1116,7 @@ __global__ void __launch_bounds__(kSplitThreads) attention_group_kernel(const fl
   __syncthreads();
   if (threadIdx.x == 0) {
     const int64_t live = (len + chunk - 1) / chunk;
-    last = atomicAdd(&arrivals[row_kvh], 1) == int(live - 1);
+    last = atomicAdd(&arrivals[row_kvh], 1) == int(live - first_live - 1);
     if (last) arrivals[row_kvh] = 0;
   }
   __syncthreads();
@@ -1115,27 +1130,31 @@ __global__ void __launch_bounds__(kSplitThreads) attention_group_kernel(const fl
     float mc[8], lc[8], m = -INFINITY;
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      const int64_t c = lane + 32 * k;
+      const int64_t c = first_live + lane + 32 * k;
       mc[k] = c < live ? __ldcg(base + c * (hd + 2) + hd) : -INFINITY;
       lc[k] = c < live ? __ldcg(base + c * (hd + 2) + hd + 1) : 0.0f;
       m = fmaxf(m, mc[k]);
     }
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    // An attention sink: its logit joins the denominator only (the max taken over it too, for range).
+    const float sink = p.sinks ? p.sinks[kvh * group + h] : -INFINITY;
+    m = fmaxf(m, sink);
     float den = 0;
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      const int64_t c = lane + 32 * k;
+      const int64_t c = first_live + lane + 32 * k;
       if (c >= live) break;
       const float f = __expf(mc[k] - m);
       weight[warp][c] = f;
       den += f * lc[k];
     }
     den = warp_sum(den);
+    if (p.sinks) den += __expf(sink - m);
     __syncwarp();
     for (int64_t j = lane; j < hd; j += 32) {
       float num = 0;
 #pragma unroll 8
-      for (int64_t c = 0; c < live; ++c) num += weight[warp][c] * __ldcg(base + c * (hd + 2) + j);
+      for (int64_t c = first_live; c < live; ++c) num += weight[warp][c] * __ldcg(base + c * (hd + 2) + j);
       out[(row * p.heads + kvh * group + h) * hd + j] = num / den;
     }
     __syncwarp();
@@ -1200,7 +1219,7 @@ bool dense_fusable(const MatrixRef& w) {
 }
 
 bool decode_fusable(const MatrixRef& w) {
-  return dense_fusable(w) || (w.format >= 3 && w.cols <= kMaxStagedCols && w.cols % 32 == 0);
+  return dense_fusable(w) || (w.format >= 3 && w.format < kMxfp4Format && w.cols <= kMaxStagedCols && w.cols % 32 == 0);
 }
 
 void matvec_normed(const MatrixRef& w, const float* x, const float* norm_weight, float eps, float* y,
@@ -1224,6 +1243,10 @@ void matvec_gated(const MatrixRef& w, const float* gate_up, float* y, bool accum
 
 void matvec(const MatrixRef& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy, bool accumulate,
             cudaStream_t stream) {
+  if (w.format == kMxfp4Format) {
+    mxfp4_matvec(w, x, ldx, n, y, ldy, accumulate, stream);
+    return;
+  }
   if (n == 1 && g_dense_rows >= 0 && dense_fusable(w)) {
     launch_dense_rows_any<0>(w, x, nullptr, 0.0f, y, accumulate, stream);
     return;
@@ -1289,8 +1312,8 @@ void attention(const float* qkv, int64_t rows, const QkvParams& p, const int32_t
   const int64_t group = p.heads / p.kv_heads;
   size_t shared = size_t(group * p.head_dim + group * chunk + kAttentionSums) * 4;
   // Decode stages the chunk's K/V in shared memory (see the kernel) where that fits.
-  const size_t row_bytes = size_t(p.head_dim) * (kv.codec == 0 ? 2 : 1);
-  const size_t staged = 2 * size_t(chunk) * row_bytes + (kv.codec == 0 ? 0 : 2 * size_t(chunk) * size_t(p.head_dim / q8_block(p.head_dim)) * 4);
+  const size_t row_bytes = size_t(kv_row_bytes(kv.codec, p.head_dim));
+  const size_t staged = 2 * size_t(chunk) * row_bytes + (kv.codec != 1 ? 0 : 2 * size_t(chunk) * size_t(p.head_dim / q8_block(p.head_dim)) * 4);
   const bool stage = fused && g_attention_stage && !(g_attention_debug & 2048) && shared + staged <= (160 << 10);
   if (stage) shared += staged;
   auto kernel = p.head_dim == 64    ? (fused ? attention_group_kernel<true, 64> : attention_group_kernel<false, 64>)
@@ -1303,7 +1326,7 @@ void attention(const float* qkv, int64_t rows, const QkvParams& p, const int32_t
 
 bool experts_routable(const ExpertMatrixRef& gate_up, const ExpertMatrixRef& down, int64_t experts, int64_t k) {
   return decode_fusable(gate_up.shape) && decode_fusable(down.shape) && gate_up.shape.format >= 3 &&
-         down.shape.format >= 3 && experts <= 32 * kRouteMaxPerLane && k >= 1 && k <= 32 && k <= experts;
+         down.shape.format >= 3 && gate_up.shape.format < kMxfp4Format && down.shape.format < kMxfp4Format && experts <= 32 * kRouteMaxPerLane && k >= 1 && k <= 32 && k <= experts;
 }
 
 void route_topk(const float* logits, int64_t rows, int64_t experts, int64_t k, bool renormalize, int32_t* ids,

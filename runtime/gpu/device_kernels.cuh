@@ -27,7 +27,7 @@ void set_attention_debug(int mask);
 
 // A weight as the kernels see it (mirrors kernels::WeightView; format codes as kernels::WeightFormat).
 struct MatrixRef {
-  int format = 0;          // 0 f32, 1 f16, 2 bf16, 3 q8_0, 4 q4, 5 mlx_q4, 6 mlx_q8
+  int format = 0;          // 0 f32, 1 f16, 2 bf16, 3 q8_0, 4 q4, 5 mlx_q4, 6 mlx_q8, 7 mxfp4 (row-major blocks)
   int64_t rows = 0, cols = 0;
   const void* data = nullptr;
   const void* scales = nullptr;
@@ -89,8 +89,12 @@ struct KvRef {
   void* values = nullptr;
   float* key_scales = nullptr;    // q8: [pages][kKvPage][kv_heads][head_dim / q8_block]
   float* value_scales = nullptr;
-  int codec = 0;           // 0 f16, 1 q8
+  int codec = 0;           // 0 f16, 1 q8, 2 f32 (exact: the CPU's f32 KV, for checks against transformers)
 };
+// Bytes of one K or V row of head_dim values in a codec (q8's scales apart).
+inline __host__ __device__ int64_t kv_row_bytes(int codec, int64_t head_dim) {
+  return head_dim * (codec == 0 ? 2 : codec == 2 ? 4 : 1);
+}
 // Page tables of the batch's sequences: pages[s * stride + t / kKvPage]; seq_of_row[i]: row i's sequence s.
 struct PageTables {
   const int32_t* pages = nullptr;
@@ -104,12 +108,19 @@ struct QkvParams {
   const float* k_norm;
   int64_t qn, kn;
   float eps;
-  const float* inv_freq;   // head_dim/2 floats
-  float attention_scale_unused;
+  const float* inv_freq;   // head_dim/2 floats (the host Rope's table: default, linear, llama3 or YaRN frequencies)
+  float rope_scale = 1.0f; // cos and sin times this (YaRN's attention factor, as engine::Rope), else 1
+  int64_t window = 0;      // sliding-window layer: a query at position p sees [p - window + 1, p]; 0: every position
+  const float* sinks = nullptr;  // per q head (heads floats): a logit joining the softmax denominator (gpt-oss)
+  int64_t rotary_dim = 0;  // partial rotary: RoPE turns dims [0, rotary_dim) of each head (pairs j, j + rotary_dim / 2),
+                           // the rest pass through (engine::Rope); 0: head_dim
 };
 void qkv_rope_store(float* qkv, int64_t rows, const QkvParams& p, const int32_t* positions, const KvRef& kv,
                     const PageTables& tables, cudaStream_t stream);
-// out[i] = softmax(q·K/sqrt(hd)) V over positions [0, positions[i]] of the row's sequence (GQA groups share K/V).
+// out[i] = softmax(q·K/sqrt(hd)) V over positions [0, positions[i]] of the row's sequence (GQA groups share K/V),
+// or over the last p.window of them; with p.sinks, exp(sink of the head) joins each softmax's denominator. A windowed
+// layer's device KV keeps every position (the pool's pages are per sequence, shared by the layers); the window is an
+// exact mask: positions before it are neither read nor weighted.
 // Split over positions (flash-decoding): partial = attention_scratch_floats(rows, p, max_len) floats of scratch;
 // the last block of each (row, KV head) to finish merges the chunks.
 // head_dim: a multiple of 8, at most 256.
@@ -153,10 +164,31 @@ void route_topk(const float* logits, int64_t rows, int64_t experts, int64_t k, b
 void routed_experts(const ExpertMatrixRef& gate_up, const ExpertMatrixRef& down, const void* const* blocks,
                     const int32_t* ids, const float* weights, int64_t rows, int64_t k, const float* x,
                     float* gate_up_out, float* down_out, float* hidden, cudaStream_t stream);
+// ---- MXFP4 (mxfp4_kernels.cu): gpt-oss's experts as stored (runtime/kernels/mxfp4.h: per row cols/32 blocks of
+// 16 code bytes, E2M1 nibbles, and one E8M0 scale byte each), read packed ----
+inline constexpr int kMxfp4Format = 7;
+// y[i*ldy + r] (+= when accumulate) = W[r,:] · x[i*ldx + :] for any n, in f32 with the CPU kernel's arithmetic per
+// block (sum of code * x over the block, then times the block's scale), blocks summed per lane then across the warp.
+void mxfp4_matvec(const MatrixRef& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy, bool accumulate,
+                  cudaStream_t stream);
+
+// ---- biases and gpt-oss's gate (elementwise_kernels.cu) ----
+// y[r*ldy + j] += bias[j] for r < rows, j < width.
+void add_bias_rows(float* y, int64_t rows, int64_t width, int64_t ldy, const float* bias, cudaStream_t stream);
+// gpt-oss's clamped SwiGLU over interleaved [gate, up] pairs (engine::clamped_swiglu_interleaved): per row of 2I,
+// g = min(gu[2i], 7), u = clamp(gu[2i + 1], -7, 7), out[i] = (u + 1) * g * sigmoid(1.702 g).
+void clamped_swiglu(const float* gate_up, int64_t rows, int64_t intermediate, float* out, cudaStream_t stream);
 // out[i][j] = silu(gu[i][j]) * gu[i][I + j]
 void silu_gate(const float* gate_up, int64_t rows, int64_t intermediate, float* out, cudaStream_t stream);
 // y[i] += x[i]
 void add(float* y, const float* x, int64_t count, cudaStream_t stream);
+// Gated attention (qwen3_5): rows of `from` (stride 2 q_rows + 2 kv_rows) hold [query | gate] per head, then k and v.
+// qkv (stride q_rows + 2 kv_rows) gets the queries, keys and values, gate (stride q_rows) the gates
+// (engine's split_query_gate).
+void split_query_gate(const float* from, int64_t rows, int64_t heads, int64_t kv_heads, int64_t head_dim, float* qkv,
+                      float* gate, cudaStream_t stream);
+// out[i] *= sigmoid(gate[i]) (the attention output's gate, per element).
+void sigmoid_gate(float* out, const float* gate, int64_t count, cudaStream_t stream);
 // dst[r] = src[index[r]] (rows of `width` floats)
 void gather_rows(const float* src, const int32_t* index, int64_t rows, int64_t width, float* dst, cudaStream_t stream);
 // dst[index[r]] += weight[r] * src[r]

@@ -1,6 +1,6 @@
 // runtime/gpu/device_launch.cuh — internal to the .cu files of runtime/gpu: how every kernel is launched
-// (programmatic dependent launch, see device_kernels.cuh), the griddepcontrol steps each kernel takes, and the
-// K/V codec load the attention kernels share. Never: included by host-compiled code.
+// (programmatic dependent launch, see device_kernels.cuh), the griddepcontrol steps each kernel takes, the
+// warp/block sums, and the K/V codec load the attention kernels share. Never: included by host-compiled code.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -59,6 +59,25 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 #endif
 }
 
+// Sum over a warp (every lane gets it).
+__device__ __forceinline__ float warp_total(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over the block (every thread gets it; blockDim.x a multiple of 32); `shared` holds a float per warp and is free
+// again on return.
+__device__ __forceinline__ float block_total(float v, float* shared) {
+  v = warp_total(v);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = lane < warps ? shared[lane] : 0.0f;
+  v = warp_total(v);
+  __syncthreads();
+  return v;
+}
+
 // Start of a kernel that has nothing to fetch early.
 __device__ __forceinline__ void kernel_entry() {
   let_next_kernel_start();
@@ -73,8 +92,8 @@ __device__ __forceinline__ void prefetch_l2_thread(const void* p, uint32_t bytes
 #endif
 }
 
-// Eight K/V elements of row `at` of `rows` (hd elements a row in the codec: f16, or q8 codes with `scales`, hd /
-// q8_block floats a row) starting at dim j (a multiple of 8), as floats. The pool and a block's staged copy of its
+// Eight K/V elements of row `at` of `rows` (hd elements a row in the codec: f16, q8 codes with `scales`, hd /
+// q8_block floats a row, or f32) starting at dim j (a multiple of 8), as floats. The pool and a block's staged copy of its
 // chunk have this layout.
 __device__ __forceinline__ void codec_load8(const void* rows, const float* scales, int codec, int64_t at, int64_t hd,
                                             int64_t j, float* out) {
@@ -87,6 +106,12 @@ __device__ __forceinline__ void codec_load8(const void* rows, const float* scale
       out[2 * k] = f.x;
       out[2 * k + 1] = f.y;
     }
+    return;
+  }
+  if (codec == 2) {
+    const float4* f = reinterpret_cast<const float4*>(static_cast<const float*>(rows) + at * hd + j);
+    const float4 a = f[0], b = f[1];
+    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w, out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
     return;
   }
   const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const int8_t*>(rows) + at * hd + j);

@@ -14,6 +14,17 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+namespace tierlm::gpu {
+
+int64_t GpuLayers::kv_layer_pages(int64_t window, int64_t context, int64_t max_chunk) {
+  const int64_t page = kv_page_positions(), all = (context + page - 1) / page;
+  if (window <= 0) return all;
+  // A step of up to max_chunk rows starting at p needs positions [p - window + 1, p + max_chunk) at once.
+  return std::min(all, (window - 1 + std::max<int64_t>(max_chunk, 1) + page - 1) / page + 1);
+}
+
+}  // namespace tierlm::gpu
+
 #ifdef TIERLM_HAVE_CUDA
 
 #include <algorithm>
@@ -31,10 +42,14 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "runtime/engine/moe.h"
 #include "runtime/engine/ops.h"
 #include "runtime/gpu/cublas_loader.h"
+#include "runtime/gpu/deltanet_kernels.cuh"
 #include "runtime/gpu/device_kernels.cuh"
+#include "runtime/gpu/mla_kernels.cuh"
 #include "runtime/gpu/gpu_probe.h"
+#include "runtime/gpu/split_f16.cuh"
 #include "runtime/kernels/weights.h"
 #include "tiering/expert_tier.h"
 
@@ -150,6 +165,11 @@ PartSizes part_sizes(const kernels::WeightView& w) {
     s.data = uint64_t(w.rows) * uint64_t(w.cols) * (w.format == WeightFormat::f32 ? 4 : 2);
     return s;
   }
+  if (w.format == WeightFormat::mxfp4) {  // row-major: 16 code bytes and one E8M0 byte per 32 columns
+    s.data = uint64_t(w.rows) * uint64_t(w.cols) / 2;
+    s.scales = uint64_t(w.rows) * uint64_t(w.cols) / 32;
+    return s;
+  }
   const uint64_t panels = uint64_t((w.rows + 15) / 16);
   s.data = panels * 16 * uint64_t(w.cols) * uint64_t(w.bits) / 8;
   s.scales = panels * uint64_t(w.cols / w.group_size) * 16 * scale_size(w.scale_type);
@@ -182,9 +202,26 @@ struct DeviceMatrix {
   bool present() const { return ref.rows > 0; }
 };
 
-DeviceMatrix upload(const kernels::WeightView& w, tiering::Ledger& ledger, const char* account) {
+// widen: an f16/bf16 matrix goes up as f32 (converted by the host's dequantize_row, 16 MiB of rows at a time).
+DeviceMatrix upload(const kernels::WeightView& w, tiering::Ledger& ledger, const char* account, bool widen = false) {
   DeviceMatrix m;
   if (w.rows == 0) return m;
+  if (widen && (w.format == kernels::WeightFormat::f16 || w.format == kernels::WeightFormat::bf16)) {
+    m.buffer = DeviceBuffer(ledger, account, size_t(w.rows * w.cols) * 4);
+    const int64_t chunk = std::max<int64_t>(1, (int64_t(4) << 20) / w.cols);
+    std::vector<float> rows(static_cast<size_t>(std::min(chunk, w.rows) * w.cols));
+    for (int64_t r0 = 0; r0 < w.rows; r0 += chunk) {
+      const int64_t count = std::min(chunk, w.rows - r0);
+      for (int64_t r = 0; r < count; ++r) kernels::dequantize_row(w, r0 + r, rows.data() + r * w.cols);
+      check(cudaMemcpy(m.buffer.as<float>() + r0 * w.cols, rows.data(), size_t(count * w.cols) * 4,
+                       cudaMemcpyHostToDevice),
+            "upload widened weight");
+    }
+    kernels::WeightView f32 = w;
+    f32.format = kernels::WeightFormat::f32;
+    m.ref = matrix_ref(f32, m.buffer.as(), nullptr, nullptr);
+    return m;
+  }
   const PartSizes s = part_sizes(w);
   const uint64_t scales_at = (s.data + 255) / 256 * 256, biases_at = scales_at + (s.scales + 255) / 256 * 256;
   m.buffer = DeviceBuffer(ledger, account, biases_at + s.biases);
@@ -196,21 +233,45 @@ DeviceMatrix upload(const kernels::WeightView& w, tiering::Ledger& ledger, const
   return m;
 }
 
-DeviceBuffer upload_floats(const std::vector<float>& v, tiering::Ledger& ledger, const char* account) {
-  if (v.empty()) return {};
-  DeviceBuffer b(ledger, account, v.size() * sizeof(float));
-  check(cudaMemcpy(b.as(), v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice), "upload floats");
+DeviceBuffer upload_floats(const float* v, size_t count, tiering::Ledger& ledger, const char* account) {
+  if (count == 0) return {};
+  DeviceBuffer b(ledger, account, count * sizeof(float));
+  check(cudaMemcpy(b.as(), v, count * sizeof(float), cudaMemcpyHostToDevice), "upload floats");
   return b;
+}
+DeviceBuffer upload_floats(const std::vector<float>& v, tiering::Ledger& ledger, const char* account) {
+  return upload_floats(v.data(), v.size(), ledger, account);
 }
 
 struct DeviceLayer {
   DeviceMatrix qkv, o, gate_up, down, router, shared_gate_up, shared_down;
   DeviceBuffer input_norm, post_norm, qkv_bias, q_norm, k_norm, shared_expert_gate;
+  // Biases (llama attention_bias / mlp_bias, gpt-oss) and gpt-oss's attention sinks; absent: empty.
+  DeviceBuffer o_bias, gate_up_bias, down_bias, sinks;
+  int64_t window = 0;  // sliding_attention: the positions a query sees; 0: all
+  bool sparse = false;        // the MoE block (else the dense MLP: mlp_only_layers / decoder_sparse_step)
+  int64_t expert_layer = -1;  // sparse: this layer's index in the expert tier (host cache requests)
+  int64_t intermediate = 0;   // dense: the MLP width
+  // MLA layers (DeepSeek; runtime/model/mla_weights.h): [q_a | kv_a] (or [q | kv_a]), q_b, the LoRA norms and
+  // kv_b_proj's halves in f32; the latent KV lives in latent_refs.
+  bool mla = false;
+  DeviceMatrix mla_in, q_b;
+  DeviceBuffer q_a_norm, kv_a_norm, kv_b_key, kv_b_value;
+  // Gated DeltaNet layers (qwen3_5 linear_attention): [qkv | z | b | a] in one matrix, the conv taps, -exp(A_log),
+  // dt_bias and RMSNormGated's weight (out_proj is `o`); the per-sequence states in `state`, a slot per sequence.
+  bool deltanet = false;
+  DeviceMatrix linear_in;
+  DeviceBuffer conv, decay_rate, dt_bias, gated_norm, state;
 };
 
 struct SequenceKv {
-  std::vector<int32_t> pages;         // page table: positions [64 i, 64 i + 64) are in pool page pages[i]
+  std::vector<int32_t> pages;         // full-attention layers: positions [64 i, 64 i + 64) are in pool page pages[i]
+  // Sliding-window layers: positions [64 i, 64 i + 64) are in ring pool page ring[i % ring_pages] (at most
+  // ring_pages pages, taken as the sequence grows).
+  std::vector<int32_t> ring;
   int64_t filled = 0;                 // positions [0, filled) written
+  int32_t state_slot = -1;            // models with Gated DeltaNet layers on the GPU: its slot in their states
+  int64_t written = 0;                // the furthest end ever written (the ring may have reused pages up to it)
   uint64_t last_use = 0;
 };
 
@@ -235,8 +296,26 @@ struct GpuLayers::Impl {
   std::vector<DeviceLayer> layers;
   DeviceMatrix output;
   DeviceBuffer final_norm, inv_freq;
+  float rope_scale = 1.0f;
+  int64_t rotary_dim = 0;  // dims RoPE turns per head (partial_rotary_factor), from the host's frequency table
+  // MLA (c.arch.mla): the rope dims' frequency table, the kernels' shape, scratch (the [q_a | kv_a] rows, the
+  // normed q_a, q, the absorbed queries, the roped query dims, the heads' outputs) and each layer's latent KV.
+  DeviceBuffer mla_inv_freq, mla_proj, mla_qa, mla_q, mla_q_latent, mla_q_rope, mla_out, mla_split;
+  int64_t mla_split_rows = 0;  // steps of at most this many rows attend in the split form (mla_split: its partials)
+  device::MlaParams mla_shape;
+  std::vector<device::LatentKv> latent_refs;  // per layer (rows null on other layers)
+  engine::RouteScratch route_scratch;         // host routing (engine::route_top_k)
+  // Gated DeltaNet layers: their shape, scratch (the projected rows, the conv output, the heads' outputs), the
+  // step's segments (deltanet_kernels.cuh) and the state slots no sequence holds.
+  bool any_deltanet = false;
+  device::DeltaNetParams delta_shape;
+  DeviceBuffer delta_proj, delta_mixed, delta_core, delta_segments_dev;
+  PinnedBuffer delta_segments_host;
+  std::vector<int32_t> free_state_slots;
   // Scratch (device).
-  DeviceBuffer hidden, normed, qkv, attn, gathered, ffn, act, out, scores, arrivals, x16, w16, logits, meta_dev, moe_dev, router_dev;
+  DeviceBuffer hidden, normed, qkv, attn, gathered, ffn, act, out, scores, arrivals, x16, x16_low, w16, logits, meta_dev, moe_dev, router_dev;
+  // Gated attention (qwen3_5): the projection's rows ([query | gate] per head, k, v) and the gates split off them.
+  DeviceBuffer gated_qkv, gates;
   int64_t w16_rows_cap = 0;  // elements of w16
   const int32_t* tiles_dev = nullptr;  // the step's prefill attention tiles (in meta_dev)
   // Pinned staging of transfers.
@@ -246,11 +325,16 @@ struct GpuLayers::Impl {
   bool embed_on_device = false;     // the embedding table is the device copy of the (tied) output head
   std::vector<PinnedBuffer> expert_staging;
   std::vector<cudaEvent_t> staging_done;
-  // Paged device KV: a pool per layer (kv_buffers), the same page ids in every layer; sequences' page tables.
+  // Paged device KV, two pools of a buffer per layer (kv_buffers) with the same page ids in each of the pool's
+  // layers: the full-attention layers' (VRAM account "kv": a sequence's page table covers every position it holds)
+  // and the sliding-window layers' (account "kv_windowed": a sequence holds a ring of at most ring_pages pages,
+  // reused once their positions left every query's window, so a long context costs those layers window-sized KV).
+  // ring_pages: GpuLayers::kv_layer_pages (window + one step of rows), as the planner counts.
   std::vector<DeviceBuffer> kv_buffers;
   std::vector<device::KvRef> kv_refs;  // per layer
-  int64_t pool_pages = 0;
-  std::vector<int32_t> free_pages;
+  int64_t pool_pages = 0, ring_pool_pages = 0, ring_pages = 0;
+  int64_t full_kv_layers = 0, windowed_kv_layers = 0, widest_window = 0;
+  std::vector<int32_t> free_pages, free_ring_pages;
   std::unordered_map<const void*, SequenceKv> sequences;
   uint64_t clock = 0;
   // VRAM expert tier.
@@ -303,9 +387,10 @@ struct GpuLayers::Impl {
         vram(o.vram_budget ? o.vram_budget : default_budget()) {
     if (!env_on("TIERLM_GPU_PDL")) options.programmatic_launch = false;
     if (!env_on("TIERLM_GPU_PACKED_MMA")) options.packed_mma = false;
+    if (const char* v = std::getenv("TIERLM_GPU_SPLIT_GEMM")) options.split_gemm_activations = std::string(v) == "1";
     if (const char* v = std::getenv("TIERLM_GPU_PACKED_MMA"); v && std::string(v) == "all")
       options.packed_mma_4bit = true;
-    if (c.head_dim % 16 != 0 || c.head_dim > 256)
+    if (!c.arch.mla && (c.head_dim % 16 != 0 || c.head_dim > 256))
       throw std::invalid_argument("gpu: head_dim " + std::to_string(c.head_dim) +
                                   " is not supported (a multiple of 16, at most 256)");
     try {
@@ -321,9 +406,11 @@ struct GpuLayers::Impl {
       check(cublas()->set_stream(blas, stream), "cublasSetStream");
       setup_phase("cuBLAS handle");
       upload_weights();
+      count_kv_layers();
       setup_phase("weights upload");
       allocate_scratch();
       setup_phase("scratch");
+      allocate_recurrent_states();
       if (c.arch.moe && gpu_layers > 0) setup_experts();
       setup_phase("experts");
       allocate_kv_pool();
@@ -400,44 +487,101 @@ struct GpuLayers::Impl {
     for (int64_t l = 0; l < gpu_layers; ++l) {
       const model::LayerWeights& L = w.layers[size_t(l)];
       DeviceLayer& d = layers[size_t(l)];
-      d.qkv = upload(L.qkv.view, vram, "weights");
-      d.o = upload(L.o.view, vram, "weights");
-      d.gate_up = upload(L.gate_up.view, vram, "weights");
-      d.down = upload(L.down.view, vram, "weights");
-      d.router = upload(L.router.view, vram, "weights");
-      d.shared_gate_up = upload(L.shared_gate_up.view, vram, "weights");
-      d.shared_down = upload(L.shared_down.view, vram, "weights");
+      d.qkv = upload(L.qkv.view, vram, "weights", options.widen_dense_weights);
+      d.o = upload(L.o.view, vram, "weights", options.widen_dense_weights);
+      d.gate_up = upload(L.gate_up.view, vram, "weights", options.widen_dense_weights);
+      d.down = upload(L.down.view, vram, "weights", options.widen_dense_weights);
+      d.router = upload(L.router.view, vram, "weights", options.widen_dense_weights);
+      d.shared_gate_up = upload(L.shared_gate_up.view, vram, "weights", options.widen_dense_weights);
+      d.shared_down = upload(L.shared_down.view, vram, "weights", options.widen_dense_weights);
       d.input_norm = upload_floats(L.input_norm, vram, "weights");
       d.post_norm = upload_floats(L.post_attention_norm, vram, "weights");
       d.qkv_bias = upload_floats(L.qkv_bias, vram, "weights");
       d.q_norm = upload_floats(L.q_norm, vram, "weights");
       d.k_norm = upload_floats(L.k_norm, vram, "weights");
       d.shared_expert_gate = upload_floats(L.shared_expert_gate, vram, "weights");
+      d.o_bias = upload_floats(L.o_bias, vram, "weights");
+      d.gate_up_bias = upload_floats(L.gate_up_bias, vram, "weights");
+      d.down_bias = upload_floats(L.down_bias, vram, "weights");
+      d.sinks = upload_floats(L.sinks, vram, "weights");
+      const model::LayerSpec spec = c.layer(l);
+      d.window = spec.mixer == model::Mixer::sliding_attention ? spec.window : 0;
+      d.sparse = spec.mlp == model::Mlp::moe;
+      d.expert_layer = spec.expert_layer;
+      d.intermediate = spec.intermediate > 0 ? spec.intermediate : c.intermediate_size;
+      d.mla = spec.mixer == model::Mixer::mla;
+      d.deltanet = spec.mixer == model::Mixer::gated_deltanet;
+      if (d.deltanet) {
+        any_deltanet = true;
+        d.linear_in = upload(L.linear_in.view, vram, "weights", options.widen_dense_weights);
+        d.conv = upload_floats(L.conv, vram, "weights");
+        d.decay_rate = upload_floats(L.decay_rate, vram, "weights");
+        d.dt_bias = upload_floats(L.dt_bias, vram, "weights");
+        d.gated_norm = upload_floats(L.gated_norm, vram, "weights");
+      }
+      if (d.mla) {
+        d.mla_in = upload(L.mla_in.view, vram, "weights", options.widen_dense_weights);
+        d.q_b = upload(L.q_b.view, vram, "weights", options.widen_dense_weights);
+        d.q_a_norm = upload_floats(L.q_a_norm, vram, "weights");
+        d.kv_a_norm = upload_floats(L.kv_a_norm, vram, "weights");
+        d.kv_b_key = upload_floats(L.kv_b_key.as<float>(), L.kv_b_key.size() / 4, vram, "weights");
+        d.kv_b_value = upload_floats(L.kv_b_value.as<float>(), L.kv_b_value.size() / 4, vram, "weights");
+      }
     }
+    if (c.arch.mla) upload_mla_rope();
     if (head) {
-      output = upload(w.output(), vram, "weights");
+      output = upload(w.output(), vram, "weights", options.widen_dense_weights);
       final_norm = upload_floats(w.final_norm, vram, "weights");
       embed_on_device = w.lm_head.view.rows == 0;  // tied: output() is the embedding table
     }
-    engine::Rope rope(c.rope, c.head_dim);
+    // The host's frequency table (default, linear, llama3 or YaRN: computed once, by engine::Rope) and YaRN's
+    // attention factor, which engine::Rope multiplies cos and sin by (check_supported: one rope for every layer).
+    engine::Rope rope(c.rope_of(0), c.head_dim);
     inv_freq = upload_floats(rope.inverse_frequencies(), vram, "weights");
+    rotary_dim = 2 * int64_t(rope.inverse_frequencies().size());
+    rope_scale = c.rope_of(0).type == "yarn" ? float(c.rope_of(0).attention_factor) : 1.0f;
     weight_bytes = vram.used("weights");
   }
 
   int64_t widest_cols() const {
     int64_t m = std::max(c.hidden_size, c.num_heads * c.head_dim);
     m = std::max({m, c.intermediate_size, c.moe_intermediate_size, c.shared_expert_intermediate_size});
+    if (c.arch.mla) m = std::max({m, c.num_heads * c.mla.v_head_dim, c.mla.q_lora_rank});
+    if (c.any_recurrent()) m = std::max(m, c.deltanet.value_dim());  // out_proj's columns
     return m;
+  }
+
+  // MLA's RoPE turns the qk_rope_head_dim dims with the model's rope (engine::MlaAttention's Rope).
+  void upload_mla_rope() {
+    const model::MlaConfig& m = c.mla;
+    engine::Rope rope(c.rope, m.qk_rope_head_dim);
+    mla_inv_freq = upload_floats(rope.inverse_frequencies(), vram, "weights");
+    device::MlaParams& p = mla_shape;
+    p.heads = c.num_heads, p.nope = m.qk_nope_head_dim, p.rope = m.qk_rope_head_dim, p.lora = m.kv_lora_rank;
+    p.v = m.v_head_dim;
+    p.norm_eps = 1e-6f;  // q_a_layernorm / kv_a_layernorm: the RMSNorm default (runtime/engine/mla.cpp)
+    p.inv_freq = mla_inv_freq.as<float>();
+    p.rope_scale = c.rope.type == "yarn" ? float(c.rope.attention_factor) : 1.0f;
+    p.softmax_scale = float(m.softmax_scale);
   }
 
   void allocate_scratch() {
     const int64_t H = c.hidden_size, q_rows = c.num_heads * c.head_dim, kv_rows = c.num_kv_heads * c.head_dim;
     const int64_t F = std::max({c.intermediate_size, c.moe_intermediate_size, c.shared_expert_intermediate_size});
     const int64_t n = max_chunk;
-    auto floats = [&](int64_t count) { return DeviceBuffer(vram, "scratch", size_t(std::max<int64_t>(count, 1)) * 4); };
+    // Zeroed once: warm_up() runs every GEMM shape on whatever the scratch holds, which must not be unwritten memory.
+    auto floats = [&](int64_t count) {
+      DeviceBuffer b(vram, "scratch", size_t(std::max<int64_t>(count, 1)) * 4);
+      check(cudaMemset(b.as(), 0, b.size()), "scratch");
+      return b;
+    };
     hidden = floats(n * H);
     normed = floats(n * H);
     qkv = floats(n * (q_rows + 2 * kv_rows));
+    if (c.arch.attention_output_gate) {
+      gated_qkv = floats(n * (2 * q_rows + 2 * kv_rows));
+      gates = floats(n * q_rows);
+    }
     attn = floats(n * q_rows);
     gathered = floats(n * H);
     ffn = floats(n * 2 * F);
@@ -447,20 +591,38 @@ struct GpuLayers::Impl {
     shape.heads = c.num_heads;
     shape.head_dim = c.head_dim;
     shape.kv_heads = c.num_kv_heads;
-    prefill_tiles = use_prefill_attention && device::prefill_attention_supported(shape);
+    prefill_tiles = use_prefill_attention && !c.arch.mla && device::prefill_attention_supported(shape);
     // With tiled prefill attention, the split kernel sees only steps of at most kMaxMatvecRows rows or of one row
     // per sequence (at most max_sequences): its partial sums need no room for a whole chunk.
     const int64_t split_rows =
         prefill_tiles ? std::min(n, std::max<int64_t>(device::kMaxMatvecRows, options.max_sequences)) : n;
-    scores = floats(device::attention_scratch_floats(split_rows, shape, max_context));
+    scores = floats(c.arch.mla ? 1 : device::attention_scratch_floats(split_rows, shape, max_context));
+    if (c.arch.mla) {
+      const model::MlaConfig& m = c.mla;
+      const int64_t first = m.q_lora_rank > 0 ? m.q_lora_rank : c.num_heads * m.qk_head_dim();
+      mla_proj = floats(n * (first + m.latent_floats()));
+      mla_qa = floats(n * m.q_lora_rank);
+      mla_q = floats(n * c.num_heads * m.qk_head_dim());
+      mla_q_latent = floats(n * c.num_heads * m.kv_lora_rank);
+      mla_q_rope = floats(n * c.num_heads * m.qk_rope_head_dim);
+      mla_out = floats(n * c.num_heads * m.v_head_dim);
+      mla_split_rows = std::min(n, device::mla_split_rows(c.num_heads));
+      mla_split = floats(device::mla_split_scratch_floats(mla_split_rows, mla_shape, max_context));
+    }
     arrivals = DeviceBuffer(vram, "scratch", size_t(n * c.num_kv_heads) * 4);
     check(cudaMemset(arrivals.as(), 0, arrivals.size()), "arrivals");
     x16 = DeviceBuffer(vram, "scratch", size_t(n * std::max(widest_cols(), int64_t(1))) * 2);
+    check(cudaMemset(x16.as(), 0, x16.size()), "scratch");  // GEMM buckets read rows past n (see gemm_rows)
+    if (options.split_gemm_activations) {
+      x16_low = DeviceBuffer(vram, "scratch", x16.size());
+      check(cudaMemset(x16_low.as(), 0, x16_low.size()), "scratch");
+    }
     // f16 copy of a weight's row chunk for cuBLAS: the largest matrix up to 32M elements (64 MB).
     int64_t largest = 0;
     for (int64_t l = 0; l < gpu_layers; ++l) {
       const DeviceLayer& d = layers[size_t(l)];
-      for (const DeviceMatrix* m : {&d.qkv, &d.o, &d.gate_up, &d.down, &d.router, &d.shared_gate_up, &d.shared_down})
+      for (const DeviceMatrix* m : {&d.qkv, &d.o, &d.gate_up, &d.down, &d.router, &d.shared_gate_up, &d.shared_down,
+                                    &d.mla_in, &d.q_b, &d.linear_in})
         largest = std::max(largest, m->ref.rows * m->ref.cols);
     }
     if (head) largest = std::max(largest, output.ref.rows * output.ref.cols);
@@ -487,60 +649,137 @@ struct GpuLayers::Impl {
 
   // Step metadata (int32): positions, sequence of each row, head rows, token ids (max_chunk each), the prefill
   // attention's tiles ((first row, rows) pairs: 2 x max_chunk), then the page tables of the step's sequences
-  // (max_sequences x pages_per_context()).
+  // (max_sequences x table_sets() x pages_per_context(): per sequence its full-attention table, then its ring
+  // table, where the model has such layers).
   static constexpr int64_t kMetaRowArrays = 6;
   int64_t pages_per_context() const { return (max_context + device::kKvPage - 1) / device::kKvPage; }
-  size_t meta_ints() const { return size_t(kMetaRowArrays * max_chunk + options.max_sequences * pages_per_context()); }
+  int64_t table_sets() const { return std::max<int64_t>(1, (full_kv_layers > 0) + (windowed_kv_layers > 0)); }
+  size_t meta_ints() const {
+    return size_t(kMetaRowArrays * max_chunk + options.max_sequences * table_sets() * pages_per_context());
+  }
   size_t meta_bytes() const { return meta_ints() * 4; }
 
+  int kv_codec_code() const {  // device::KvRef::codec
+    return options.kv_codec == GpuKvCodec::q8 ? 1 : options.kv_codec == GpuKvCodec::f32 ? 2 : 0;
+  }
+
   uint64_t kv_page_bytes_per_layer() const {
+    if (c.arch.mla)  // the latent row: kv_lora_rank + rope values a position (f16, or f32 in exact mode)
+      return uint64_t(device::kKvPage * device::latent_row_bytes(kv_codec_code(), c.mla.latent_floats()));
     const bool q8 = options.kv_codec == GpuKvCodec::q8;
-    const uint64_t values = uint64_t(device::kKvPage * c.num_kv_heads * c.head_dim);
-    uint64_t bytes = 2 * values * (q8 ? 1 : 2);
+    const uint64_t rows = uint64_t(device::kKvPage * c.num_kv_heads);
+    uint64_t bytes = 2 * rows * uint64_t(device::kv_row_bytes(kv_codec_code(), c.head_dim));
     if (q8) bytes += 2 * uint64_t(device::kKvPage * c.num_kv_heads * (c.head_dim / device::q8_block(c.head_dim))) * 4;
     return bytes;
   }
 
+  // Gated DeltaNet layers: the states of max_sequences sequences per layer (ledger account "kv", as the CPU's
+  // KVCache charges its states), zeroed; a sequence takes a slot when the device first sees it and gives it back
+  // when dropped. Before the KV pool, which the VRAM left over sizes.
+  void allocate_recurrent_states() {
+    if (!any_deltanet) return;
+    const model::DeltaNetConfig& dn = c.deltanet;
+    device::DeltaNetParams& p = delta_shape;
+    p.conv_dim = dn.conv_dim(), p.kernel = dn.conv_kernel, p.key_heads = dn.key_heads;
+    p.value_heads = dn.value_heads, p.key_head_dim = dn.key_head_dim, p.value_head_dim = dn.value_head_dim;
+    p.eps = float(c.rms_norm_eps);
+    for (DeviceLayer& d : layers)
+      if (d.deltanet) {
+        d.state = DeviceBuffer(vram, "kv", size_t(options.max_sequences * p.slot_floats()) * 4);
+        check(cudaMemset(d.state.as(), 0, d.state.size()), "recurrent state");
+      }
+    for (int32_t s = int32_t(options.max_sequences) - 1; s >= 0; --s) free_state_slots.push_back(s);
+    const int64_t n = max_chunk;
+    delta_proj = DeviceBuffer(vram, "scratch", size_t(n * p.projected_width()) * 4);
+    delta_mixed = DeviceBuffer(vram, "scratch", size_t(n * p.conv_dim) * 4);
+    delta_core = DeviceBuffer(vram, "scratch", size_t(n * p.value_dim()) * 4);
+    // GEMM buckets write and read rows past n (see gemm_rows): never unwritten memory.
+    check(cudaMemset(delta_proj.as(), 0, delta_proj.size()), "scratch");
+    check(cudaMemset(delta_core.as(), 0, delta_core.size()), "scratch");
+    const size_t segment_bytes = size_t(device::deltanet_segment_ints(options.max_sequences)) * 4;
+    delta_segments_dev = DeviceBuffer(vram, "scratch", segment_bytes);
+    check(cudaMemset(delta_segments_dev.as(), 0, delta_segments_dev.size()), "scratch");
+    delta_segments_host = PinnedBuffer(options.host_ledger, segment_bytes);
+  }
+
+  // Which GPU layers keep a ring (sliding window) and how many pages it takes; before the scratch (meta_ints).
+  void count_kv_layers() {
+    for (const DeviceLayer& d : layers) {
+      if (d.deltanet) continue;  // no pages: its states are apart (allocate_recurrent_states)
+      if (d.window == 0) {
+        ++full_kv_layers;
+        continue;
+      }
+      ++windowed_kv_layers;
+      widest_window = std::max(widest_window, d.window);
+      ring_pages = std::max(ring_pages, GpuLayers::kv_layer_pages(d.window, max_context, max_chunk));
+    }
+  }
+
   void allocate_kv_pool() {
     if (gpu_layers == 0) return;
-    const int64_t pages_per_sequence = pages_per_context();
-    const uint64_t page_bytes = kv_page_bytes_per_layer() * uint64_t(gpu_layers);
-    int64_t pages = options.kv_pages;
-    if (pages <= 0) {
-      const int64_t want = options.max_sequences * pages_per_sequence;
+    const int64_t per_context = pages_per_context();
+    const uint64_t layer_page = kv_page_bytes_per_layer();
+    // One sequence of max_context positions: its full-attention pages and its ring.
+    const uint64_t sequence_bytes = layer_page * uint64_t(full_kv_layers * per_context + windowed_kv_layers * ring_pages);
+    if (options.kv_pages > 0) {
+      pool_pages = options.kv_pages;
+      ring_pool_pages = std::min(options.kv_pages, options.max_sequences * ring_pages);
+    } else {
       const uint64_t margin = 64ull << 20;  // cuBLAS workspace, graphs, fragmentation
       const uint64_t used = vram.used(), budget = vram.budget();
-      const int64_t fit = budget > used + margin ? int64_t((budget - used - margin) / page_bytes) : 0;
-      pages = std::min(want, fit);
-      if (pages < pages_per_sequence)
-        throw tiering::LedgerError(
-            "gpu: the VRAM budget (" + std::to_string(budget >> 20) + " MiB, " + std::to_string(used >> 20) +
-            " MiB taken by weights, experts and scratch) leaves room for " + std::to_string(std::max<int64_t>(fit, 0)) +
-            " KV pages of " + std::to_string(device::kKvPage) + " positions; one sequence of " +
-            std::to_string(max_context) + " positions needs " + std::to_string(pages_per_sequence) +
-            " (put fewer layers on the GPU, use the q8 device KV, or shorten the context)");
+      const double fit = budget > used + margin ? double(budget - used - margin) / double(sequence_bytes) : 0.0;
+      if (fit < 1.0)
+        throw tiering::LedgerError(fmt::format(
+            "gpu: the VRAM budget ({} MiB, {} MiB taken by weights, experts and scratch) leaves room for {:.2f} "
+            "sequences' device KV; one sequence of {} positions needs {} MiB ({} pages of {} positions on {} "
+            "full-attention layers, a ring of {} on {} sliding-window layers) (put fewer layers on the GPU, use the "
+            "q8 device KV, or shorten the context)",
+            budget >> 20, used >> 20, fit, max_context, sequence_bytes >> 20, per_context, device::kKvPage,
+            full_kv_layers, ring_pages, windowed_kv_layers));
+      const double sequences = std::min(double(options.max_sequences), fit);
+      pool_pages = int64_t(sequences * double(per_context));
+      ring_pool_pages = int64_t(sequences * double(ring_pages));
     }
-    pool_pages = pages;
+    if (full_kv_layers == 0) pool_pages = 0;
+    if (windowed_kv_layers == 0) ring_pool_pages = 0;
     const bool q8 = options.kv_codec == GpuKvCodec::q8;
-    const size_t values = size_t(pool_pages * device::kKvPage * c.num_kv_heads * c.head_dim);
-    const size_t scales = size_t(pool_pages * device::kKvPage * c.num_kv_heads * (c.head_dim / device::q8_block(c.head_dim)));
+    const size_t row_bytes = size_t(device::kv_row_bytes(kv_codec_code(), c.head_dim));
+    const size_t blocks = size_t(c.head_dim / device::q8_block(c.head_dim));
+    // Zeroed: an attention chunk may read (and weigh 0) ring positions no step wrote yet, which must not be NaN.
+    auto buffer = [&](const char* account, size_t bytes) -> void* {
+      kv_buffers.emplace_back(vram, account, bytes);
+      check(cudaMemset(kv_buffers.back().as(), 0, kv_buffers.back().size()), "kv pool");
+      return kv_buffers.back().as();
+    };
+    latent_refs.resize(size_t(gpu_layers));
     for (int64_t l = 0; l < gpu_layers; ++l) {
+      if (c.arch.mla) {  // full attention over the latent rows: the first pool
+        latent_refs[size_t(l)] = {buffer("kv", size_t(pool_pages) * kv_page_bytes_per_layer()), kv_codec_code()};
+        kv_refs.push_back({});
+        continue;
+      }
+      if (layers[size_t(l)].deltanet) {  // no pages: its states are apart (allocate_recurrent_states)
+        kv_refs.push_back({});
+        continue;
+      }
+      const bool ring = layers[size_t(l)].window > 0;
+      const char* account = ring ? "kv_windowed" : "kv";
+      const size_t rows = size_t((ring ? ring_pool_pages : pool_pages) * device::kKvPage * c.num_kv_heads);
       device::KvRef r;
-      r.codec = q8 ? 1 : 0;
-      kv_buffers.emplace_back(vram, "kv", values * (q8 ? 1 : 2));
-      r.keys = kv_buffers.back().as();
-      kv_buffers.emplace_back(vram, "kv", values * (q8 ? 1 : 2));
-      r.values = kv_buffers.back().as();
+      r.codec = kv_codec_code();
+      r.keys = buffer(account, rows * row_bytes);
+      r.values = buffer(account, rows * row_bytes);
       if (q8) {
-        kv_buffers.emplace_back(vram, "kv", scales * 4);
-        r.key_scales = kv_buffers.back().as<float>();
-        kv_buffers.emplace_back(vram, "kv", scales * 4);
-        r.value_scales = kv_buffers.back().as<float>();
+        r.key_scales = static_cast<float*>(buffer(account, rows * blocks * 4));
+        r.value_scales = static_cast<float*>(buffer(account, rows * blocks * 4));
       }
       kv_refs.push_back(r);
     }
     free_pages.resize(size_t(pool_pages));
     std::iota(free_pages.rbegin(), free_pages.rend(), 0);  // page 0 is taken first
+    free_ring_pages.resize(size_t(ring_pool_pages));
+    std::iota(free_ring_pages.rbegin(), free_ring_pages.rend(), 0);
   }
 
   void setup_experts() {
@@ -548,11 +787,11 @@ struct GpuLayers::Impl {
     expert_layout = w.experts->store().layout();
     const int64_t E = c.num_experts;
     for (const auto& [layer, expert] : options.resident_experts) {
-      if (layer < 0 || layer >= gpu_layers || expert < 0 || expert >= E) continue;
+      if (layer < 0 || layer >= gpu_layers || expert < 0 || expert >= E || !layers[size_t(layer)].sparse) continue;
       const int64_t key = layer * E + expert;
       if (resident.count(key)) continue;
       DeviceBuffer block(vram, "resident_experts", expert_layout.bytes);
-      fill_block_sync(layer, expert, block.as());
+      fill_block_sync(layers[size_t(layer)].expert_layer, expert, block.as());
       resident.emplace(key, std::move(block));
     }
     const int64_t want = options.expert_slots > 0 ? options.expert_slots : 4 * c.num_experts_per_tok;
@@ -586,7 +825,13 @@ struct GpuLayers::Impl {
   void setup_device_routing() {
     const int64_t E = c.num_experts, k = c.num_experts_per_tok;
     routes_on_device.assign(size_t(gpu_layers), false);
-    if (!device_routing || resident.empty()) return;
+    // gpt-oss's router bias, expert biases and clamped SwiGLU are not in the device routing kernels: host routing.
+    // Nor are DeepSeek's routers (sigmoid scores, score-correction bias, group limits, routed scaling).
+    const model::RouterConfig& router = c.router;
+    const bool plain_router = router.scoring == model::RouterConfig::Scoring::softmax &&
+                              router.groups == model::RouterConfig::Groups::none && !router.score_correction_bias &&
+                              router.routed_scaling_factor == 1.0;
+    if (!device_routing || resident.empty() || c.arch.gpt_oss || !plain_router) return;
     const char* some = static_cast<const char*>(resident.begin()->second.as());
     const tiering::ExpertViews v = expert_layout.views(some);
     auto as_offsets = [&](const kernels::WeightView& m) {
@@ -604,6 +849,10 @@ struct GpuLayers::Impl {
     std::vector<const void*> table(size_t(gpu_layers * E), nullptr);
     bool any = false;
     for (int64_t l = 0; l < gpu_layers; ++l) {
+      if (!layers[size_t(l)].sparse) {
+        routes_on_device[size_t(l)] = true;  // a dense layer needs no routing (host_free below)
+        continue;
+      }
       bool all = true;
       for (int64_t e = 0; e < E; ++e) {
         const auto it = resident.find(l * E + e);
@@ -632,6 +881,7 @@ struct GpuLayers::Impl {
     return static_cast<const char*>(v.gate_up.data) - expert_layout.parts[0].offset;
   }
 
+  // `layer`: the expert tier's layer index (LayerSpec::expert_layer).
   void fill_block_sync(int64_t layer, int64_t expert, void* device_block) {
     tiering::ExpertCache& cache = w.experts->cache();
     const int32_t e = int32_t(expert);
@@ -677,13 +927,18 @@ struct GpuLayers::Impl {
     };
     const GpuExpertStats kept = stats;
     // Every GEMM shape of the layers (and of the head's passes) once, on whatever the scratch holds.
-    const DeviceLayer& d = layers[0];
+    // (The attention matrices of the first attention layer: a Gated DeltaNet layer has none; its own shapes warm up
+    // in the step below.)
+    const auto attention = std::find_if(layers.begin(), layers.end(), [](const DeviceLayer& x) { return !x.deltanet; });
+    const DeviceLayer& d = attention != layers.end() ? *attention : layers[0];
     int64_t head_warmed = 0;
     for (int64_t rows = device::kMaxMatvecRows + 1; rows <= max_chunk;) {
       const int64_t b = gemm_rows(rows, max_chunk);
-      multiply(d.qkv.ref, normed.as<float>(), b, qkv.as<float>(), d.qkv.ref.rows, false);
       // o and down accumulate into the hidden state (beta 1: cuBLAS's first call of that kind costs ~4 ms too).
-      multiply(d.o.ref, attn.as<float>(), b, out.as<float>(), c.hidden_size, true);
+      if (!d.deltanet) {
+        multiply(d.qkv.ref, normed.as<float>(), b, qkv.as<float>(), d.qkv.ref.rows, false);
+        multiply(d.o.ref, attn.as<float>(), b, out.as<float>(), c.hidden_size, true);
+      }
       multiply(d.gate_up.ref, normed.as<float>(), b, ffn.as<float>(), d.gate_up.ref.rows, false);
       multiply(d.down.ref, act.as<float>(), b, out.as<float>(), c.hidden_size, true);
       if (head && std::min(b, head_pass_rows) > device::kMaxMatvecRows &&
@@ -728,13 +983,24 @@ struct GpuLayers::Impl {
   // y[i] (+)= W x[i] for i < n (the output buffer holds max_rows rows, max_chunk when 0).
   void multiply(const device::MatrixRef& m, const float* x, int64_t n, float* y, int64_t ldy, bool accumulate,
                 int64_t max_rows = 0) {
-    if (n <= device::kMaxMatvecRows) {
+    if (n <= device::kMaxMatvecRows || m.format == device::kMxfp4Format) {  // MXFP4: read packed at any n
       device::matvec(m, x, m.cols, n, y, ldy, accumulate, stream);
       return;
     }
-    device::to_f16(x, n * m.cols, x16.as(), stream);
-    n = gemm_rows(n, max_rows > 0 ? max_rows : max_chunk);
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    if (m.format == 0) {  // f32 weights: an f32 GEMM (no f16 rounding of weights or activations)
+      check(cublas()->gemm_ex(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(m.rows), int(n), int(m.cols), &alpha, m.data,
+                              CUDA_R_32F, int(m.cols), x, CUDA_R_32F, int(m.cols), &beta, y, CUDA_R_32F, int(ldy),
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            "cublasGemmEx f32");
+      return;
+    }
+    const bool split = options.split_gemm_activations;
+    if (split)
+      device::to_f16_split(x, n * m.cols, x16.as(), x16_low.as(), stream);
+    else
+      device::to_f16(x, n * m.cols, x16.as(), stream);
+    n = gemm_rows(n, max_rows > 0 ? max_rows : max_chunk);
     // Packed weights are dequantized in whole 16-row panels.
     const int64_t chunk = m.format == 1 ? m.rows : std::max<int64_t>(16, w16_rows_cap / m.cols / 16 * 16);
     for (int64_t r0 = 0; r0 < m.rows; r0 += chunk) {
@@ -750,6 +1016,13 @@ struct GpuLayers::Impl {
                          int(m.cols), x16.as(), CUDA_R_16F, int(m.cols), &beta, y + r0, CUDA_R_32F, int(ldy),
                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
             "cublasGemmEx");
+      if (split) {  // + W x_low / kSplitLowScale
+        const float low_alpha = 1.0f / device::kSplitLowScale, one = 1.0f;
+        check(cublas()->gemm_ex(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(count), int(n), int(m.cols), &low_alpha, a,
+                                CUDA_R_16F, int(m.cols), x16_low.as(), CUDA_R_16F, int(m.cols), &one, y + r0,
+                                CUDA_R_32F, int(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+              "cublasGemmEx (low part)");
+      }
     }
   }
 
@@ -766,33 +1039,66 @@ struct GpuLayers::Impl {
     return true;
   }
 
-  // Gives a sequence's pages back to the pool (taken again first, in their order) and forgets it.
+  // Gives a sequence's pages back to the pools (taken again first, in their order) and forgets it.
   void drop(std::unordered_map<const void*, SequenceKv>::iterator it) {
     free_pages.insert(free_pages.end(), it->second.pages.rbegin(), it->second.pages.rend());
+    if (it->second.state_slot >= 0) free_state_slots.push_back(it->second.state_slot);
+    free_ring_pages.insert(free_ring_pages.end(), it->second.ring.rbegin(), it->second.ring.rend());
     sequences.erase(it);
   }
 
-  // The sequence's KV, with pages for positions [0, end). Called with the stream idle (no kernel reads a page
-  // that changes hands).
+  // The sequence's KV, with pages for positions [0, end) (its ring: at most ring_pages). Called with the stream idle
+  // (no kernel reads a page that changes hands).
   SequenceKv& sequence_kv(const void* key, int64_t end, const std::vector<const void*>& batch) {
     auto it = sequences.find(key);
     if (it == sequences.end()) {
       while (int64_t(sequences.size()) >= options.max_sequences)
         if (!drop_one(batch)) throw std::invalid_argument("gpu: more sequences in one step than max_sequences");
       it = sequences.emplace(key, SequenceKv{}).first;
+      if (any_deltanet) {  // fewer sequences than max_sequences (above): a slot is free
+        it->second.state_slot = free_state_slots.back();
+        free_state_slots.pop_back();
+      }
     }
     SequenceKv& s = it->second;
     s.last_use = ++clock;
     const int64_t need = (end + device::kKvPage - 1) / device::kKvPage;
-    while (int64_t(s.pages.size()) < need) {
-      if (free_pages.empty() && !drop_one(batch))
-        throw std::runtime_error("gpu: the device KV pool is exhausted (" + std::to_string(pool_pages) +
-                                 " pages of " + std::to_string(device::kKvPage) + " positions, all held by the " +
-                                 std::to_string(batch.size()) + " sequences of this step)");
-      s.pages.push_back(free_pages.back());
-      free_pages.pop_back();
-    }
+    auto take = [&](std::vector<int32_t>& held, int64_t want, std::vector<int32_t>& free, int64_t pool,
+                    const char* which) {
+      while (int64_t(held.size()) < want) {
+        if (free.empty() && !drop_one(batch))
+          throw std::runtime_error(fmt::format("gpu: the device KV pool of the {} layers is exhausted ({} pages of "
+                                               "{} positions, all held by the {} sequences of this step)",
+                                               which, pool, device::kKvPage, batch.size()));
+        held.push_back(free.back());
+        free.pop_back();
+      }
+    };
+    if (full_kv_layers > 0) take(s.pages, need, free_pages, pool_pages, "full-attention");
+    if (windowed_kv_layers > 0)
+      take(s.ring, std::min(need, ring_pages), free_ring_pages, ring_pool_pages, "sliding-window");
     return s;
+  }
+
+  // Whether a step may write `s` from position `first` on when it wrote past it before (a reused prefix): a
+  // sliding-window layer needs the window that ends at `first`, whose pages later positions may have taken over
+  // in the ring (the ring holds pages (last - ring_pages, last] of the furthest position written).
+  bool ring_holds(const SequenceKv& s, int64_t first) const {
+    if (windowed_kv_layers == 0 || first == 0) return true;
+    const int64_t last = (std::max(s.written, first) - 1) / device::kKvPage;
+    const int64_t first_needed = std::max<int64_t>(0, first - widest_window + 1) / device::kKvPage;
+    return first_needed > last - ring_pages;
+  }
+
+  // Writes sequence b's page tables for positions [0, end) into the step's metadata (see meta_ints).
+  void write_tables(const SequenceKv& s, int64_t end, int32_t* tables) const {
+    const int64_t need = (end + device::kKvPage - 1) / device::kKvPage;
+    if (full_kv_layers > 0) {
+      std::copy(s.pages.begin(), s.pages.begin() + need, tables);
+      tables += pages_per_context();
+    }
+    if (windowed_kv_layers > 0)
+      for (int64_t i = 0; i < need; ++i) tables[i] = s.ring[size_t(i % ring_pages)];
   }
 
   // ---- one step -------------------------------------------------------------------------------------------
@@ -822,7 +1128,7 @@ struct GpuLayers::Impl {
     int32_t* heads = ints + 2 * max_chunk;
     int32_t* token_ids = ints + 3 * max_chunk;
     int32_t* tables = ints + kMetaRowArrays * max_chunk;
-    const int64_t stride = pages_per_context();
+    const int64_t stride = pages_per_context(), sets = table_sets();
     std::vector<const void*> batch;
     for (int64_t i = 0; i < n; ++i) {
       if (step.positions[size_t(i)] < 0 || step.positions[size_t(i)] >= max_context)
@@ -860,11 +1166,23 @@ struct GpuLayers::Impl {
         throw std::logic_error("gpu: a step writes a sequence from position " + std::to_string(first) +
                                " but the device holds only positions [0, " + std::to_string(held) +
                                ") of it (its device KV was dropped; reuse at most cached_positions())");
+      if (any_deltanet && first != 0 && first != held)
+        throw std::logic_error("gpu: a step writes a sequence from position " + std::to_string(first) +
+                               " but its Gated DeltaNet states on the device hold positions [0, " +
+                               std::to_string(held) + "): recurrent states cannot skip or rewind (start at 0 or " +
+                               std::to_string(held) + ")");
+      if (known != sequences.end() && !ring_holds(known->second, first))
+        throw std::logic_error(fmt::format("gpu: a step writes a sequence from position {}, but its sliding-window "
+                                           "layers' ring has moved on to position {} and no longer holds the window "
+                                           "of {} positions ending there",
+                                           first, known->second.written, widest_window));
       SequenceKv& s = sequence_kv(batch[b], last + 1, batch);
       s.filled = last + 1;
-      std::copy(s.pages.begin(), s.pages.end(), tables + int64_t(b) * stride);
+      s.written = std::max(s.written, s.filled);
+      write_tables(s, last + 1, tables + int64_t(b) * sets * stride);
     }
     const bool one_row_per_sequence = int64_t(batch.size()) == n;  // decode: attention may do the rope/KV store
+    if (any_deltanet && gpu_layers > 0) stage_deltanet_segments(n, pos, cache_of_row, batch);
     // Prefill attention's tiles: runs of consecutive rows of one sequence, at most prefill_tile_rows each.
     step_tiles = 0;
     if (prefill_tiles && n > device::kMaxMatvecRows) {
@@ -884,17 +1202,25 @@ struct GpuLayers::Impl {
     if (!device_embed) std::memcpy(hidden_host.as(), step.hidden, size_t(n * H) * 4);
     mark(device_embed ? "upload meta + embed" : "upload meta + hidden");
     if (step_begin) check(cudaEventRecord(step_begin, stream), "step event");
-    const size_t meta_used = size_t(kMetaRowArrays * max_chunk + int64_t(batch.size()) * stride) * 4;
+    const size_t meta_used = size_t(kMetaRowArrays * max_chunk + int64_t(batch.size()) * sets * stride) * 4;
     check(cudaMemcpyAsync(meta_dev.as(), meta_host.as(), meta_used, cudaMemcpyHostToDevice, stream), "meta up");
     if (!device_embed)
       check(cudaMemcpyAsync(hidden.as(), hidden_host.as(), size_t(n * H) * 4, cudaMemcpyHostToDevice, stream),
             "hidden up");
+    if (any_deltanet && gpu_layers > 0)
+      check(cudaMemcpyAsync(delta_segments_dev.as(), delta_segments_host.as(),
+                            size_t(device::deltanet_segment_ints(int64_t(batch.size()))) * 4, cudaMemcpyHostToDevice,
+                            stream),
+            "segments up");
     const int32_t* pos_dev = meta_dev.as<int32_t>();
     const int32_t* row_cache_dev = pos_dev + max_chunk;
     const int32_t* heads_dev = pos_dev + 2 * max_chunk;
     const int32_t* tokens_dev = pos_dev + 3 * max_chunk;
     tiles_dev = pos_dev + 4 * max_chunk;
-    const device::PageTables tables_dev{pos_dev + kMetaRowArrays * max_chunk, stride, row_cache_dev};
+    // Full-attention layers read each sequence's first table, sliding-window layers its ring table (the last).
+    const int32_t* tables_at = pos_dev + kMetaRowArrays * max_chunk;
+    const device::PageTables full_tables{tables_at, sets * stride, row_cache_dev},
+        ring_tables{tables_at + (sets - 1) * stride, sets * stride, row_cache_dev};
 
     // Head rows [r0, r0 + count): final norm, output matrix, then the greedy argmax when asked for.
     auto head_pass = [&](int64_t r0, int64_t count) {
@@ -913,7 +1239,8 @@ struct GpuLayers::Impl {
     const int64_t first_pass = std::min(head_count, head_pass_rows);
     auto kernels = [&] {
       if (device_embed) device::embed_rows(output.ref, tokens_dev, n, hidden.as<float>(), stream);
-      for (int64_t l = 0; l < gpu_layers; ++l) layer(l, n, pos_dev, tables_dev, one_row_per_sequence);
+      for (int64_t l = 0; l < gpu_layers; ++l)
+        layer(l, n, pos_dev, layers[size_t(l)].window > 0 ? ring_tables : full_tables, one_row_per_sequence);
       if (first_pass > 0) head_pass(0, first_pass);
     };
     // A dense decode step is the same launches every time (positions, KV tables, tokens and head rows are read
@@ -930,8 +1257,9 @@ struct GpuLayers::Impl {
       for (const auto& [k, e] : graphs)
         if (k == key) exec = e;
       if (exec && c.arch.moe) {  // a replay: what kernels() counts when it records the routed layers
-        stats.resident_hits += uint64_t(gpu_layers * n * c.num_experts_per_tok);
-        stats.device_routed += uint64_t(gpu_layers);
+        const int64_t sparse = std::count_if(layers.begin(), layers.end(), [](const DeviceLayer& d) { return d.sparse; });
+        stats.resident_hits += uint64_t(sparse * n * c.num_experts_per_tok);
+        stats.device_routed += uint64_t(sparse);
       }
       if (!exec) {
         check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
@@ -992,6 +1320,32 @@ struct GpuLayers::Impl {
     std::memcpy(step.hidden, hidden_host.as(), size_t(n * H) * 4);
   }
 
+  // The step's segments for the Gated DeltaNet kernels (deltanet_kernels.cuh), in delta_segments_host: each sequence's
+  // rows must be one run of consecutive positions (the recurrence folds them in order).
+  void stage_deltanet_segments(int64_t n, const int32_t* pos, const int32_t* cache_of_row,
+                               const std::vector<const void*>& batch) {
+    int32_t* seg = delta_segments_host.as<int32_t>();
+    int32_t count = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (i > 0 && cache_of_row[i] == cache_of_row[i - 1]) {
+        if (pos[i] != pos[i - 1] + 1)
+          throw std::invalid_argument("gpu: a sequence's rows in a step with Gated DeltaNet layers must be "
+                                      "consecutive positions");
+        ++seg[1 + 4 * (count - 1) + 1];
+        continue;
+      }
+      if (count == int32_t(batch.size()))
+        throw std::invalid_argument("gpu: a sequence's rows in a step with Gated DeltaNet layers must be consecutive "
+                                    "rows");
+      int32_t* s = seg + 1 + 4 * count++;
+      s[0] = int32_t(i);
+      s[1] = 1;
+      s[2] = sequences.at(batch[size_t(cache_of_row[i])]).state_slot;
+      s[3] = pos[i] == 0 ? 1 : 0;
+    }
+    seg[0] = count;
+  }
+
   // Waits for the step; with options.time_steps adds its device time.
   void end_step() {
     if (step_end) check(cudaEventRecord(step_end, stream), "step event");
@@ -1017,19 +1371,36 @@ struct GpuLayers::Impl {
     const DeviceLayer& d = layers[size_t(l)];
     const model::LayerWeights& L = w.layers[size_t(l)];
     const int64_t H = c.hidden_size, hd = c.head_dim, q_rows = c.num_heads * hd;
-    const int64_t stride = q_rows + 2 * c.num_kv_heads * hd;
     const float eps = float(c.rms_norm_eps);
     float* h = hidden.as<float>();
     float* x = normed.as<float>();
+    if (d.mla) {
+      mla_attention(l, n, pos_dev, tables);
+      feed_forward(l, n);
+      return;
+    }
+    if (d.deltanet) {
+      gated_deltanet(l, n);
+      feed_forward(l, n);
+      return;
+    }
+    // Gated attention: the projection's rows are [query | gate] per head, then k and v; split below.
+    const bool gated = c.arch.attention_output_gate;
+    float* projected = gated ? gated_qkv.as<float>() : qkv.as<float>();
     // Decode (one row): the norms and the SiLU gate are fused into the next matvec's load of x.
     if (n == 1 && fused_matvec && device::decode_fusable(d.qkv.ref)) {
       mark("input norm + qkv matrix");
-      device::matvec_normed(d.qkv.ref, h, d.input_norm.as<float>(), eps, qkv.as<float>(), false, stream);
+      device::matvec_normed(d.qkv.ref, h, d.input_norm.as<float>(), eps, projected, false, stream);
     } else {
       mark("input norm");
       device::rms_norm(h, H, d.input_norm.as<float>(), n, H, H, eps, x, H, stream);
       mark("qkv matrix");
-      multiply(d.qkv.ref, x, n, qkv.as<float>(), stride, false);
+      multiply(d.qkv.ref, x, n, projected, d.qkv.ref.rows, false);
+    }
+    if (gated) {
+      mark("split query / gate");
+      device::split_query_gate(projected, n, c.num_heads, c.num_kv_heads, hd, qkv.as<float>(), gates.as<float>(),
+                               stream);
     }
     device::QkvParams p = attention_shape();
     p.bias = L.qkv_bias.empty() ? nullptr : d.qkv_bias.as<float>();
@@ -1039,6 +1410,10 @@ struct GpuLayers::Impl {
     p.kn = int64_t(L.k_norm.size());
     p.eps = eps;
     p.inv_freq = inv_freq.as<float>();
+    p.rope_scale = rope_scale;
+    p.window = d.window;
+    p.sinks = L.sinks.empty() ? nullptr : d.sinks.as<float>();
+    p.rotary_dim = rotary_dim;
     const bool fused = one_row_per_sequence && fused_attention && device::attention_can_fuse(p);
     if (!fused) {
       mark("bias/qk norm/rope/kv store");
@@ -1053,10 +1428,98 @@ struct GpuLayers::Impl {
       device::attention(qkv.as<float>(), n, p, pos_dev, kv_refs[size_t(l)], tables, max_context, fused,
                         scores.as<float>(), arrivals.as<int32_t>(), attn.as<float>(), stream);
     }
+    if (gated) {
+      mark("output gate");
+      device::sigmoid_gate(attn.as<float>(), gates.as<float>(), n * q_rows, stream);
+    }
     mark("o matrix");
     multiply(d.o.ref, attn.as<float>(), n, h, H, true);
-    const int64_t I = c.intermediate_size;
-    if (!c.arch.moe && n == 1 && fused_matvec && device::decode_fusable(d.gate_up.ref) &&
+    if (!L.o_bias.empty()) device::add_bias_rows(h, n, H, H, d.o_bias.as<float>(), stream);
+    feed_forward(l, n);
+  }
+
+  // A Gated DeltaNet layer (engine::GatedDeltaNet's arithmetic): hidden += out_proj(mixer(input_norm(hidden))), the
+  // step's segments (stage_deltanet_segments) each carrying its sequence's conv and recurrent state.
+  void gated_deltanet(int64_t l, int64_t n) {
+    const DeviceLayer& d = layers[size_t(l)];
+    const int64_t H = c.hidden_size;
+    float* h = hidden.as<float>();
+    float* x = normed.as<float>();
+    device::DeltaNetParams p = delta_shape;
+    p.conv = d.conv.as<float>(), p.decay_rate = d.decay_rate.as<float>(), p.dt_bias = d.dt_bias.as<float>();
+    p.norm = d.gated_norm.as<float>(), p.state = d.state.as<float>();
+    const int32_t* segments = delta_segments_dev.as<int32_t>();
+    const int64_t max_segments = std::min<int64_t>(n, options.max_sequences);
+    mark("input norm");
+    device::rms_norm(h, H, d.input_norm.as<float>(), n, H, H, float(c.rms_norm_eps), x, H, stream);
+    mark("deltanet: [qkv | z | b | a] matrix");
+    multiply(d.linear_in.ref, x, n, delta_proj.as<float>(), p.projected_width(), false);
+    mark("deltanet: conv1d");
+    device::deltanet_conv(delta_proj.as<float>(), max_segments, segments, p, delta_mixed.as<float>(), stream);
+    mark("deltanet: recurrence + gated norm");
+    device::deltanet_recurrence(delta_proj.as<float>(), delta_mixed.as<float>(), max_segments, segments, p,
+                                delta_core.as<float>(), stream);
+    mark("o matrix");
+    multiply(d.o.ref, delta_core.as<float>(), n, h, H, true);
+    if (!w.layers[size_t(l)].o_bias.empty()) device::add_bias_rows(h, n, H, H, d.o_bias.as<float>(), stream);
+  }
+
+  // DeepSeek's multi-head latent attention (the absorbed form, as the CPU's engine::MlaAttention, for prefill and
+  // decode alike: the latent cache is the only state, so chunked prefill, whole prefill and decode agree, and no
+  // per-head keys or values are ever expanded): hidden += o_proj(MLA(input_norm(hidden))).
+  void mla_attention(int64_t l, int64_t n, const int32_t* pos_dev, const device::PageTables& tables) {
+    const DeviceLayer& d = layers[size_t(l)];
+    const model::MlaConfig& m = c.mla;
+    const int64_t H = c.hidden_size, heads = c.num_heads;
+    const int64_t first = m.q_lora_rank > 0 ? m.q_lora_rank : heads * m.qk_head_dim(), stride = d.mla_in.ref.rows;
+    float* h = hidden.as<float>();
+    float* x = normed.as<float>();
+    device::MlaParams p = mla_shape;
+    p.kv_norm = d.kv_a_norm.as<float>();
+    p.key = d.kv_b_key.as<float>();
+    p.value = d.kv_b_value.as<float>();
+    mark("input norm");
+    device::rms_norm(h, H, d.input_norm.as<float>(), n, H, H, float(c.rms_norm_eps), x, H, stream);
+    mark("mla: [q_a | kv_a] matrix");
+    multiply(d.mla_in.ref, x, n, mla_proj.as<float>(), stride, false);
+    mark("mla: latent norm/rope/store");
+    device::mla_store_latent(mla_proj.as<float>() + first, stride, n, p, pos_dev, latent_refs[size_t(l)], tables,
+                             stream);
+    const float* q = mla_proj.as<float>();
+    int64_t ldq = stride;
+    if (m.q_lora_rank > 0) {
+      mark("mla: q_a norm + q_b matrix");
+      device::rms_norm(mla_proj.as<float>(), stride, d.q_a_norm.as<float>(), n, m.q_lora_rank, m.q_lora_rank,
+                       p.norm_eps, mla_qa.as<float>(), m.q_lora_rank, stream);
+      multiply(d.q_b.ref, mla_qa.as<float>(), n, mla_q.as<float>(), heads * m.qk_head_dim(), false);
+      q = mla_q.as<float>();
+      ldq = heads * m.qk_head_dim();
+    }
+    mark("mla: absorbed query + rope");
+    device::mla_query(q, ldq, n, p, pos_dev, mla_q_latent.as<float>(), mla_q_rope.as<float>(), stream);
+    mark("mla: attention");
+    if (n <= mla_split_rows)  // few rows (decode): split over positions so that the blocks fill the GPU
+      device::mla_attention_split(mla_q_latent.as<float>(), mla_q_rope.as<float>(), n, p, pos_dev,
+                                  latent_refs[size_t(l)], tables, max_context, mla_split.as<float>(),
+                                  mla_out.as<float>(), stream);
+    else
+      device::mla_attention(mla_q_latent.as<float>(), mla_q_rope.as<float>(), n, p, pos_dev, latent_refs[size_t(l)],
+                            tables, mla_out.as<float>(), stream);
+    mark("o matrix");
+    multiply(d.o.ref, mla_out.as<float>(), n, h, H, true);
+  }
+
+  // The layer's MLP (dense, or the MoE block) on the post-attention norm of hidden, added to hidden.
+  void feed_forward(int64_t l, int64_t n) {
+    const DeviceLayer& d = layers[size_t(l)];
+    const model::LayerWeights& L = w.layers[size_t(l)];
+    const int64_t H = c.hidden_size;
+    const float eps = float(c.rms_norm_eps);
+    float* h = hidden.as<float>();
+    float* x = normed.as<float>();
+    const int64_t I = d.intermediate;
+    const bool mlp_biases = !L.gate_up_bias.empty() || !L.down_bias.empty();
+    if (!d.sparse && n == 1 && !mlp_biases && fused_matvec && device::decode_fusable(d.gate_up.ref) &&
         device::decode_fusable(d.down.ref)) {
       mark("post-attention norm + gate_up matrix");
       device::matvec_normed(d.gate_up.ref, h, d.post_norm.as<float>(), eps, ffn.as<float>(), false, stream);
@@ -1066,37 +1529,22 @@ struct GpuLayers::Impl {
     }
     mark("post-attention norm");
     device::rms_norm(h, H, d.post_norm.as<float>(), n, H, H, eps, x, H, stream);
-    if (c.arch.moe) {
+    if (d.sparse) {
       moe(l, n);
       return;
     }
     mark("gate_up matrix");
     multiply(d.gate_up.ref, x, n, ffn.as<float>(), 2 * I, false);
+    if (!L.gate_up_bias.empty()) device::add_bias_rows(ffn.as<float>(), n, 2 * I, 2 * I, d.gate_up_bias.as<float>(), stream);
     mark("silu gate");
     device::silu_gate(ffn.as<float>(), n, I, act.as<float>(), stream);
     mark("down matrix");
     multiply(d.down.ref, act.as<float>(), n, h, H, true);
+    // (hidden + down x) + bias: the CPU's add_residual order, as o_proj's bias above
+    if (!L.down_bias.empty()) device::add_bias_rows(h, n, H, H, d.down_bias.as<float>(), stream);
   }
 
   // ---- MoE ------------------------------------------------------------------------------------------------
-  void top_k(float* probs, int32_t* ids, float* weights) const {
-    const int64_t E = c.num_experts, k = c.num_experts_per_tok;
-    engine::softmax(probs, E);
-    std::vector<int32_t> order(static_cast<size_t>(E));
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-      return probs[a] > probs[b] || (probs[a] == probs[b] && a < b);
-    });
-    float sum = 0;
-    for (int64_t j = 0; j < k; ++j) {
-      ids[j] = order[size_t(j)];
-      weights[j] = probs[order[size_t(j)]];
-      sum += weights[j];
-    }
-    if ((c.arch.moe_renormalize || c.norm_topk_prob) && sum > 0)
-      for (int64_t j = 0; j < k; ++j) weights[j] /= sum;
-  }
-
   // Least recently used slot. A slot used earlier in this same step may be taken again: its compute is already
   // enqueued, and the copy stream waits for that (slot_free) before overwriting it.
   int64_t victim_slot() {
@@ -1126,13 +1574,17 @@ struct GpuLayers::Impl {
     } else {
       host_routed(l, n);
     }
-    if (c.arch.shared_expert) {
+    if (d.shared_down.present()) {  // qwen2_moe's gated shared expert, or DeepSeek's ungated shared experts
       mark("moe: shared expert");
       const int64_t S = c.shared_expert_intermediate_size;
       multiply(d.shared_gate_up.ref, x, n, ffn.as<float>(), 2 * S, false);
       device::silu_gate(ffn.as<float>(), n, S, act.as<float>(), stream);
-      multiply(d.shared_down.ref, act.as<float>(), n, out.as<float>(), H, false);
-      device::sigmoid_gate_add(x, d.shared_expert_gate.as<float>(), out.as<float>(), n, H, h, stream);
+      if (w.layers[size_t(l)].shared_expert_gate.empty()) {
+        multiply(d.shared_down.ref, act.as<float>(), n, h, H, true);
+      } else {
+        multiply(d.shared_down.ref, act.as<float>(), n, out.as<float>(), H, false);
+        device::sigmoid_gate_add(x, d.shared_expert_gate.as<float>(), out.as<float>(), n, H, h, stream);
+      }
     }
   }
 
@@ -1148,9 +1600,15 @@ struct GpuLayers::Impl {
     check(cudaMemcpyAsync(router_host.as(), router_dev.as(), size_t(n * E) * 4, cudaMemcpyDeviceToHost, stream),
           "router down");
     check(cudaStreamSynchronize(stream), "router");
+    if (const std::vector<float>& bias = w.layers[size_t(l)].router_bias; !bias.empty())  // gpt-oss, as the CPU's
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t e = 0; e < E; ++e) router_host.as<float>()[i * E + e] += bias[size_t(e)];
     std::vector<int32_t> ids(static_cast<size_t>(n * k));
     std::vector<float> weights(static_cast<size_t>(n * k));
-    for (int64_t i = 0; i < n; ++i) top_k(router_host.as<float>() + i * E, ids.data() + i * k, weights.data() + i * k);
+    const std::vector<float>& correction = w.layers[size_t(l)].score_correction_bias;  // DeepSeek-V3
+    for (int64_t i = 0; i < n; ++i)
+      engine::route_top_k(c, router_host.as<float>() + i * E, correction.empty() ? nullptr : correction.data(),
+                          ids.data() + i * k, weights.data() + i * k, route_scratch);
     std::vector<std::vector<int32_t>> rows_of(static_cast<size_t>(E));
     std::vector<std::vector<float>> weight_of(static_cast<size_t>(E));
     std::vector<int32_t> used;
@@ -1193,7 +1651,8 @@ struct GpuLayers::Impl {
     for (int32_t e : used)
       if (!resident.count(l * E + e) && !slot_of.count(l * E + e)) requested.push_back(e);
     requested.resize(size_t(std::min<int64_t>(int64_t(requested.size()), host_cache.available_slots())));
-    if (!requested.empty()) host_cache.request(l, requested);
+    const int64_t el = d.expert_layer;  // the tier's index of this layer
+    if (!requested.empty()) host_cache.request(el, requested);
     for (int32_t e : used) {
       const int64_t key = l * E + e;
       const void* block = nullptr;
@@ -1209,11 +1668,12 @@ struct GpuLayers::Impl {
         // staging to a VRAM slot on the copy stream, which waits until the slot's previous user has finished.
         slot = victim_slot();
         if (slot_key[size_t(slot)] >= 0) slot_of.erase(slot_key[size_t(slot)]);
-        if (std::find(requested.begin(), requested.end(), e) == requested.end()) host_cache.request(l, std::span(&e, 1));
-        const tiering::ExpertViews v = host_cache.acquire(l, e);
+        if (std::find(requested.begin(), requested.end(), e) == requested.end())
+          host_cache.request(el, std::span(&e, 1));
+        const tiering::ExpertViews v = host_cache.acquire(el, e);
         check(cudaEventSynchronize(staging_done[staging]), "staging reuse");
         std::memcpy(expert_staging[staging].as(), host_block(v), expert_layout.bytes);
-        host_cache.release(l, e);
+        host_cache.release(el, e);
         check(cudaStreamWaitEvent(copy_stream, slot_free[size_t(slot)]), "slot wait");
         check(cudaMemcpyAsync(slots[size_t(slot)].as(), expert_staging[staging].as(), expert_layout.bytes,
                               cudaMemcpyHostToDevice, copy_stream),
@@ -1238,8 +1698,13 @@ struct GpuLayers::Impl {
       const int32_t* idx = rows_dev + offset[size_t(e)];
       device::gather_rows(x, idx, m, H, gathered.as<float>(), stream);
       multiply(gu, gathered.as<float>(), m, ffn.as<float>(), 2 * I, false);
-      device::silu_gate(ffn.as<float>(), m, I, act.as<float>(), stream);
+      device::add_bias_rows(ffn.as<float>(), m, 2 * I, 2 * I, v.gate_up_bias, stream);  // gpt-oss (null: none)
+      if (c.arch.gpt_oss)
+        device::clamped_swiglu(ffn.as<float>(), m, I, act.as<float>(), stream);
+      else
+        device::silu_gate(ffn.as<float>(), m, I, act.as<float>(), stream);
       multiply(down, act.as<float>(), m, out.as<float>(), H, false);
+      device::add_bias_rows(out.as<float>(), m, H, H, v.down_bias, stream);
       device::scatter_add_rows(out.as<float>(), idx, weights_dev + offset[size_t(e)], m, H, h, stream);
       if (slot >= 0) check(cudaEventRecord(slot_free[size_t(slot)], stream), "slot free");
     }
@@ -1249,6 +1714,9 @@ struct GpuLayers::Impl {
 GpuLayers::GpuLayers(const model::ModelWeights& weights, const GpuOptions& options, int64_t max_chunk,
                      int64_t max_context) {
   check_supported(weights.config, std::clamp<int64_t>(options.layers, 0, weights.config.num_layers));
+  if (weights.config.arch.mla && options.layers > 0 && options.kv_codec == GpuKvCodec::q8)
+    throw std::invalid_argument("gpu: the q8 device KV is not supported on MLA layers (" + weights.config.model_type +
+                                "'s latent KV cache is f16, or f32 in exact mode); use the f16 or f32 device KV");
   if (!gpu_available()) throw std::runtime_error("gpu layers requested but " + gpu_unavailable_reason());
   impl_ = std::make_unique<Impl>(weights, options, max_chunk, max_context);
 }
@@ -1264,6 +1732,9 @@ void GpuLayers::forget(const void* sequence) {
 }
 int64_t GpuLayers::kv_pages() const { return impl_->pool_pages; }
 int64_t GpuLayers::kv_pages_free() const { return int64_t(impl_->free_pages.size()); }
+int64_t GpuLayers::kv_ring_pages() const { return impl_->ring_pages; }
+int64_t GpuLayers::kv_window_pages() const { return impl_->ring_pool_pages; }
+int64_t GpuLayers::kv_window_pages_free() const { return int64_t(impl_->free_ring_pages.size()); }
 int64_t GpuLayers::kv_page_positions() { return device::kKvPage; }
 int64_t GpuLayers::cached_positions(const void* sequence) const {
   const auto it = impl_->sequences.find(sequence);
@@ -1321,6 +1792,9 @@ void GpuLayers::forget(const void*) {}
 int64_t GpuLayers::cached_positions(const void*) const { return 0; }
 int64_t GpuLayers::kv_pages() const { return 0; }
 int64_t GpuLayers::kv_pages_free() const { return 0; }
+int64_t GpuLayers::kv_ring_pages() const { return 0; }
+int64_t GpuLayers::kv_window_pages() const { return 0; }
+int64_t GpuLayers::kv_window_pages_free() const { return 0; }
 int64_t GpuLayers::kv_page_positions() { return 64; }
 tiering::Ledger& GpuLayers::vram_ledger() { throw std::runtime_error("no CUDA backend"); }
 GpuExpertStats GpuLayers::expert_stats() const { return {}; }
@@ -1335,6 +1809,15 @@ double GpuLayers::device_step_us() const { return 0; }
 #endif
 
 namespace tierlm::gpu {
+
+namespace {
+// The Gated DeltaNet kernels' limits (deltanet_kernels.cuh, which the host-only build does not see; asserted equal).
+constexpr int64_t kDeltaNetMaxKernel = 8, kDeltaNetMaxHeadDim = 1024, kDeltaNetMaxStateBytes = 160 << 10;
+#ifdef TIERLM_HAVE_CUDA
+static_assert(kDeltaNetMaxKernel == device::kDeltaNetMaxKernel && kDeltaNetMaxHeadDim == device::kDeltaNetMaxHeadDim &&
+              kDeltaNetMaxStateBytes == device::kDeltaNetMaxStateBytes);
+#endif
+}  // namespace
 
 void GpuLayers::check_supported(const model::ModelConfig& c, int64_t layers) {
   if (layers > 0 && c.arch.gemma4) {
@@ -1366,48 +1849,33 @@ void GpuLayers::check_supported(const model::ModelConfig& c, int64_t layers) {
     throw std::invalid_argument(fmt::format("gpu: {} layers use {}, which the GPU backend does not run yet; run them "
                                             "on the CPU (--gpu-layers 0)", c.model_type, fmt::join(options, ", ")));
   }
-  if (layers > 0 && c.arch.gpt_oss) {
-    // gpt-oss's block: name every option it uses that the GPU layers do not compute.
-    std::vector<std::string> options = {"attention sinks (self_attn.sinks)",
-                                        "router bias (mlp.router.bias)",
-                                        "expert biases with the clamped SwiGLU over interleaved gate/up (swiglu_limit)",
-                                        "attention_bias (q/k/v/o biases)"};
-    if (c.rope.type == "yarn") options.push_back("YaRN rope (rope_type yarn)");
-    if (c.mxfp4_experts) options.push_back("MXFP4 experts (quantization_config quant_method mxfp4)");
-    if (c.any_windowed()) options.push_back("sliding_window layers");
-    throw std::invalid_argument(fmt::format("gpu: {} layers use {}, which the GPU backend does not run yet; run them "
-                                            "on the CPU (--gpu-layers 0)", c.model_type, fmt::join(options, ", ")));
-  }
-  const bool biases = c.o_bias || c.mlp_bias;
+  // gpt-oss's block runs whole: attention sinks, q/k/v/o biases, YaRN rope (the host's tables), alternating
+  // sliding-window layers, the router bias, expert biases with the clamped SwiGLU, MXFP4 experts read packed.
   for (int64_t i = 0; i < layers; ++i) {
     const model::LayerSpec l = c.layer(i);
-    if (l.mixer == model::Mixer::gated_deltanet)
-      throw std::invalid_argument(fmt::format("gpu: layer {} is a Gated DeltaNet layer ({}), which the GPU backend "
-                                              "does not run yet; run it on the CPU (--gpu-layers 0)",
-                                              i, model::mixer_name(l.mixer)));
-    if (l.mixer == model::Mixer::mla)
-      throw std::invalid_argument(fmt::format("gpu: layer {} is multi-head latent attention ({}: {}, latent KV cache "
-                                              "of kv_lora_rank {} + rope {}) with DeepSeek routing, which the GPU "
-                                              "backend does not run yet; run it on the CPU (--gpu-layers 0)",
-                                              i, c.model_type, model::mixer_name(l.mixer), c.mla.kv_lora_rank,
-                                              c.mla.qk_rope_head_dim));
-    if (l.mixer != model::Mixer::attention)
-      throw std::invalid_argument(fmt::format("gpu: layer {} uses {} (window {}), which the GPU backend does not run "
-                                              "yet (sliding_window); run it on the CPU (fewer --gpu-layers)",
-                                              i, model::mixer_name(l.mixer), l.window));
-    if (c.arch.attention_output_gate)
-      throw std::invalid_argument(fmt::format("gpu: layer {} is gated attention ({}: q_proj with an output gate, "
-                                              "partial rotary), which the GPU backend does not run yet; run it on "
-                                              "the CPU (--gpu-layers 0)", i, c.model_type));
-    if (c.rope.partial_rotary_factor != 1.0)
-      throw std::invalid_argument(fmt::format("gpu: layer {} uses partial_rotary_factor {}, which the GPU backend "
-                                              "does not apply yet", i, c.rope.partial_rotary_factor));
-    if (c.arch.moe && l.mlp != model::Mlp::moe)
-      throw std::invalid_argument(fmt::format("gpu: layer {} has a dense MLP among sparse ones (mlp_only_layers / "
-                                              "decoder_sparse_step), which the GPU backend does not run yet", i));
-    if (biases)
-      throw std::invalid_argument(fmt::format("gpu: layer {} has {} biases, which the GPU backend does not apply yet",
-                                              i, c.o_bias ? "attention_bias (o_proj)" : "mlp_bias"));
+    if (l.mixer == model::Mixer::gated_deltanet) {  // runs (deltanet_kernels.cuh) within the kernels' limits
+      const model::DeltaNetConfig& d = c.deltanet;
+      if (d.conv_kernel < 1 || d.conv_kernel > kDeltaNetMaxKernel || d.key_head_dim > kDeltaNetMaxHeadDim ||
+          d.value_head_dim > kDeltaNetMaxHeadDim ||
+          d.key_head_dim * d.value_head_dim * 4 > kDeltaNetMaxStateBytes)
+        throw std::invalid_argument(fmt::format(
+            "gpu: layer {} is a Gated DeltaNet layer with linear_conv_kernel_dim {}, linear_key_head_dim {} and "
+            "linear_value_head_dim {}, beyond the GPU kernels' limits (kernel <= {}, head dims <= {}, a head's state "
+            "<= {} KiB); run it on the CPU (fewer --gpu-layers)", i, d.conv_kernel, d.key_head_dim, d.value_head_dim,
+            kDeltaNetMaxKernel, kDeltaNetMaxHeadDim, kDeltaNetMaxStateBytes >> 10));
+      continue;
+    }
+    if (l.mixer != model::Mixer::attention && l.mixer != model::Mixer::sliding_attention &&
+        l.mixer != model::Mixer::mla)
+      throw std::invalid_argument(fmt::format("gpu: layer {} uses {}, which the GPU backend does not run yet; run it "
+                                              "on the CPU (fewer --gpu-layers)", i, model::mixer_name(l.mixer)));
+    if (l.full_rope || c.rope_of(i).type != c.rope_of(0).type || c.rope_of(i).theta != c.rope_of(0).theta)
+      throw std::invalid_argument(fmt::format("gpu: layer {} has a rope of its own (per-layer-type rope_parameters), "
+                                              "which the GPU backend does not apply yet", i));
+    if (c.arch.attention_output_gate && c.arch.qkv_bias)
+      throw std::invalid_argument(fmt::format("gpu: layer {} is gated attention with q/k/v biases ({}), which the "
+                                              "GPU backend does not run yet; run it on the CPU (--gpu-layers 0)",
+                                              i, c.model_type));
   }
 }
 

@@ -2,10 +2,14 @@
 // the GPU (attention with a device KV cache, dense FFN or MoE with a VRAM expert tier), optionally the final norm and
 // output head too when every layer is there. Forward calls run() once per step with the embedded rows; the hidden
 // state crosses PCIe once (up), and once back (down) or as logits.
-// Owns: the device copies of the weights (kept in the host layouts, byte for byte), the paged device KV (one pool of
-// 64-position pages per layer, allocated once; each sequence, keyed by its host KVCache, holds a page table shared
-// by the layers; least recently used sequences outside the current step give their pages back when the pool or
-// max_sequences runs out), scratch, the VRAM expert tier
+// Owns: the device copies of the weights (kept in the host layouts, byte for byte), the paged device KV (pools of
+// 64-position pages, allocated once: one for the full-attention layers, where each sequence, keyed by its host
+// KVCache, holds a page table shared by those layers (an MLA layer's pages hold its latent rows), and one for the
+// sliding-window layers, where it holds a ring bounded to the window plus one step of rows (kv_layer_pages), so a
+// long context costs those layers window-sized KV; least recently used sequences outside the current step give their
+// pages back when a pool or max_sequences runs out; Gated DeltaNet layers hold no pages but a slot of conv +
+// recurrent state per sequence, max_sequences slots a layer, charged to "kv" and given back with the sequence),
+// scratch, the VRAM expert tier
 // (resident hot experts + LRU slots filled from the host expert cache through pinned staging on a copy stream),
 // and a VRAM ledger that every device allocation is charged to. Never: used without a GPU (the constructor throws
 // with the reason), or touched by more than one thread at a time.
@@ -23,16 +27,27 @@
 
 namespace tierlm::gpu {
 
-enum class GpuKvCodec : uint8_t { f16, q8 };
+// f32: exact (the CPU's f32 KV; twice f16's VRAM), for checks against transformers at 1e-3.
+enum class GpuKvCodec : uint8_t { f16, q8, f32 };
 
 struct GpuOptions {
   int64_t layers = 0;                 // [0, layers) on the GPU; clamped to the model's layer count
   bool head = true;                   // final norm + output head on the GPU when every layer is there
   GpuKvCodec kv_codec = GpuKvCodec::f16;
+  // f16/bf16 matrices uploaded as f32 (twice their VRAM): multi-row steps then run f32 GEMMs instead of f16
+  // tensor-core ones, which round the activations to f16 (~2e-3 relative on the logits of a bf16 model). With the
+  // f32 KV, the exact arithmetic the transformers fixtures are checked against at 1e-3; off for serving.
+  bool widen_dense_weights = false;
+  // The multi-row GEMMs' activations as two f16 parts (hi + scaled residual, runtime/gpu/split_f16.cuh), two
+  // tensor-core GEMMs instead of one: the activations keep ~22 bits instead of f16's 11, at twice the GEMM flops
+  // and no more VRAM for weights. Off by default (prefill speed); see gpu_reference_test's precision breakdown.
+  // TIERLM_GPU_SPLIT_GEMM=1 / 0 overrides it (A/B runs).
+  bool split_gemm_activations = false;
   int64_t max_sequences = 16;         // sequences whose device KV is kept at once (and at most in one step)
-  // Device KV pool, in pages of 64 positions (every GPU layer has this many). 0: enough for max_sequences full
-  // contexts, or as many as the VRAM budget leaves room for (at least one full context, else the constructor
-  // throws tiering::LedgerError saying how much is missing).
+  // Device KV pool, in pages of 64 positions (every full-attention GPU layer has this many; sliding-window layers
+  // at most max_sequences rings of kv_ring_pages()). 0: enough for max_sequences full contexts, or as many as the
+  // VRAM budget leaves room for (at least one full context, else the constructor throws tiering::LedgerError saying
+  // how much is missing).
   int64_t kv_pages = 0;
   uint64_t vram_budget = 0;           // 0: free device memory minus 1 GiB
   // MoE: hot experts kept in VRAM for the whole run, and evictable VRAM slots for the others (0: 4 x top_k).
@@ -92,9 +107,12 @@ class GpuLayers {
   // the decode graphs run once on a sequence of its own, so that the first prompt runs at steady speed.
   GpuLayers(const model::ModelWeights& weights, const GpuOptions& options, int64_t max_chunk, int64_t max_context);
   ~GpuLayers();
-  // Throws std::invalid_argument naming the first of layers [0, layers) whose LayerSpec (or bias) the GPU backend
-  // does not run yet: sliding-window attention, a dense MLP in a MoE model, o_proj / MLP biases. The constructor
-  // calls it first; callable without a GPU.
+  // Throws std::invalid_argument naming the first of layers [0, layers) whose LayerSpec the GPU backend does not run
+  // yet: a per-layer rope, gated attention with q/k/v biases, Gemma 4's block, and Gated DeltaNet layers beyond the
+  // kernels' limits (conv kernel <= 8, head dims <= 1024, a value head's state <= 160 KiB). (Sliding-window
+  // attention, attention / MLP biases, dense layers among sparse ones, gpt-oss's block, DeepSeek's MLA with its
+  // routers, and qwen3_5's gated full attention with partial rotary and its Gated DeltaNet layers run; the
+  // constructor refuses the q8 device KV on MLA layers.) The constructor calls it first; callable without a GPU.
   static void check_supported(const model::ModelConfig& config, int64_t layers);
   GpuLayers(const GpuLayers&) = delete;
   GpuLayers& operator=(const GpuLayers&) = delete;
@@ -113,13 +131,28 @@ class GpuLayers {
   // Positions [0, n) of `sequence` whose K/V the device holds (0 when it holds none, e.g. after the sequence was
   // dropped to make room). A step may write a sequence only from a position <= this (run() throws otherwise), so a
   // caller that reuses a KV prefix (the scheduler's prefix cache) must not reuse more than this on the GPU layers.
+  // With Gated DeltaNet layers on the GPU a step must start at 0 or exactly here (their states cannot rewind), with
+  // each sequence's rows consecutive positions in consecutive rows.
+  // Sliding-window layers also need the window that ends at the reused prefix, which later positions may have taken
+  // over in the ring (run() throws then): the ring keeps at least what the host KVCache's ring keeps for a chunk no
+  // longer than max_chunk (pages of 64 positions against 32), so KVCache::holds_prefix answers for both.
   int64_t cached_positions(const void* sequence) const;
 
   tiering::Ledger& vram_ledger();
   GpuExpertStats expert_stats() const;
   uint64_t weight_bytes() const;  // device bytes of the uploaded weights (what one decode step reads)
-  int64_t kv_pages() const;       // pages in the device KV pool (each kv_page_positions() positions of every layer)
+  // Pages in the full-attention layers' device KV pool (each kv_page_positions() positions of each such layer).
+  int64_t kv_pages() const;
   int64_t kv_pages_free() const;
+  // The sliding-window layers' pool (VRAM account "kv_windowed"; 0 without such layers): pages, free pages, and the
+  // ring a sequence holds at most (kv_layer_pages of the widest window).
+  int64_t kv_window_pages() const;
+  int64_t kv_window_pages_free() const;
+  int64_t kv_ring_pages() const;
+  // Device pages one layer holds for a sequence of `context` positions run in steps of at most max_chunk rows: all of
+  // them on a full-attention layer (window 0), on a sliding-window layer a ring bounded to the window plus one step
+  // (the bound kv::StateSpec gives the host cache, in pages of kv_page_positions()). The planner sizes VRAM with it.
+  static int64_t kv_layer_pages(int64_t window, int64_t context, int64_t max_chunk);
   static int64_t kv_page_positions();
   // With options.profile: device milliseconds per operation since the last reset, one line each ("" otherwise).
   std::string profile_report() const;

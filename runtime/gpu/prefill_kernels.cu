@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(kTileThreads) prefill_attention_kernel(const f
   float* vs = ks + kTileKeys * QS;       // [kTileKeys][HD]
   float* ps = vs + kTileKeys * HD;       // [kTileQueries][PS]
   __shared__ int32_t query_pos[kTileQueries];
-  __shared__ int32_t last_pos;
+  __shared__ int32_t last_pos, first_key;
   const int group = int(p.heads / p.kv_heads), rows_per_tile = kTileQueries / group;
   const int tile = int(blockIdx.x / p.kv_heads), kvh = int(blockIdx.x % p.kv_heads);
   const int first = tiles[2 * tile], rows = tiles[2 * tile + 1];
@@ -172,9 +172,12 @@ __global__ void __launch_bounds__(kTileThreads) prefill_attention_kernel(const f
     query_pos[threadIdx.x] = r < rows && r < rows_per_tile ? positions[first + r] : -1;
   }
   if (threadIdx.x == 0) {
-    int32_t m = 0;
-    for (int r = 0; r < rows; ++r) m = max(m, positions[first + r]);
+    int32_t m = 0, lowest = positions[first];
+    for (int r = 0; r < rows; ++r) m = max(m, positions[first + r]), lowest = min(lowest, positions[first + r]);
     last_pos = m;
+    // A windowed layer: the page holding the tile's earliest query's first visible position; pages before it are
+    // outside every query's window.
+    first_key = p.window > 0 ? int32_t(max(int64_t(0), int64_t(lowest) - p.window + 1) / kTileKeys * kTileKeys) : 0;
   }
   __syncthreads();
   const int q = threadIdx.x / kThreadsPerQuery, part = threadIdx.x % kThreadsPerQuery;
@@ -184,7 +187,7 @@ __global__ void __launch_bounds__(kTileThreads) prefill_attention_kernel(const f
 #pragma unroll
   for (int d = 0; d < PART; ++d) acc[d] = 0.0f;
   float m = -INFINITY, l = 0.0f;
-  for (int t0 = 0; t0 <= last_pos; t0 += kTileKeys) {
+  for (int t0 = first_key; t0 <= last_pos; t0 += kTileKeys) {
     const int live = min(kTileKeys, last_pos - t0 + 1);
     __syncthreads();  // the previous page's keys, values and weights are used up
     const int64_t page_row = int64_t(table[t0 / kKvPage]) * kKvPage;
@@ -222,7 +225,7 @@ __global__ void __launch_bounds__(kTileThreads) prefill_attention_kernel(const f
 #pragma unroll
     for (int k = 0; k < KEYS; ++k) {
       const int t = t0 + part * KEYS + k;
-      if (t > my_pos) s[k] = -INFINITY;
+      if (t > my_pos || (p.window > 0 && t <= my_pos - p.window)) s[k] = -INFINITY;
       page_max = fmaxf(page_max, s[k]);
     }
 #pragma unroll
@@ -256,7 +259,13 @@ __global__ void __launch_bounds__(kTileThreads) prefill_attention_kernel(const f
   if (my_pos < 0) return;
   const int r = q / group, h = q % group;
   float* o = out + (int64_t(first + r) * p.heads + kvh * group + h) * HD + part * PART;
-  const float inv = 1.0f / l;
+  // An attention sink joins the denominator only: p_t = e^(s_t - m) / (l + e^(sink - m)), in the range-safe form
+  // of the CPU's attend (kv/attention.cpp).
+  float inv = 1.0f / l;
+  if (p.sinks) {
+    const float sink = p.sinks[kvh * group + h];
+    inv = sink <= m ? 1.0f / (l + __expf(sink - m)) : __expf(m - sink) / (l * __expf(m - sink) + 1.0f);
+  }
 #pragma unroll
   for (int d = 0; d < PART; d += 4)
     *reinterpret_cast<float4*>(o + d) = make_float4(acc[d] * inv, acc[d + 1] * inv, acc[d + 2] * inv, acc[d + 3] * inv);

@@ -397,26 +397,27 @@ void dequantize_row(const WeightView& w, int64_t row, float* out) {
 
 namespace {
 
-// Per-thread activation scratch, grown once to the largest shape seen (never shrinks), so steady-state calls do
-// not allocate.
+// The int8 activations of n rows of `cols` columns in the calling thread's MatmulScratch.
 struct ActivationScratch {
-  std::vector<int8_t> q;
-  std::vector<float> dx, xsum;
-  std::vector<int32_t> isum;
-  std::vector<QuantizedRow> rows;
-  void reserve(int64_t n, int64_t cols) {
-    const size_t values = static_cast<size_t>(n * cols), blocks = static_cast<size_t>(n * (cols / kActBlock));
-    if (q.size() < values) q.resize(values);
-    if (dx.size() < blocks) {
-      dx.resize(blocks);
-      xsum.resize(blocks);
-      isum.resize(blocks);
-    }
-    if (rows.size() < static_cast<size_t>(n)) rows.resize(static_cast<size_t>(n));
-  }
+  int8_t* q;
+  float* dx;
+  int32_t* isum;
+  float* xsum;
+  QuantizedRow* rows;
 };
-thread_local ActivationScratch t_activation;
-thread_local std::vector<float> t_dense_tile;
+
+ActivationScratch activation_scratch(const MatmulScratch::Sizes& need) {
+  MatmulScratch& s = MatmulScratch::current();
+  return {static_cast<int8_t*>(s.region(MatmulScratch::act_values, need[MatmulScratch::act_values])),
+          static_cast<float*>(s.region(MatmulScratch::act_scales, need[MatmulScratch::act_scales])),
+          static_cast<int32_t*>(s.region(MatmulScratch::act_int_sums, need[MatmulScratch::act_int_sums])),
+          static_cast<float*>(s.region(MatmulScratch::act_sums, need[MatmulScratch::act_sums])),
+          static_cast<QuantizedRow*>(s.region(MatmulScratch::act_rows, need[MatmulScratch::act_rows]))};
+}
+
+float* scratch_floats(MatmulScratch::Region r, const MatmulScratch::Sizes& need) {
+  return static_cast<float*>(MatmulScratch::current().region(r, need[size_t(r)]));
+}
 
 struct PackedMatvecJob {
   const KernelTable* kernels;
@@ -436,7 +437,7 @@ struct QuantizeJob {
   const KernelTable* kernels;
   const float* x;
   int64_t cols;
-  ActivationScratch* scratch;
+  const ActivationScratch* scratch;
 };
 
 struct PackedMatmulJob {
@@ -485,15 +486,13 @@ struct Mxfp4Job {
 };
 
 // MXFP4: units of 16 weight rows, each decoded once for all n activation rows.
-thread_local std::vector<float> t_mxfp4_split;
 
 void mxfp4_multiply(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool& pool) {
   const bool avx512 = active_isa() == Isa::avx512;
   if (avx512) {  // the AVX-512 kernel reads each block's inputs as [16 even | 16 odd]
-    std::vector<float>& split = t_mxfp4_split;
-    if (split.size() < size_t(n * w.cols)) split.resize(size_t(n * w.cols));
-    mxfp4_split_activations(x, n, w.cols, split.data());
-    x = split.data();
+    float* split = scratch_floats(MatmulScratch::mxfp4_split, matmul_scratch_sizes(w, n));
+    mxfp4_split_activations(x, n, w.cols, split);
+    x = split;
   }
   Mxfp4Job job{&w, x, n, y, avx512};
   pool.parallel_for((w.rows + kPanelRows - 1) / kPanelRows, [](void* ctx, int64_t b, int64_t e, int) {
@@ -506,20 +505,17 @@ void mxfp4_multiply(const WeightView& w, const float* x, int64_t n, float* y, Th
   }, &job);
 }
 
-thread_local std::vector<float> t_group_sums;
-
 // MLX weights with f32 activations (affine_f32.h), unless a bench forced MLX onto the int8-activation kernels.
-bool takes_f32_activations(const WeightView& w) {
-  return (w.format == WeightFormat::mlx_q4 || w.format == WeightFormat::mlx_q8) &&
-         mlx_activations() == MlxActivations::f32;
+bool takes_f32_activations(WeightFormat format) {
+  return (format == WeightFormat::mlx_q4 || format == WeightFormat::mlx_q8) && mlx_activations() == MlxActivations::f32;
 }
+bool takes_f32_activations(const WeightView& w) { return takes_f32_activations(w.format); }
 
 void affine_f32_multiply(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool& pool) {
   const int64_t groups = w.cols / w.group_size;
-  std::vector<float>& gsum = t_group_sums;
-  if (gsum.size() < static_cast<size_t>(n * groups)) gsum.resize(static_cast<size_t>(n * groups));
-  for (int64_t i = 0; i < n; ++i) group_sums(x + i * w.cols, w.cols, w.group_size, gsum.data() + i * groups);
-  AffineF32Job job{affine_f32_kernel(), packed_view(w), x, gsum.data(), n, y};
+  float* gsum = scratch_floats(MatmulScratch::group_sums, matmul_scratch_sizes(w, n));
+  for (int64_t i = 0; i < n; ++i) group_sums(x + i * w.cols, w.cols, w.group_size, gsum + i * groups);
+  AffineF32Job job{affine_f32_kernel(), packed_view(w), x, gsum, n, y};
   pool.parallel_for(job.w.panels, [](void* ctx, int64_t b, int64_t e, int) {
     auto* j = static_cast<AffineF32Job*>(ctx);
     j->kernel(j->w, j->x, j->gsum, j->n, j->y, j->w.rows, b, e);
@@ -542,10 +538,9 @@ void matvec(const WeightView& w, const float* x, float* y, ThreadPool& pool) {
     }, &job);
     return;
   }
-  ActivationScratch& s = t_activation;
-  s.reserve(1, w.cols);
-  k.quantize_row(x, w.cols, s.q.data(), s.dx.data(), s.isum.data(), s.xsum.data());
-  PackedMatvecJob job{&k, packed_view(w), {s.q.data(), s.dx.data(), s.isum.data(), s.xsum.data()}, y};
+  const ActivationScratch s = activation_scratch(matmul_scratch_sizes(w, 1));
+  k.quantize_row(x, w.cols, s.q, s.dx, s.isum, s.xsum);
+  PackedMatvecJob job{&k, packed_view(w), {s.q, s.dx, s.isum, s.xsum}, y};
   pool.parallel_for(job.w.panels, [](void* ctx, int64_t b, int64_t e, int) {
     auto* j = static_cast<PackedMatvecJob*>(ctx);
     j->kernels->packed_matvec(j->w, j->x, j->y, b, e);
@@ -556,6 +551,37 @@ void matvec(const WeightView& w, const float* x, float* y, ThreadPool& pool) {
 constexpr int64_t kSmallDenseBatch = 16;
 // Weight rows per unit of work of the dense GEMM kernel (a multiple of its packed block).
 constexpr int64_t kDenseGemmRows = 64;
+
+// Rows of a dense matrix widened to f32 at a time when there is no GEMM kernel: about 4 MiB of f32.
+int64_t dense_tile_rows(int64_t cols) {
+  return std::max<int64_t>(kPanelRows, (int64_t{1} << 20) / cols / kPanelRows * kPanelRows);
+}
+
+MatmulScratch::Sizes matmul_scratch_sizes(WeightFormat format, int64_t rows, int64_t cols, int group_size, int64_t n) {
+  MatmulScratch::Sizes s{};
+  if (n <= 0 || rows <= 0 || cols <= 0) return s;
+  const size_t values = size_t(n * cols);
+  if (format == WeightFormat::mxfp4) {
+    if (active_isa() == Isa::avx512) s[MatmulScratch::mxfp4_split] = values * sizeof(float);
+    return s;
+  }
+  if (takes_f32_activations(format)) {
+    s[MatmulScratch::group_sums] = size_t(n * (cols / group_size)) * sizeof(float);
+    return s;
+  }
+  if (is_dense(format)) {
+    if (n > kSmallDenseBatch && format != WeightFormat::f32 && active_kernels().dense_matmul == nullptr)
+      s[MatmulScratch::dense_tile] = size_t(std::min(dense_tile_rows(cols), rows) * cols) * sizeof(float);
+    return s;
+  }
+  const size_t blocks = size_t(n * (cols / kActBlock));
+  s[MatmulScratch::act_values] = values;
+  s[MatmulScratch::act_scales] = blocks * sizeof(float);
+  s[MatmulScratch::act_int_sums] = blocks * sizeof(int32_t);
+  s[MatmulScratch::act_sums] = blocks * sizeof(float);
+  s[MatmulScratch::act_rows] = size_t(n) * sizeof(QuantizedRow);
+  return s;
+}
 
 void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool& pool) {
   if (n <= 0) return;
@@ -613,13 +639,11 @@ void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool
       return;
     }
     // f16/bf16 without a GEMM kernel: widen a tile of rows (about 4 MiB of f32) at a time, then one sgemm per tile.
-    const int64_t tile_rows = std::max<int64_t>(kPanelRows, (int64_t{1} << 20) / w.cols / kPanelRows * kPanelRows);
-    std::vector<float>& tile = t_dense_tile;
-    const size_t need = static_cast<size_t>(std::min(tile_rows, w.rows) * w.cols);
-    if (tile.size() < need) tile.resize(need);
+    const int64_t tile_rows = dense_tile_rows(w.cols);
+    float* tile = scratch_floats(MatmulScratch::dense_tile, matmul_scratch_sizes(w, n));
     for (int64_t r0 = 0; r0 < w.rows; r0 += tile_rows) {
       const int64_t r1 = std::min(w.rows, r0 + tile_rows);
-      DenseTileJob job{&k, &w, r0, tile.data()};
+      DenseTileJob job{&k, &w, r0, tile};
       pool.parallel_for((r1 - r0 + kPanelRows - 1) / kPanelRows, [](void* ctx, int64_t b, int64_t e, int) {
         auto* j = static_cast<DenseTileJob*>(ctx);
         const int64_t a = j->r0 + b * kPanelRows;
@@ -627,29 +651,25 @@ void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool
         j->kernels->dense_to_f32(j->w->format, j->w->data, j->w->cols, a, z, j->out + (a - j->r0) * j->w->cols);
       }, &job);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(n), static_cast<blasint>(r1 - r0),
-                  static_cast<blasint>(w.cols), 1.0f, x, static_cast<blasint>(w.cols), tile.data(),
+                  static_cast<blasint>(w.cols), 1.0f, x, static_cast<blasint>(w.cols), tile,
                   static_cast<blasint>(w.cols), 0.0f, y + r0, static_cast<blasint>(w.rows));
     }
     return;
   }
-  ActivationScratch& s = t_activation;
-  s.reserve(n, w.cols);
+  const ActivationScratch s = activation_scratch(matmul_scratch_sizes(w, n));
   const int64_t blocks = w.cols / kActBlock;
-  for (int64_t i = 0; i < n; ++i) {
-    s.rows[i] = {s.q.data() + i * w.cols, s.dx.data() + i * blocks, s.isum.data() + i * blocks,
-                 s.xsum.data() + i * blocks};
-  }
+  for (int64_t i = 0; i < n; ++i)
+    s.rows[i] = {s.q + i * w.cols, s.dx + i * blocks, s.isum + i * blocks, s.xsum + i * blocks};
   QuantizeJob qjob{&k, x, w.cols, &s};
   pool.parallel_for(n, [](void* ctx, int64_t b, int64_t e, int) {
     auto* j = static_cast<QuantizeJob*>(ctx);
     const int64_t blocks = j->cols / kActBlock;
     for (int64_t i = b; i < e; ++i) {
-      j->kernels->quantize_row(j->x + i * j->cols, j->cols, j->scratch->q.data() + i * j->cols,
-                               j->scratch->dx.data() + i * blocks, j->scratch->isum.data() + i * blocks,
-                               j->scratch->xsum.data() + i * blocks);
+      j->kernels->quantize_row(j->x + i * j->cols, j->cols, j->scratch->q + i * j->cols, j->scratch->dx + i * blocks,
+                               j->scratch->isum + i * blocks, j->scratch->xsum + i * blocks);
     }
   }, &qjob);
-  PackedMatmulJob job{&k, packed_view(w), s.rows.data(), n, y};
+  PackedMatmulJob job{&k, packed_view(w), s.rows, n, y};
   pool.parallel_for(job.w.panels, [](void* ctx, int64_t b, int64_t e, int) {
     auto* j = static_cast<PackedMatmulJob*>(ctx);
     j->kernels->packed_matmul(j->w, j->x, j->n, j->y, j->w.rows, b, e);

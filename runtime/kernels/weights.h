@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "runtime/kernels/matmul_scratch.h"
 #include "runtime/kernels/thread_pool.h"
 #include "tiering/ledger.h"
 
@@ -61,11 +62,18 @@ Weight make_mxfp4_weight(const void* blocks, const void* scales, int64_t rows, i
 // Bytes the weight occupies (data + scales + biases): what one full read of it costs.
 uint64_t weight_bytes(const WeightView& w);
 
-// y[rows] = W · x (x: cols floats). Uses the pool; no allocation. q8_0/q4 round x to int8 per 32 columns; MLX
+// y[rows] = W · x (x: cols floats). Uses the pool and the calling thread's MatmulScratch (allocates only where that
+// scratch holds less than matmul_scratch_sizes says). q8_0/q4 round x to int8 per 32 columns; MLX
 // weights are multiplied with x in f32 (MLX's own semantics, so an MLX folder computes its dequantized weights' math).
 void matvec(const WeightView& w, const float* x, float* y, ThreadPool& pool);
-// Y[n x rows] = X[n x cols] · Wᵀ, for prefill. May use a pool-owned scratch sized at first use.
+// Y[n x rows] = X[n x cols] · Wᵀ, for prefill. Scratch as matvec.
 void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool& pool);
+// What matvec (n == 1) or matmul of n activation rows by a weight of this format and shape takes from the
+// MatmulScratch, region by region (the dispatch's own rule: the kernels request exactly these sizes).
+MatmulScratch::Sizes matmul_scratch_sizes(WeightFormat format, int64_t rows, int64_t cols, int group_size, int64_t n);
+inline MatmulScratch::Sizes matmul_scratch_sizes(const WeightView& w, int64_t n) {
+  return matmul_scratch_sizes(w.format, w.rows, w.cols, w.group_size, n);
+}
 // Writes row `row` of W, dequantized, into out[cols] (embedding lookup).
 void dequantize_row(const WeightView& w, int64_t row, float* out);
 

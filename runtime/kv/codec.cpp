@@ -23,6 +23,8 @@ const char* codec_name(Codec c) {
   return "?";
 }
 
+int codec_revision(Codec c) { return c == Codec::turbo3 ? 2 : 1; }
+
 Codec parse_codec(std::string_view name) {
   for (int i = 0; i < kCodecCount; ++i)
     if (name == codec_name(Codec(i))) return Codec(i);
@@ -60,7 +62,11 @@ CodecLayout layout_for(Codec codec, int d) {
   if (d <= 0 || d % 16 != 0 || d > 1024)
     throw std::invalid_argument(fmt::format("KV cache needs a head_dim divisible by 16, at most 1024 (got {})", d));
   switch (codec) {
-    case Codec::turbo3: return turbo_layout(TurboSpec{3, true, 3}, d, codec);
+    // turbo3: 4-bit MSE keys without QJL, 3-bit values (3.5 bits of codes a value, 3.5 + 16/d with the norms).
+    // On the trained code-small (bench/kv_loss_bench) keys carry the loss: over six rotation seeds 3-bit + QJL keys
+    // cost +2.4% perplexity on average, 4-bit MSE keys in the same planes +0.4% (3-bit values instead of 4: no
+    // measurable difference), so the QJL sign plane is better spent as a fourth code bit.
+    case Codec::turbo3: return turbo_layout(TurboSpec{4, false, 3}, d, codec);
     case Codec::turbo4: return turbo_layout(TurboSpec{4, false, 4}, d, codec);
     default: break;
   }

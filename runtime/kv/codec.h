@@ -26,13 +26,16 @@ inline constexpr int kCodecCount = 5;
 const char* codec_name(Codec c);
 // Accepts f32, f16, q8, turbo3, turbo4; throws std::invalid_argument listing them otherwise.
 Codec parse_codec(std::string_view name);
+// The revision of a codec's numerics: raised whenever what it stores changes (turbo3: 2 since its keys became 4-bit
+// MSE without QJL), so a quality figure measured on an older revision (calibrate's kv_quality) is not trusted.
+int codec_revision(Codec c);
 
 inline constexpr int kBlockTokens = 32;  // positions per page
 inline constexpr int kPanel = 16;        // key positions per transposed panel (one AVX-512 vector of lanes)
 inline constexpr int kPanels = kBlockTokens / kPanel;
 
-// Turbo variants beyond the two named codecs exist for quality studies (e.g. 4-bit keys without QJL at equal bits);
-// a TurboSpec describes any of them.
+// Turbo variants beyond the two named codecs exist for quality studies (e.g. 3-bit keys + a QJL sign plane, turbo3
+// until 2026-11; turbo3 is now {4, no QJL, 3}, turbo4 {4, no QJL, 4}); a TurboSpec describes any of them.
 struct TurboSpec {
   int key_bits = 3;   // Lloyd-Max bits per key dimension (1..4)
   bool key_qjl = true;

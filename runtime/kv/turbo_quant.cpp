@@ -5,6 +5,8 @@
 #include <memory>
 #include <mutex>
 
+#include "runtime/kernels/splitmix64.h"
+
 namespace tierlm::kv {
 
 namespace {
@@ -36,12 +38,7 @@ std::vector<double> lloyd_max(int levels) {
 // splitmix64: a fixed, portable stream so tables are identical on every machine and run.
 struct Stream {
   uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+  uint64_t next() { return kernels::splitmix64_next(s); }
   double uniform() { return (double(next() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
 };
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <fstream>
 #include <set>
+#include <tuple>
 #include <sstream>
 
 #include <boost/json.hpp>
@@ -572,6 +573,29 @@ void parse_deepseek(const Reader& r, const json::object& o, ModelConfig& c) {
   }
 }
 
+// One "quantization" entry (the top level when `top`): its mode, and group size and bits checked against what the
+// kernels run (affine 4/8 bits at group 32/64/128; mxfp4 only as MLX defines it, group 32 and 4 bits). The top level
+// must name group_size and bits (mlx-lm always writes them); a module entry defaults them from its mode as
+// mx.nn.quantize's to_quantized does (affine 64/4, mxfp4 32/4).
+QuantizationConfig::Module parse_quantized_module(const Reader& q, bool top) {
+  const std::string mode = q.string_or("mode", "affine");
+  if (mode != "affine" && mode != "mxfp4")
+    q.fail("mode", fmt::format("'{}' is not supported (supported: affine, mxfp4)", mode));
+  QuantizationConfig::Module m;
+  m.mxfp4 = mode == "mxfp4";
+  m.group_size = int(top ? q.integer("group_size") : q.integer_or("group_size", m.mxfp4 ? 32 : 64));
+  m.bits = int(top ? q.integer("bits") : q.integer_or("bits", 4));
+  if (m.mxfp4) {
+    if (m.group_size != 32) q.fail("group_size", fmt::format("{} is not MXFP4's (32)", m.group_size));
+    if (m.bits != 4) q.fail("bits", fmt::format("{} is not MXFP4's (4)", m.bits));
+    return m;
+  }
+  if (m.bits != 4 && m.bits != 8) q.fail("bits", fmt::format("{} is not supported (supported: 4, 8)", m.bits));
+  if (m.group_size != 32 && m.group_size != 64 && m.group_size != 128)
+    q.fail("group_size", fmt::format("{} is not supported (supported: 32, 64, 128)", m.group_size));
+  return m;
+}
+
 // gpt-oss (transformers' GptOssConfig / GptOssExperts) beyond the common and MoE keys: the clamp GptOssExperts
 // hard-codes, experts_per_token (OpenAI's name) agreeing with num_experts_per_tok, YaRN's factor agreeing with the
 // context ratio transformers may use instead, and the default theta / yarn parameters when the config has none.
@@ -610,7 +634,18 @@ void parse_gpt_oss(const Reader& r, const json::object& o, ModelConfig& c) {
       c.layers[i].window = window;
     }
   }
-  if (auto it = o.find("quantization_config"); it != o.end() && it->value().is_object()) {
+  if (c.quantization) {
+    // An MLX folder (mlx-lm copies "quantization" into "quantization_config"): the experts are MXFP4 when their
+    // module (mlp.experts.gate_proj of some layer) is, by its own entry or the top level's mode.
+    bool listed = false;
+    for (const auto& [module, m] : c.quantization->modules)
+      if (module.ends_with("mlp.experts.gate_proj")) {
+        listed = true;
+        c.mxfp4_experts = m.mxfp4;
+        break;
+      }
+    if (!listed) c.mxfp4_experts = c.quantization->mxfp4;
+  } else if (auto it = o.find("quantization_config"); it != o.end() && it->value().is_object()) {
     // OpenAI's checkpoints: MXFP4 experts, every other module unquantized. transformers quantizes every Linear-like
     // module outside modules_to_not_convert, which on gpt-oss leaves only the experts; a list that leaves more (or
     // other keys) would mean something tierlm does not read.
@@ -634,6 +669,15 @@ void parse_gpt_oss(const Reader& r, const json::object& o, ModelConfig& c) {
 }
 
 }  // namespace
+
+QuantizationConfig::Module QuantizationConfig::dense() const {
+  if (!mxfp4 || modules.empty()) return {group_size, bits, mxfp4};
+  std::map<std::tuple<int, int, bool>, int> count;
+  for (const auto& [name, m] : modules) ++count[{m.group_size, m.bits, m.mxfp4}];
+  const auto most = std::max_element(count.begin(), count.end(),
+                                     [](const auto& a, const auto& b) { return a.second < b.second; });
+  return {std::get<0>(most->first), std::get<1>(most->first), std::get<2>(most->first)};
+}
 
 const ArchitectureSpec* find_architecture(const std::string& model_type) {
   for (auto& spec : table())
@@ -801,25 +845,17 @@ ModelConfig parse_config(const std::string& text, const std::string& origin) {
     auto it = where->find("quantization");
     if (it == where->end() || !it->value().is_object()) continue;
     Reader q(it->value().as_object(), origin + " (quantization)");
+    const QuantizationConfig::Module top = parse_quantized_module(q, true);
     QuantizationConfig qc;
-    qc.group_size = int(q.integer("group_size"));
-    qc.bits = int(q.integer("bits"));
-    if (qc.bits != 4 && qc.bits != 8) q.fail("bits", fmt::format("{} is not supported (supported: 4, 8)", qc.bits));
-    if (qc.group_size != 32 && qc.group_size != 64 && qc.group_size != 128)
-      q.fail("group_size", fmt::format("{} is not supported (supported: 32, 64, 128)", qc.group_size));
+    qc.group_size = top.group_size;
+    qc.bits = top.bits;
+    qc.mxfp4 = top.mxfp4;
     for (auto& entry : it->value().as_object()) {
-      if (!entry.value().is_object()) continue;  // group_size, bits, mode
+      if (!entry.value().is_object()) continue;  // group_size, bits, mode; `false`: a module left unquantized
       const std::string module(entry.key());
-      Reader m(entry.value().as_object(), origin + " (quantization." + module + ")");
-      const QuantizationConfig::Module mq{int(m.integer_or("group_size", qc.group_size)),
-                                          int(m.integer_or("bits", qc.bits))};
-      if (mq.bits != 4 && mq.bits != 8) m.fail("bits", fmt::format("{} is not supported (supported: 4, 8)", mq.bits));
-      if (mq.group_size != 32 && mq.group_size != 64 && mq.group_size != 128)
-        m.fail("group_size", fmt::format("{} is not supported (supported: 32, 64, 128)", mq.group_size));
-      qc.modules[module] = mq;
+      qc.modules[module] =
+          parse_quantized_module(Reader(entry.value().as_object(), origin + " (quantization." + module + ")"), false);
     }
-    if (auto mode = q.string_or("mode", "affine"); mode != "affine")
-      q.fail("mode", fmt::format("'{}' is not supported (supported: affine)", mode));
     c.quantization = qc;
     break;
   }

@@ -71,19 +71,28 @@ struct RouterConfig {
   double routed_scaling_factor = 1.0;  // multiplies the chosen weights (after any renormalization)
 };
 
-struct QuantizationConfig {  // MLX affine quantization ("quantization": {"group_size", "bits"})
+// MLX quantization ("quantization": {"group_size", "bits", "mode"}): mode "affine" (uint32 words + scales + biases,
+// 4 or 8 bits; the default, older folders have no mode) or "mxfp4" (group 32, 4-bit E2M1 codes in uint32 words,
+// uint8 E8M0 scales, no biases: mlx-lm's gpt-oss experts). A per-module entry without "mode" is affine whatever the
+// top level says (mlx's to_quantized default), and takes its mode's default group size and bits when it omits them.
+struct QuantizationConfig {
   int group_size = 0;
   int bits = 0;
   // Per-module entries (mlx-lm's quant_predicate, e.g. "language_model.model.layers.0.mlp.gate": 8 bits).
   struct Module {
     int group_size = 0;
     int bits = 0;
+    bool mxfp4 = false;
   };
   std::map<std::string, Module> modules;
+  bool mxfp4 = false;  // the top level's mode
   Module of(const std::string& module) const {
     auto it = modules.find(module);
-    return it != modules.end() ? it->second : Module{group_size, bits};
+    return it != modules.end() ? it->second : Module{group_size, bits, mxfp4};
   }
+  // What most quantized dense modules are: the top level, or (a top level in mxfp4 that only the experts take, as
+  // mlx-lm writes gpt-oss) the most common per-module entry. For sizing (calibrate's fit), not for loading.
+  Module dense() const;
 };
 
 // The per-architecture description: how the block differs between families.
@@ -173,7 +182,8 @@ struct ModelConfig {
   // gpt-oss (arch.gpt_oss): the SwiGLU clamp (7.0 as GptOssExperts hard-codes it); 0 elsewhere.
   double swiglu_limit = 0;
   // quantization_config quant_method "mxfp4" (gpt-oss checkpoints): the experts are stored as MXFP4 blocks + e8m0
-  // scales (*_blocks, *_scales); everything else (modules_to_not_convert) stays unquantized.
+  // scales (*_blocks, *_scales); everything else (modules_to_not_convert) stays unquantized. Also set for an MLX
+  // gpt-oss folder whose experts are in mode mxfp4 (mlx-lm's conversion of those checkpoints).
   bool mxfp4_experts = false;
   DeltaNetConfig deltanet;  // zero unless some layer's mixer is gated_deltanet
   MlaConfig mla;            // zero unless some layer's mixer is mla

@@ -10,6 +10,17 @@
 // RoPE: the definition rotates interleaved pairs (2j, 2j+1) of q_rot and k_rot (deepseek_v2's complex product,
 // deepseek_v3's rope_interleave). Permuting the rope rows of q and kv_a to [even | odd] at load turns that into the
 // rotate_half layout engine::Rope applies, with the same q.k (both sides are permuted alike).
+// mlx-community folders (mlx_matrix.h): the projections may be MLX-quantized, kept so with their rows reordered as
+// stored. What mlx-lm writes (ml-explore/mlx-lm @ d78bf58):
+// - mlx_lm/models/deepseek_v3.py sanitize (since f18526f, "DSV3 MLA", 2026-02-04) splits kv_b_proj per head into
+//   embed_q [heads, kv_lora_rank, qk_nope_head_dim] (its K half transposed) and unembed_out [heads, v_head_dim,
+//   kv_lora_rank] (its V half), mlx_lm/models/mla.py MultiLinear, quantized along their last axis; older conversions
+//   (most mlx-community DeepSeek-V3/R1/Kimi-K2 folders) and mlx_lm/models/deepseek_v2.py keep kv_b_proj. Either form
+//   is read here, dequantized to f32 (current mlx-lm re-quantizes an old folder's halves; we keep the stored values).
+// - Both use RoPE with traditional=True on HF's row order (no permutation in sanitize), stack experts.{e}.* into
+//   mlp.switch_mlp.{gate,up,down}_proj, keep the router mlp.gate.weight a bare (unquantized) parameter and
+//   e_score_correction_bias in f32 (cast_predicate), and have no quant_predicate: every Linear, MultiLinear and the
+//   embedding whose input dim is a multiple of the group is quantized, the rest stays float.
 // Never: keep pointers into the safetensors mapping; allocate outside the ledger.
 #pragma once
 
@@ -25,7 +36,8 @@
 namespace tierlm::model {
 
 // Fills l's MLA fields and o from the tensors under `prefix` ("model.layers.N.self_attn."). format: the dense
-// matrices' format (nullopt: the file's precision); kv_b is kept in f32 for the absorbed products.
+// matrices' format (nullopt: the file's precision; MLX modules stay MLX); kv_b is kept in f32 for the absorbed
+// products.
 void load_mla_layer(const TensorIndex& index, const ModelConfig& config, const std::string& prefix,
                     std::optional<kernels::WeightFormat> format, tiering::Ledger& ledger, LayerWeights& l);
 

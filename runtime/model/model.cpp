@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "runtime/model/mla_weights.h"
+#include "runtime/model/mlx_matrix.h"
 #include "runtime/model/moe_model.h"
 #include "runtime/model/safetensors.h"
 #include "runtime/model/tensor_convert.h"
@@ -40,20 +41,19 @@ struct Loader {
     return tensor_to_f32(index, tensor(name, {n}));
   }
 
-  bool is_mlx(const std::string& base) const {
-    return config.quantization && index.contains(base + ".scales");
-  }
+  bool is_mlx(const std::string& base) const { return is_mlx_module(index, config, base); }
 
   // One matrix made of the row-wise concatenation of `parts` (each [rows_i, cols]).
   Weight matrix(const std::vector<std::pair<std::string, int64_t>>& parts, int64_t cols) const {
     int64_t rows = 0;
     for (auto& p : parts) rows += p.second;
-    if (is_mlx(parts.front().first)) return mlx_matrix(parts, rows, cols);
+    if (is_mlx(parts.front().first)) return mlx_matrix(parts, cols);
 
     WeightFormat source_format = WeightFormat::f32;
     LedgerBuffer staging(ledger, tiering::accounts::scratch, size_t(rows * cols) * sizeof(float));
     float* out = staging.as<float>();
     for (auto& [base, r] : parts) {
+      refuse_packed_without_scales(index.at(base + ".weight"), base);
       const TensorInfo& t = tensor(base + ".weight", {r, cols});
       if (t.dtype == DType::BF16) source_format = WeightFormat::bf16;
       if (t.dtype == DType::F16) source_format = WeightFormat::f16;
@@ -83,48 +83,10 @@ struct Loader {
     return out;
   }
 
-  Weight mlx_matrix(const std::vector<std::pair<std::string, int64_t>>& parts, int64_t rows, int64_t cols) const {
-    // Bits and group size per module (mlx-lm writes 8-bit routers as per-module entries); fused parts must agree.
-    const QuantizationConfig::Module q = config.quantization->of(parts.front().first);
-    for (auto& p : parts) {
-      const QuantizationConfig::Module other = config.quantization->of(p.first);
-      if (other.bits != q.bits || other.group_size != q.group_size)
-        throw ModelError(fmt::format("MLX tensors '{}' ({} bits, group {}) and '{}' ({} bits, group {}) are fused "
-                                     "but quantized differently", parts.front().first, q.bits, q.group_size, p.first,
-                                     other.bits, other.group_size));
-    }
-    const int bits = q.bits, group = q.group_size;
-    if (cols % group != 0 || (cols * bits) % 32 != 0)
-      throw ModelError(fmt::format("MLX tensor '{}': {} columns do not fit group size {}", parts.front().first,
-                                   cols, group));
-    const int64_t packed_cols = cols * bits / 32, groups = cols / group;
-    DType scale_dtype = index.at(parts.front().first + ".scales").dtype;
-    SourceType scale_type = scale_dtype == DType::F16 ? SourceType::f16
-                            : scale_dtype == DType::BF16 ? SourceType::bf16
-                                                         : SourceType::f32;
-    if (scale_dtype != DType::F16 && scale_dtype != DType::BF16 && scale_dtype != DType::F32)
-      throw ModelError(fmt::format("MLX tensor '{}.scales' has unsupported dtype {}", parts.front().first,
-                                   dtype_name(scale_dtype)));
-    const size_t scale_size = dtype_size(scale_dtype);
-    LedgerBuffer packed(ledger, tiering::accounts::scratch, size_t(rows * packed_cols) * 4);
-    LedgerBuffer scales(ledger, tiering::accounts::scratch, size_t(rows * groups) * scale_size);
-    LedgerBuffer biases(ledger, tiering::accounts::scratch, size_t(rows * groups) * scale_size);
-    int64_t row = 0;
-    for (auto& [base, r] : parts) {
-      const TensorInfo& w = tensor(base + ".weight", {r, packed_cols});
-      if (w.dtype != DType::U32 && w.dtype != DType::I32)
-        throw ModelError(fmt::format("MLX tensor '{}.weight' must be U32, found {}", base, dtype_name(w.dtype)));
-      const TensorInfo& s = tensor(base + ".scales", {r, groups});
-      const TensorInfo& b = tensor(base + ".biases", {r, groups});
-      if (s.dtype != scale_dtype || b.dtype != scale_dtype)
-        throw ModelError(fmt::format("MLX tensor '{}': scales and biases must share one dtype", base));
-      std::memcpy(packed.as<char>() + row * packed_cols * 4, index.data(w).data(), w.length);
-      std::memcpy(scales.as<char>() + row * groups * scale_size, index.data(s).data(), s.length);
-      std::memcpy(biases.as<char>() + row * groups * scale_size, index.data(b).data(), b.length);
-      row += r;
-    }
-    return kernels::make_mlx_weight(packed.data(), scales.data(), biases.data(), scale_type, rows, cols, group, bits,
-                                    ledger, tiering::accounts::weights);
+  Weight mlx_matrix(const std::vector<std::pair<std::string, int64_t>>& parts, int64_t cols) const {
+    std::vector<MlxPart> mlx;
+    for (auto& [base, rows] : parts) mlx.push_back({base, rows});
+    return model::mlx_matrix(index, config, mlx, cols, ledger, tiering::accounts::weights);
   }
 };
 

@@ -1,6 +1,8 @@
 #include "runtime/model/moe_model.h"
 
 #include <map>
+#include <optional>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -38,6 +40,19 @@ SourceType source_type(const TensorInfo& t) {
     case DType::BF16: return SourceType::bf16;
     default:
       throw ModelError(fmt::format("expert tensor '{}' has unsupported dtype {}", t.name, dtype_name(t.dtype)));
+  }
+}
+
+// Every expert's extents of one layer's stacked tensors [E, ...] (in `infos` order): expert e's contiguous slice.
+void add_stacked_extents(const std::vector<const TensorInfo*>& infos, int64_t E, FileTable& files,
+                         std::vector<std::vector<Extent>>& extents) {
+  for (int64_t e = 0; e < E; ++e) {
+    std::vector<Extent> ext;
+    for (const TensorInfo* t : infos) {
+      const uint64_t slice = t->length / uint64_t(E);
+      ext.push_back({files.of(t->file), t->offset + slice * uint64_t(e), slice});
+    }
+    extents.push_back(std::move(ext));
   }
 }
 
@@ -84,14 +99,7 @@ tiering::ExpertStore gpt_oss_expert_store(const TensorIndex& index, const ModelC
         throw ModelError(fmt::format("'{}' and '{}' differ in dtype", infos.front()->name, t.name));
       source = source_type(t);
     }
-    for (int64_t e = 0; e < E; ++e) {
-      std::vector<Extent> ext;
-      for (const TensorInfo* t : infos) {
-        const uint64_t slice = t->length / uint64_t(E);
-        ext.push_back({files.of(t->file), t->offset + slice * uint64_t(e), slice});
-      }
-      extents.push_back(std::move(ext));
-    }
+    add_stacked_extents(infos, E, files, extents);
   }
   const WeightFormat file_format = source == SourceType::f32   ? WeightFormat::f32
                                    : source == SourceType::f16 ? WeightFormat::f16
@@ -101,6 +109,91 @@ tiering::ExpertStore gpt_oss_expert_store(const TensorIndex& index, const ModelC
   return tiering::ExpertStore(std::move(files.files), int64_t(sparse.size()), E,
                               mxfp4 ? tiering::ExpertEncoding::mxfp4 : tiering::ExpertEncoding::transposed, source,
                               layout, std::move(extents));
+}
+
+// gpt-oss experts as mlx-lm writes them. What the layout is (ml-explore/mlx-lm @ d78bf58, ml-explore/mlx @ 846d176):
+// - mlx_lm/models/gpt_oss.py sanitize: *_blocks viewed as uint32 and flattened -> mlp.experts.{gate,up,down}_proj
+//   .weight [E, rows, cols/8], *_scales -> .scales (uint8); gate = gate_up's even rows, up = its odd rows, and
+//   gate_up_proj_bias split alike into gate_proj.bias / up_proj.bias; down_proj_bias -> down_proj.bias; attention
+//   biases and sinks as in HF; quant_predicate puts mlp.router at 8 bits, group 64.
+// - mlx_lm/utils.py load_model maps quantization_config quant_method "mxfp4" to {"group_size": 32, "bits": 4, "mode":
+//   "mxfp4"}; quantize_model on that partly quantized model keeps the top level and records every module it
+//   quantizes per path (affine), so mlx-community gpt-oss-*-MXFP4-Q4/Q8 hold MXFP4 experts and affine everything else
+//   (Blaizzy/mlx-vlm mlx_vlm/tests/test_models.py TestGptOssMixedQuant mirrors gpt-oss-20b-MXFP4-Q8's config).
+// - Before mlx-lm 1cd6045 ("support mxfp4", 2025-08-29) sanitize dequantized the blocks to bf16 first, so early
+//   conversions hold affine experts (.weight/.scales/.biases) under the same names.
+// - mlx/ops.cpp fp_quantize / fp_dequantize: mxfp4 = E2M1 codes, 8 per uint32 from the low nibble, one uint8 E8M0
+//   exponent (2^(s - 127)) per 32, no biases: byte for byte gpt-oss's blocks and scales.
+// Each expert's slice of every stacked tensor is contiguous.
+tiering::ExpertStore gpt_oss_mlx_expert_store(const TensorIndex& index, const ModelConfig& c, const TensorNames& names,
+                                              const std::vector<int64_t>& sparse) {
+  const int64_t H = c.hidden_size, I = c.moe_intermediate_size, E = c.num_experts;
+  const std::string first = names.layer(sparse.front()) + c.arch.moe_block + ".experts.gate_proj";
+  if (!c.quantization || !index.contains(first + ".scales"))
+    throw ModelError(fmt::format("tensor '{}.weight' is not MLX-quantized (no {}.scales): unquantized mlx-lm gpt-oss "
+                                 "experts are not supported", first, first));
+  const QuantizationConfig::Module q = c.quantization->of(first);
+  FileTable files;
+  std::vector<std::vector<Extent>> extents;
+  std::optional<DType> scale_dtype, bias_dtype;
+  const std::tuple<const char*, int64_t, int64_t> projections[3] = {{"gate_proj", I, H}, {"up_proj", I, H},
+                                                                    {"down_proj", H, I}};
+  for (int64_t layer : sparse) {
+    const std::string block = names.layer(layer) + c.arch.moe_block + ".experts.";
+    std::vector<const TensorInfo*> infos;
+    for (auto [name, rows, cols] : projections) {
+      const std::string base = block + name;
+      const QuantizationConfig::Module m = c.quantization->of(base);
+      if (m.bits != q.bits || m.group_size != q.group_size || m.mxfp4 != q.mxfp4)
+        throw ModelError(fmt::format("MLX expert module '{}' is quantized unlike '{}' ({} bits, group {}{}); one "
+                                     "expert layout is needed", base, first, q.bits, q.group_size,
+                                     q.mxfp4 ? ", mxfp4" : ""));
+      if (cols % q.group_size != 0)
+        throw ModelError(fmt::format("MLX tensor '{}': {} columns do not fit group size {}", base, cols, q.group_size));
+      std::vector<std::pair<std::string, int64_t>> parts = {{".weight", cols * q.bits / 32},
+                                                            {".scales", cols / q.group_size}};
+      if (!q.mxfp4) parts.push_back({".biases", cols / q.group_size});
+      for (auto& [suffix, last] : parts) {
+        const TensorInfo& t = index.at(base + suffix);
+        expect_shape(t, {E, rows, last});
+        if (suffix == ".weight" && t.dtype != DType::U32 && t.dtype != DType::I32)
+          throw ModelError(fmt::format("MLX tensor '{}' must be U32, found {}", t.name, dtype_name(t.dtype)));
+        if (suffix == ".scales" && q.mxfp4 && t.dtype != DType::U8)
+          throw ModelError(fmt::format("MLX mxfp4 tensor '{}' must be U8 (E8M0), found {}", t.name,
+                                       dtype_name(t.dtype)));
+        if (suffix != ".weight" && !q.mxfp4) {
+          source_type(t);  // f32/f16/bf16
+          if (scale_dtype && t.dtype != *scale_dtype)
+            throw ModelError(fmt::format("MLX tensor '{}' is {}, other expert scales {}", t.name,
+                                         dtype_name(t.dtype), dtype_name(*scale_dtype)));
+          scale_dtype = t.dtype;
+        }
+        infos.push_back(&t);
+      }
+    }
+    for (auto [name, rows, cols] : projections) {
+      const TensorInfo& t = index.at(block + name + ".bias");
+      expect_shape(t, {E, rows});
+      source_type(t);
+      if (bias_dtype && t.dtype != *bias_dtype)
+        throw ModelError(fmt::format("expert bias '{}' is {}, the others {}", t.name, dtype_name(t.dtype),
+                                     dtype_name(*bias_dtype)));
+      bias_dtype = t.dtype;
+      infos.push_back(&t);
+    }
+    add_stacked_extents(infos, E, files, extents);
+  }
+  // One element type for the biases and (affine) the scales: what the slot conversion reads them as.
+  if (scale_dtype && *scale_dtype != *bias_dtype)
+    throw ModelError(fmt::format("MLX gpt-oss experts: the scales are {} but the biases {}; not supported",
+                                 dtype_name(*scale_dtype), dtype_name(*bias_dtype)));
+  const SourceType source = source_type(index.at(first + ".bias"));
+  const auto layout =
+      q.mxfp4 ? tiering::ExpertLayout::make(WeightFormat::mxfp4, H, I, 0, 0, SourceType::f16, /*row_biases=*/true)
+              : tiering::ExpertLayout::make(q.bits == 4 ? WeightFormat::mlx_q4 : WeightFormat::mlx_q8, H, I,
+                                            q.group_size, q.bits, source, /*row_biases=*/true);
+  return tiering::ExpertStore(std::move(files.files), int64_t(sparse.size()), E, tiering::ExpertEncoding::mlx_gpt_oss,
+                              source, layout, std::move(extents));
 }
 
 }  // namespace
@@ -120,7 +213,11 @@ tiering::ExpertStore expert_store_from_safetensors(const TensorIndex& index, con
     if (c.layer(layer).mlp == Mlp::moe) sparse.push_back(layer);
   if (sparse.empty()) throw ModelError("expert store: the model has no sparse layer");
   const TensorNames names = find_tensor_names(index);
-  if (a.gpt_oss) return gpt_oss_expert_store(index, c, names, sparse, slot_format);
+  if (a.gpt_oss) {
+    if (index.contains(names.layer(sparse.front()) + a.moe_block + ".experts.gate_proj.weight"))
+      return gpt_oss_mlx_expert_store(index, c, names, sparse);  // MLX experts keep their format
+    return gpt_oss_expert_store(index, c, names, sparse, slot_format);
+  }
   // Gemma 4 keeps its experts in the layer itself (layers.N.experts.*, beside the dense mlp), the others under their
   // MoE block; mlx-lm stacks Gemma 4's as experts.switch_glu.{gate,up,down}_proj, the others' as switch_mlp.*.
   auto block_of = [&](int64_t layer) {
@@ -140,6 +237,9 @@ tiering::ExpertStore expert_store_from_safetensors(const TensorIndex& index, con
       mlx ? c.quantization->of(first +
                                (stacked ? stacked_name + "gate_proj" : fmt::format("experts.0.{}", a.expert_gate)))
           : QuantizationConfig::Module{};
+  if (expert_quant.mxfp4)
+    throw ModelError(fmt::format("MLX experts '{}' are in mode mxfp4, which tierlm reads for gpt_oss only (other "
+                                 "families' MLX experts must be affine)", first + stacked_name + "gate_proj"));
   const int bits = expert_quant.bits, group = expert_quant.group_size;
   const bool fp8 = !mlx && !stacked && !fused &&
                    index.contains(fmt::format("{}experts.0.{}.weight", first, a.expert_gate)) &&

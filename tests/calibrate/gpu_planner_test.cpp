@@ -2,6 +2,9 @@
 // its VRAM budget; a 6 GB GPU takes what fits; no GPU or --gpu-layers 0 keeps everything on the CPU with a reason.
 #include <gtest/gtest.h>
 
+#include <stdexcept>
+#include <string>
+
 #include <boost/json.hpp>
 
 #include "calibrate/apply_plan.h"
@@ -109,6 +112,32 @@ TEST(GpuPlanner, NoGpuOrZeroLayersKeepsTheCpuPlanWithAReason) {
   EXPECT_TRUE(z.gpu_resident_experts.empty());
 }
 
+// Sliding-window layers hold a ring of device pages (GpuLayers' pools: the window plus one step of rows), not the
+// context: at 32K a Mistral-7B-shaped model (window 4096 on every layer) plans ring / 512 of the device KV that the
+// same model with full attention plans, and a 6 GB GPU takes more of its layers.
+TEST(GpuPlanner, SlidingWindowLayersCountTheirRingInVram) {
+  ModelProfile full = llama_8b();
+  ModelProfile windowed = full;
+  windowed.layer_windows.assign(size_t(full.layers), 4096);
+  PlanRequest r;
+  r.context = 32768;
+  const DeviceProfile big = device("gpu-server-80gb");
+  const Plan pf = make_plan(big, full, r), pw = make_plan(big, windowed, r);
+  ASSERT_EQ(pf.gpu_layers, full.layers);
+  ASSERT_EQ(pw.gpu_layers, full.layers);
+  ASSERT_EQ(pf.gpu_kv_codec, "f16");
+  ASSERT_EQ(pw.gpu_kv_codec, "f16");
+  const uint64_t page = 64 * uint64_t(full.kv_heads * full.head_dim) * 2 * 2;  // K and V, f16
+  const int64_t rows = pw.prefill_chunk + pw.batch, ring = (4096 - 1 + rows + 63) / 64 + 1;
+  EXPECT_EQ(pf.prediction.vram.at("kv"), uint64_t(pf.batch * full.layers) * 512 * page);
+  EXPECT_EQ(pw.prediction.vram.at("kv"), uint64_t(pw.batch * full.layers * ring) * page);
+  EXPECT_LT(pw.prediction.vram.at("kv") * 6, pf.prediction.vram.at("kv"));
+  const DeviceProfile small = device("desktop-16gb-gpu-6gb");
+  const Plan sf = make_plan(small, full, r), sw = make_plan(small, windowed, r);
+  EXPECT_GT(sw.gpu_layers, sf.gpu_layers) << sf.gpu_reason << " / " << sw.gpu_reason;
+  expect_vram_within_budget(small, sw);
+}
+
 TEST(GpuPlanner, GpuDecisionsRoundTripThroughJson) {
   const Plan p = make_plan(device("desktop-16gb-gpu-6gb"), qwen3_moe_30b(), {});
   const Plan q = plan_from_json(boost::json::parse(boost::json::serialize(to_json(p))));
@@ -120,5 +149,33 @@ TEST(GpuPlanner, GpuDecisionsRoundTripThroughJson) {
   EXPECT_EQ(q.prediction.vram, p.prediction.vram);
 }
 
+
+// A KV codec the user names (--kv-codec) holds on the GPU layers as well as the CPU's: f32 is the exact
+// configuration (what gpu_reference_test holds to transformers' 1e-3), f16 / q8 themselves; a turbo codec, which
+// has no device form, is refused naming it, never replaced silently by the plan's device KV.
+TEST(GpuPlanner, ANamedKvCodecHoldsOnTheGpuLayersOrIsRefused) {
+  const Plan p = make_plan(device("desktop-16gb-gpu-6gb"), qwen3_moe_30b(), {});
+  gpu::GpuOptions o = gpu_options(p);
+  ASSERT_EQ(o.kv_codec, gpu::GpuKvCodec::f16);
+  EXPECT_FALSE(o.widen_dense_weights);
+  apply_kv_codec_to_gpu("f32", o);
+  EXPECT_EQ(o.kv_codec, gpu::GpuKvCodec::f32);
+  EXPECT_TRUE(o.widen_dense_weights);
+  gpu::GpuOptions q = gpu_options(p);
+  apply_kv_codec_to_gpu("q8", q);
+  EXPECT_EQ(q.kv_codec, gpu::GpuKvCodec::q8);
+  EXPECT_EQ(q.resident_experts, gpu_options(p).resident_experts);  // the plan's VRAM experts stay
+  for (const char* turbo : {"turbo3", "turbo4"}) {
+    gpu::GpuOptions t = gpu_options(p);
+    try {
+      apply_kv_codec_to_gpu(turbo, t);
+      ADD_FAILURE() << turbo << " accepted on the GPU layers";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(turbo), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("--gpu-layers 0"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(apply_kv_codec_to_gpu("f8", o), std::invalid_argument);
+}
 }  // namespace
 }  // namespace tierlm::calibrate

@@ -146,6 +146,8 @@ TEST(Probes, StorageSweepIsBoundedAndCleansUp) {
     EXPECT_GT(x.gbs, 0.0);
     EXPECT_GT(x.iops, 0.0);
     EXPECT_NEAR(x.gbs * 1e9, x.iops * double(x.block_size), x.gbs * 1e9 * 1e-6);
+    EXPECT_GT(x.cpu_seconds_per_read, 0.0);  // the submitting thread's CPU per read (the reader's block choice)
+    EXPECT_LT(x.cpu_seconds_per_read, 1.0 / x.iops * 2.0 + 1e-3);
   }
   EXPECT_FALSE(s.filesystem.empty());
   EXPECT_TRUE(fs::is_empty(dir.path)) << "the scratch file was left behind";
@@ -186,12 +188,20 @@ TEST(Probes, GpuProbeReportsTheDeviceOrWhyThereIsNone) {
   EXPECT_GT(g.memory_gbs, 0);
 }
 
-TEST(ModelProfile, RouterTracesOnTheTinyMoeFixture) {
-  const fs::path dir = fs::path(TIERLM_SOURCE_DIR) / "tests/fixtures/models/qwen3_moe";
+const fs::path kTinyMoe = fs::path(TIERLM_SOURCE_DIR) / "tests/fixtures/models/qwen3_moe";
+
+// The tiny MoE fixture's profile options: `prompts` prompts of at most `tokens` tokens, one thread.
+ModelProfileOptions tiny_moe_options(int64_t prompts, int64_t tokens) {
   ModelProfileOptions o;
-  o.max_prompts = 4;
-  o.max_tokens_per_prompt = 12;
+  o.max_prompts = prompts;
+  o.max_tokens_per_prompt = tokens;
   o.threads = 1;
+  return o;
+}
+
+TEST(ModelProfile, RouterTracesOnTheTinyMoeFixture) {
+  const fs::path dir = kTinyMoe;
+  ModelProfileOptions o = tiny_moe_options(4, 12);
   RouterTrace trace;
   o.trace = &trace;
   const ModelProfile p = measure_model_profile(dir, o);
@@ -227,6 +237,45 @@ TEST(ModelProfile, RouterTracesOnTheTinyMoeFixture) {
   // The fingerprint follows the files.
   EXPECT_EQ(model_fingerprint(dir, ""), p.fingerprint);
   EXPECT_NE(model_fingerprint(dir, "q8_0"), p.fingerprint);
+}
+
+// Calibrate measures the model within a memory budget (issue 14 item 1: an unpacked bf16 DeepSeek-V2-Lite was
+// OOM-killed in a 4 GiB cgroup by the layers x top_k expert slots of the timing pass). With a budget that leaves
+// room for only top_k slots beside the dense weights, the measurement holds the budget (ledger peak), uses fewer
+// than layers x top_k slots, still times an expert, and times no decode step (every step would miss: the planner's
+// analytic step instead).
+TEST(ModelProfile, MeasurementHoldsItsMemoryBudget) {
+  const fs::path dir = kTinyMoe;
+  ModelProfileOptions o = tiny_moe_options(2, 8);
+  o.timing_threads = {1};
+  o.timing_seconds = 0.05;
+  o.kv_quality_seconds = 0;
+  ModelProfileOptions::Memory unbounded;
+  o.memory = &unbounded;
+  const ModelProfile p = measure_model_profile(dir, o);
+  const int64_t every_step = p.moe_layers * p.top_k;
+  ASSERT_EQ(unbounded.cache_slots, every_step);
+  // The expert's reads as the store issues them (three dense tensors here), kept through the wisdom file's JSON.
+  EXPECT_EQ(p.expert_read_extents.size(), 3u);
+  EXPECT_EQ(model_profile_from_json(to_json(p)).expert_read_extents, p.expert_read_extents);
+  // What the dense weights, scratch, KV and the conversion reservation took: the unbounded peak less the slots'
+  // blocks and staging. The budget leaves room for top_k and a half slots beside an eighth kept free.
+  const uint64_t slot = p.expert_bytes + ((p.expert_staging_bytes + 4095) / 4096) * 4096;
+  const uint64_t rest = unbounded.ledger_peak - uint64_t(every_step) * slot;
+  const uint64_t budget = uint64_t(double(rest + uint64_t(p.top_k) * slot + slot / 2) / (1.0 - 1.0 / 8));
+  ASSERT_LT(budget, unbounded.ledger_peak);
+  ModelProfileOptions::Memory bounded;
+  o.memory = &bounded;
+  o.memory_budget_bytes = budget;
+  const ModelProfile q = measure_model_profile(dir, o);
+  EXPECT_LE(bounded.ledger_peak, budget);
+  EXPECT_GE(bounded.cache_slots, p.top_k);
+  EXPECT_LT(bounded.cache_slots, every_step);
+  ASSERT_EQ(q.timings.size(), 1u);
+  EXPECT_EQ(q.timings[0].step_seconds, 0);
+  EXPECT_GT(q.timings[0].expert_seconds, 0);
+  EXPECT_GT(p.timings[0].step_seconds, 0);  // unbounded: every layer's top_k in memory
+  EXPECT_EQ(q.traced_tokens, p.traced_tokens);
 }
 
 }  // namespace

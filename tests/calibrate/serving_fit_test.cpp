@@ -3,6 +3,8 @@
 // KV taken from the expert cache; one that cannot fit is refused with a "what fits" that the planner confirms.
 #include <gtest/gtest.h>
 
+#include <numeric>
+#include <random>
 #include <regex>
 
 #include "calibrate/serving_fit.h"
@@ -67,6 +69,43 @@ TEST(ServingFit, ALargerBatchShrinksTheExpertCacheAndSaysSo) {
   const ServingFit cut = fit_serving(e, smaller);
   ASSERT_TRUE(cut.refitted);
   EXPECT_LE(cut.plan.prediction.total_memory(), 5ull << 30);
+}
+
+// serve's re-fit plans on the router trace the wisdom file keeps, as calibrate did: the resident set ranked on its
+// first half, the hit rate replayed on the second, never the ~100% of a replay on the tokens it was chosen on.
+TEST(ServingFit, ARefitIsJudgedOnTheStoredTracesHeldOutHalf) {
+  WisdomEntry e = entry_for(6ull << 30, 1, 4096);
+  e.model.moe_layers = 4;
+  e.model.expert_frequency.resize(4);
+  std::mt19937 rng(5);
+  RouterTrace t{4, e.model.experts, e.model.top_k, {}};
+  for (int i = 0; i < 16; ++i)
+    for (int64_t l = 0; l < 4; ++l) {
+      std::vector<int32_t> ids(size_t(e.model.experts));
+      std::iota(ids.begin(), ids.end(), 0);
+      std::shuffle(ids.begin(), ids.end(), rng);
+      t.selections.insert(t.selections.end(), ids.begin(), ids.begin() + e.model.top_k);
+    }
+  e.model.expert_frequency = frequencies(t);
+  e.model.trace_selections = t.selections;
+  const ModelProfile back = model_profile_from_json(to_json(e.model));  // kept through the wisdom file
+  EXPECT_EQ(back.trace_selections, t.selections);
+  PlanRequest r;
+  r.budget_bytes = e.model.dense_bytes() + e.model.total_expert_bytes() / 2 + (512ull << 20);
+  r.context = 1024;
+  r.trace = &t;
+  e.plan = make_plan(e.device, e.model, r);
+  ServingRequest s;
+  s.batch = 2;
+  const ServingFit fit = fit_serving(e, s);
+  ASSERT_TRUE(fit.refitted);
+  PlanRequest q = r;
+  q.batch = 2;
+  q.threads = e.plan.threads;
+  q.gpu_layers = e.plan.gpu_layers;
+  q.kv_codec = e.plan.kv_codec;
+  EXPECT_DOUBLE_EQ(fit.plan.prediction.expert_hit_rate, make_plan(e.device, e.model, q).prediction.expert_hit_rate);
+  EXPECT_LT(fit.plan.prediction.expert_hit_rate, 0.9);  // uniform routing, about half the experts in memory
 }
 
 TEST(ServingFit, WhatCannotFitIsRefusedWithWhatFits) {

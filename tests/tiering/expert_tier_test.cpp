@@ -94,7 +94,7 @@ model::ModelConfig mlx_config() {
   c.moe_intermediate_size = 64;
   c.num_experts = 4;
   c.num_experts_per_tok = 2;
-  c.quantization = model::QuantizationConfig{32, 4};
+  c.quantization = model::QuantizationConfig{32, 4, {}};
   return c;
 }
 
@@ -224,6 +224,42 @@ TEST(ExpertStore, MlxMissRepacksIntoTheSlotExactlyWithoutScratch) {
         }
       }
     }
+  }
+}
+
+// gpt-oss's MXFP4 experts (the transformers fixture's file): the cache reserves in "expert_staging" what a miss's
+// conversion really charges, measured on a scratch ledger's peak. Into an MXFP4 slot the blocks and scales go
+// straight from staging into the slot, so only the bias temporaries remain; into a q8_0 slot (widened) the
+// reservation still covers the peak.
+TEST(ExpertStore, Mxfp4ReservationIsWhatTheMissPathCharges) {
+  const std::filesystem::path dir = std::filesystem::path(TIERLM_SOURCE_DIR) / "tests/fixtures/models/gpt_oss-mxfp4";
+  const auto config = model::load_config(dir);
+  const auto index = model::TensorIndex::open_file(dir / "model.safetensors");
+  for (const auto format : {kernels::WeightFormat::mxfp4, kernels::WeightFormat::q8_0}) {
+    const auto store = model::expert_store_from_safetensors(index, config, format);
+    ASSERT_EQ(store.encoding(), tiering::ExpertEncoding::mxfp4);
+    ASSERT_EQ(store.layout().format, format);
+    tiering::Ledger ledger;
+    tiering::ExpertReader reader(store.files());
+    tiering::LedgerBuffer staging(ledger, "t", store.staging_bytes(), 4096);
+    tiering::LedgerBuffer block(ledger, "t", store.layout().bytes, 4096);
+    tiering::Ledger scratch;
+    for (int64_t e = 0; e < store.experts(); ++e) {
+      reader.wait(reader.submit(store.plan(0, e, block.data(), staging.data())));
+      store.finish(0, e, staging.data(), block.data(), scratch);
+    }
+    EXPECT_GT(scratch.peak(), 0u);
+    EXPECT_GE(store.conversion_bytes(), scratch.peak()) << kernels::format_name(format);
+    if (format == kernels::WeightFormat::mxfp4) {
+      EXPECT_EQ(store.conversion_bytes(), scratch.peak());  // nothing reserved that the miss path does not use
+    }
+    // The cache charges exactly that reservation to its ledger.
+    tiering::Ledger cache_ledger;
+    tiering::ExpertCacheOptions o;
+    o.slots = 2;
+    o.prefetch_limit = 0;
+    tiering::ExpertCache cache(store, reader, cache_ledger, o);
+    EXPECT_EQ(cache_ledger.used("expert_staging"), store.conversion_bytes());
   }
 }
 

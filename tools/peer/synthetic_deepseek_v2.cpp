@@ -197,23 +197,15 @@ int main(int argc, char** argv) {
     const char* usage =
         "usage: synthetic_deepseek_v2 OUT_DIR --config CONFIG_JSON --tokenizer DIR [--layers N] [--zipf S] [--seed S] "
         "[--tokenizer-only 1]";
-    if (argc < 2) throw std::invalid_argument(usage);
-    const fs::path dir = argv[1];
-    fs::path config_path, tokenizer;
-    double zipf = 0.8;
-    uint64_t seed = 1;
-    int64_t layers = 0;
-    bool tokenizer_only = false;
-    for (int i = 2; i + 1 < argc; i += 2) {
-      const std::string key = argv[i], value = argv[i + 1];
-      if (key == "--config") config_path = value;
-      else if (key == "--tokenizer") tokenizer = value;
-      else if (key == "--layers") layers = std::stoll(value);
-      else if (key == "--zipf") zipf = std::stod(value);
-      else if (key == "--seed") seed = std::stoull(value);
-      else if (key == "--tokenizer-only") tokenizer_only = value == "1";
-      else throw std::invalid_argument("unknown option " + key + "\n" + usage);
-    }
+    const tierlm::peer::ToolArgs args = tierlm::peer::parse_tool_args(
+        argc, argv, usage, {"--config", "--tokenizer", "--layers", "--zipf", "--seed", "--tokenizer-only"});
+    const fs::path& dir = args.dir;
+    const fs::path config_path = args.has("--config") ? args.at("--config") : "";
+    const fs::path tokenizer = args.has("--tokenizer") ? args.at("--tokenizer") : "";
+    const double zipf = args.has("--zipf") ? std::stod(args.at("--zipf")) : 0.8;
+    const uint64_t seed = args.has("--seed") ? std::stoull(args.at("--seed")) : 1;
+    const int64_t layers = args.has("--layers") ? std::stoll(args.at("--layers")) : 0;
+    const bool tokenizer_only = args.has("--tokenizer-only") && args.at("--tokenizer-only") == "1";
     if (config_path.empty() || tokenizer.empty() || !fs::exists(tokenizer / "tokenizer.json"))
       throw std::invalid_argument(usage);
     std::ifstream in(config_path);

@@ -267,21 +267,15 @@ void write_config(const fs::path& dir, const Shape& s) {
 
 int main(int argc, char** argv) {
   try {
-    if (argc < 2)
-      throw std::invalid_argument("usage: synthetic_mlx_moe OUT_DIR --tokenizer DIR [--layers N] [--zipf S] [--seed S]");
-    const fs::path dir = argv[1];
+    const tierlm::peer::ToolArgs args = tierlm::peer::parse_tool_args(
+        argc, argv, "usage: synthetic_mlx_moe OUT_DIR --tokenizer DIR [--layers N] [--zipf S] [--seed S]",
+        {"--tokenizer", "--layers", "--zipf", "--seed"});
+    const fs::path& dir = args.dir;
     Shape shape;
-    double zipf = 0.8;
-    uint64_t seed = 1;
-    fs::path tokenizer;
-    for (int i = 2; i + 1 < argc; i += 2) {
-      const std::string key = argv[i], value = argv[i + 1];
-      if (key == "--layers") shape.layers = std::stoll(value);
-      else if (key == "--zipf") zipf = std::stod(value);
-      else if (key == "--seed") seed = std::stoull(value);
-      else if (key == "--tokenizer") tokenizer = value;
-      else throw std::invalid_argument("unknown option " + key);
-    }
+    if (args.has("--layers")) shape.layers = std::stoll(args.at("--layers"));
+    const double zipf = args.has("--zipf") ? std::stod(args.at("--zipf")) : 0.8;
+    const uint64_t seed = args.has("--seed") ? std::stoull(args.at("--seed")) : 1;
+    const fs::path tokenizer = args.has("--tokenizer") ? args.at("--tokenizer") : "";
     if (tokenizer.empty() || !fs::exists(tokenizer / "tokenizer.json"))
       throw std::invalid_argument("--tokenizer DIR must hold a Qwen3 tokenizer.json (e.g. .cache/tokenizers/qwen3)");
     fs::create_directories(dir);

@@ -16,6 +16,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <initializer_list>
+#include <map>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -25,21 +27,42 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "runtime/kernels/splitmix64.h"
+
 namespace tierlm::peer {
 
 constexpr float kMassive = 8.0f;      // residual channel 0
 constexpr float kOutputScale = 0.2f;  // std of the matrices writing the residual, relative to 1/sqrt(cols)
 constexpr float kGrowth = 0.03f;      // estimated growth of the residual's mean square per layer (kOutputScale^2 x ~0.75)
 
+// The synthetic writers' command line: OUT_DIR, then "--key value" pairs among `keys`. --help, an OUT_DIR that starts
+// with '-', an unknown key or a key without its value throw std::invalid_argument carrying `usage` (a mistyped
+// command must not write gigabytes into a folder named like an option).
+struct ToolArgs {
+  std::filesystem::path dir;
+  std::map<std::string, std::string> options;
+  bool has(const std::string& key) const { return options.count(key) > 0; }
+  const std::string& at(const std::string& key) const { return options.at(key); }
+};
+
+inline ToolArgs parse_tool_args(int argc, char** argv, const std::string& usage,
+                                std::initializer_list<const char*> keys) {
+  if (argc < 2 || argv[1][0] == '-') throw std::invalid_argument(usage);
+  ToolArgs args{argv[1], {}};
+  for (int i = 2; i < argc; i += 2) {
+    const std::string key = argv[i];
+    if (key == "--help" || std::find(keys.begin(), keys.end(), key) == keys.end())
+      throw std::invalid_argument("unknown option " + key + "\n" + usage);
+    if (i + 1 >= argc) throw std::invalid_argument(key + " needs a value\n" + usage);
+    args.options[key] = argv[i + 1];
+  }
+  return args;
+}
+
 // SplitMix64: fast, deterministic, good enough for random weights.
 struct Rng {
   uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+  uint64_t next() { return kernels::splitmix64_next(s); }
   float uniform() { return float(next() >> 40) / float(1 << 24); }  // [0, 1)
   float normal() {  // Box-Muller
     const float u1 = std::max(uniform(), 1e-7f), u2 = uniform();

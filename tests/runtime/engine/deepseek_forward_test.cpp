@@ -99,9 +99,12 @@ TEST_P(DeepseekMatchesTransformers, PackedExpertsStreamTheSameLogits) {
 // deepseek_v3-yarn / deepseek_v2-yarn: YaRN rope as the published configs set it (factor 40 over 4096 original
 // positions, beta 32/1): V3's mscale = mscale_all_dim = 1 (softmax scale x mscale(40, 1)^2), the v2 one mscale 0.9
 // against mscale_all_dim 0.707 so the cos/sin attention factor is not 1 either.
+// deepseek_v3-mlx4 / deepseek_v2-mlx4: mlx-lm's layouts (experts stacked as switch_mlp, 4-bit group 32; V3's kv_b
+// split into embed_q / unembed_out, V2's kv_b_proj kept), against transformers on the dequantized weights; packed,
+// their experts stay MLX.
 INSTANTIATE_TEST_SUITE_P(Fixtures, DeepseekMatchesTransformers,
                          ::testing::Values("deepseek_v3", "deepseek_v2", "deepseek_v3-fp8", "deepseek_v3-yarn",
-                                           "deepseek_v2-yarn"),
+                                           "deepseek_v2-yarn", "deepseek_v3-mlx4", "deepseek_v2-mlx4"),
                          [](const auto& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');
@@ -186,18 +189,26 @@ TEST(Deepseek, UnsupportedOptionsAreRefusedByName) {
   refused("n_group", 3);  // does not divide 8 experts
 }
 
-// The GPU backend does not run MLA yet: asked for DeepSeek layers it refuses at construction, naming MLA (checked
-// without a GPU: the check runs before the device is touched).
-TEST(Deepseek, GpuLayersRefuseMlaByName) {
+// The GPU backend runs MLA layers (tests/runtime/gpu/gpu_reference_test.cpp checks them against transformers); the
+// q8 device KV, which it does not implement for the latent cache, is refused at construction by name (checked without
+// a GPU: the checks run before the device is touched).
+TEST(Deepseek, GpuLayersTakeMlaAndRefuseTheQ8LatentKvByName) {
   const model::ModelConfig c = model::load_config(fixture("deepseek_v3"));
+  EXPECT_NO_THROW(gpu::GpuLayers::check_supported(c, c.num_layers));
+  tiering::Ledger ledger;
+  const model::ModelWeights w = model::load_model(fixture("deepseek_v3"), streaming(ledger, fixture("deepseek_v3")));
+  gpu::GpuOptions o;
+  o.layers = 2;
+  o.kv_codec = gpu::GpuKvCodec::q8;
   try {
-    gpu::GpuLayers::check_supported(c, 2);
-    ADD_FAILURE() << "the GPU backend accepted MLA layers";
+    gpu::GpuLayers g(w, o, 16, 64);
+    ADD_FAILURE() << "the GPU backend accepted the q8 device KV on MLA layers";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("multi-head latent attention"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("--gpu-layers 0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("q8 device KV is not supported on MLA layers"), std::string::npos)
+        << e.what();
+  } catch (const std::runtime_error& e) {  // a build without the CUDA backend refuses every GPU layer
+    if (std::string(e.what()).find("no CUDA backend") == std::string::npos) ADD_FAILURE() << e.what();
   }
-  EXPECT_NO_THROW(gpu::GpuLayers::check_supported(c, 0));
 }
 
 // Chunks of 1, 5 and 24 give the whole prompt's logits: the latent rows written by earlier chunks are what later

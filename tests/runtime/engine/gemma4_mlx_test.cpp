@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/runtime/engine/reference_fixture.h"
+#include "tests/runtime/model/mlx_quantize.h"
 #include "tests/runtime/model/safetensors_writer.h"
 
 #include "runtime/model/model.h"
@@ -27,34 +28,6 @@ using tierlm::fixtures::read_json;
 
 constexpr int kGroup = 32;
 
-struct Quantized {
-  std::vector<uint32_t> packed;
-  std::vector<float> scales, biases, dequantized;
-};
-
-// MLX affine quantization of rows x cols values (row-major), `bits` per value, element 0 in the low bits.
-Quantized quantize(const std::vector<float>& w, int64_t rows, int64_t cols, int bits) {
-  Quantized q;
-  const int per_word = 32 / bits, levels = (1 << bits) - 1;
-  q.packed.assign(size_t(rows * cols / per_word), 0);
-  q.dequantized.resize(w.size());
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t g = 0; g < cols / kGroup; ++g) {
-      const float* x = &w[size_t(r * cols + g * kGroup)];
-      const float lo = *std::min_element(x, x + kGroup), hi = *std::max_element(x, x + kGroup);
-      const float scale = std::max((hi - lo) / float(levels), 1e-8f), bias = lo;
-      q.scales.push_back(scale);
-      q.biases.push_back(bias);
-      for (int j = 0; j < kGroup; ++j) {
-        const int64_t c = g * kGroup + j;
-        const uint32_t code = uint32_t(std::clamp(std::lround((x[j] - bias) / scale), 0L, long(levels)));
-        q.packed[size_t((r * cols + c) / per_word)] |= code << (bits * (c % per_word));
-        q.dequantized[size_t(r * cols + c)] = float(code) * scale + bias;
-      }
-    }
-  return q;
-}
-
 test::TestTensor f32_tensor(const std::string& name, std::vector<int64_t> shape, const std::vector<float>& v) {
   return {name, "F32", std::move(shape), test::bytes_of(v)};
 }
@@ -66,7 +39,7 @@ void convert(const std::filesystem::path& out, const std::string& source) {
   std::vector<test::TestTensor> mlx, hf;
   auto put_quantized = [&](const std::string& base, std::vector<int64_t> lead, int64_t rows, int64_t cols, int bits,
                            const std::vector<float>& v) {
-    const Quantized q = quantize(v, int64_t(v.size()) / cols, cols, bits);
+    const test::MlxQuantized q = test::mlx_quantize(v, int64_t(v.size()) / cols, cols, bits, kGroup);
     auto shape = [&](int64_t last) {
       std::vector<int64_t> s = lead;
       s.push_back(rows);

@@ -49,15 +49,14 @@ TEST(Perplexity, TokenizerGivesTheReferenceIds) {
   EXPECT_EQ(ids, ref.ids);
 }
 
-// Over the 1,024 positions the model was trained on (beyond them it drifts, and small differences grow to nats), every
-// chunk size gives transformers' mean NLL within 1e-3 nats and each token's within 0.25 nats; chunk 1 (decode), 64
-// and 500 give the same numbers (1e-4). Observed: mean difference 2e-4 nats (perplexity 40.473 vs 40.481), most
-// tokens within 1e-2, the largest 0.10 nats. That is far above the 1e-6 relative of the random-weight f32 fixtures:
-// not explained yet (a layer-by-layer comparison with transformers on the device would say where it comes from).
+// Over the 1,024 positions the model was trained on, every chunk size gives transformers' NLL at every position within
+// 1e-4 nats (measured: 1.2e-5) and chunk 1 (decode), 64 and 500 agree with each other. (The first reference scored
+// the training script's in-memory copy, whose rotary inv_freq had been rounded to bf16 by .to(bfloat16): 0.10 nats
+// off at some positions, with transformers itself on the saved files agreeing with tierlm, not with it.)
 TEST(Perplexity, ExactCacheGivesTransformersNllAtEveryPosition) {
   const Reference ref = reference();
   ASSERT_EQ(ref.nll.size() + 1, ref.ids.size());
-  ASSERT_GE(ref.ids.size(), 1024u);
+  ASSERT_EQ(ref.ids.size(), 1024u);
   tiering::Ledger ledger;
   model::LoadOptions load;
   load.ledger = &ledger;
@@ -73,8 +72,8 @@ TEST(Perplexity, ExactCacheGivesTransformersNllAtEveryPosition) {
       worst = std::max(worst, std::fabs(r.nll[i] - ref.nll[i]));
       sum += ref.nll[i];
     }
-    EXPECT_LT(worst, 0.25) << "chunk " << chunk << ": largest per-token NLL difference (nats)";
-    EXPECT_NEAR(r.mean_nll, sum / double(r.nll.size()), 1e-3) << "chunk " << chunk;
+    EXPECT_LT(worst, 1e-4) << "chunk " << chunk << ": largest per-token NLL difference (nats)";
+    EXPECT_NEAR(r.mean_nll, sum / double(r.nll.size()), 1e-5) << "chunk " << chunk;
     if (first.empty()) {
       first = r.nll;
     } else {
@@ -98,12 +97,18 @@ TEST(Perplexity, LossyCodecsAgainstTheExactCache) {
     const double p = engine::perplexity(w, pool, ledger, ids, {c, {}, {}}, 64).perplexity();
     std::printf("%-7s perplexity %.4f (%+.3f%% vs the f32 cache)\n", kv::codec_name(c), p,
                 100 * (p / exact - 1));
-    // f16 and q8 are near-exact on any model; the turbo codecs are what the planner's measured rule is for.
+    // f16 and q8 are near-exact on any model. The turbo codecs must meet the planner's rule (at most 1% perplexity,
+    // calibrate/kv_quality.h) on this trained model, so the planner may pick them: turbo3 with 3-bit keys + QJL
+    // measured +1.45% here (+2.4% averaged over six rotation seeds, bench/kv_loss_bench), now 4-bit MSE keys -0.01%;
+    // turbo4 +0.80%.
     if (c == kv::Codec::f16) {
       EXPECT_LT(std::fabs(p / exact - 1), 1e-3);
     }
     if (c == kv::Codec::q8) {
       EXPECT_LT(std::fabs(p / exact - 1), 5e-3);
+    }
+    if (c == kv::Codec::turbo3 || c == kv::Codec::turbo4) {
+      EXPECT_LE(p / exact - 1, 0.01) << kv::codec_name(c) << ": the planner's 1% rule";
     }
   }
   EXPECT_GT(ledger.peak(), 0u);

@@ -2,7 +2,8 @@
 // use (the tiny default model, the llama-1B bench shape) and odd ones: the f16/bf16 decode matvec (x as is, with the
 // RMSNorm fused into its load, with the SiLU gate fused), the few-row matvec (2-4 x rows) and the packed q8_0 one;
 // the device embedding lookup against the host's (kernels::dequantize_row) in every format, and the device greedy
-// argmax against engine::argmax (ties, NaN, a vocabulary that does not split evenly).
+// argmax against engine::argmax (ties, NaN, a vocabulary that does not split evenly); DeepSeek's MLA kernels (latent
+// store, absorbed query, latent attention) on DeepSeek-V2-Lite's head shape.
 // The inputs are exactly representable in the weight format, so the only difference is f32 summation order.
 // Without a GPU every test skips with the reason.
 #include <cmath>
@@ -19,7 +20,10 @@
 
 #include "runtime/engine/sampler.h"
 #include "runtime/gpu/device_kernels.cuh"
+#include "runtime/gpu/mla_kernels.cuh"
 #include "runtime/kernels/weights.h"
+#include "runtime/kernels/thread_pool.h"
+#include "tiering/ledger.h"
 #include "runtime/gpu/gpu_probe.h"
 #include "tests/runtime/gpu/skip_without_gpu.h"
 
@@ -334,6 +338,226 @@ TEST(ArgmaxRows, MatchesHostArgmax) {
   gpu::device::argmax_rows(dev.p, rows, vocab, scratch.p, rows, out.p, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(out.get(size_t(rows)), want) << "after single rows";
+}
+
+// MXFP4 (gpt-oss's experts, read packed): device::mxfp4_matvec against the CPU MXFP4 kernel (kernels::matmul on
+// the same packed bytes) and double-precision math over the dequantized rows, for 1, 3, 4, 7 and 33 activation rows
+// (the decode rows and prefill's), with random codes and scales spanning 2^-10..2^3, a zero scale byte (the
+// denormal 2^-127) included; accumulate adds to what y held.
+TEST(Mxfp4Matvec, MatchesTheCpuKernel) {
+  SKIP_WITHOUT_GPU();
+  tiering::Ledger ledger;
+  kernels::ThreadPool pool(2);
+  for (const Shape s : {Shape{64, 64}, Shape{130, 2880 / 10 * 4}, Shape{256, 2048}}) {
+    std::mt19937 rng(uint32_t(s.rows * 7 + s.cols));
+    std::uniform_int_distribution<int> byte(0, 255), scale(117, 130);
+    const int64_t groups = s.rows * s.cols / 32;
+    std::vector<uint8_t> blocks(static_cast<size_t>(groups * 16)), scales(static_cast<size_t>(groups));
+    for (auto& b : blocks) b = uint8_t(byte(rng));
+    for (auto& x : scales) x = uint8_t(scale(rng));
+    scales[3] = 0;
+    const kernels::Weight w = kernels::make_mxfp4_weight(blocks.data(), scales.data(), s.rows, s.cols, ledger, "w");
+    std::vector<float> dense(size_t(s.rows * s.cols));
+    for (int64_t r = 0; r < s.rows; ++r) kernels::dequantize_row(w.view, r, dense.data() + r * s.cols);
+    for (int64_t n : {1, 3, 4, 7, 33}) {
+      const std::vector<float> x = values(size_t(n * s.cols), uint32_t(n));
+      std::vector<float> cpu(size_t(n * s.rows));
+      kernels::matmul(w.view, x.data(), n, cpu.data(), pool);
+      std::vector<double> want(size_t(n * s.rows));
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t r = 0; r < s.rows; ++r) {
+          double acc = 0;
+          for (int64_t c = 0; c < s.cols; ++c) acc += double(dense[size_t(r * s.cols + c)]) * x[size_t(t * s.cols + c)];
+          want[size_t(t * s.rows + r)] = 1.0 + acc;  // y starts at 1 and accumulates
+        }
+      Device<uint8_t> db(blocks), ds(scales);
+      Device<float> dx(x), dy(std::vector<float>(size_t(n * s.rows), 1.0f));
+      MatrixRef m;
+      m.format = gpu::device::kMxfp4Format;
+      m.rows = s.rows;
+      m.cols = s.cols;
+      m.data = db.p;
+      m.scales = ds.p;
+      m.group_size = 32;
+      m.bits = 4;
+      gpu::device::matvec(m, dx.p, s.cols, n, dy.p, s.rows, /*accumulate=*/true, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<float> got = dy.get(size_t(n * s.rows));
+      std::vector<float> cpu_plus_one(cpu);
+      for (float& v : cpu_plus_one) v += 1.0f;
+      std::vector<double> cpu_d(cpu_plus_one.begin(), cpu_plus_one.end());
+      const double vs_math = max_relative(got, want), vs_cpu = max_relative(got, cpu_d);
+      EXPECT_LE(vs_math, 1e-5) << s.rows << "x" << s.cols << " n " << n;
+      EXPECT_LE(vs_cpu, 1e-5) << s.rows << "x" << s.cols << " n " << n;
+      if (n == 33)
+        std::printf("[ MXFP4    ] %lldx%lld: vs double math %.3g, vs the CPU MXFP4 kernel %.3g\n", (long long)s.rows,
+                    (long long)s.cols, vs_math, vs_cpu);
+    }
+  }
+}
+
+// DeepSeek's MLA kernels on DeepSeek-V2-Lite's head shape (16 heads, kv_lora_rank 512, rope 64, nope 128, v 128)
+// against double-precision math on the host: two sequences (200 and 70 positions) whose pages interleave in the pool,
+// stored in one step; then query rows at positions 199 and 63 of the first and 69 of the second (several tiles of
+// 128 positions, rows sharing a sequence, a sequence past its first page). f32 latent KV: 1e-5 relative; f16: the
+// latent's f16 rounding (5e-3); both the one-block-per-(row, head) form and the split one. Then the device time of
+// one decode row's query + attention at 4096 positions, in each form.
+TEST(MlaKernels, MatchHostMath) {
+  SKIP_WITHOUT_GPU();
+  namespace d = gpu::device;
+  const int64_t heads = 16, nope = 128, rope = 64, lora = 512, v = 128, half = rope / 2, floats = lora + rope;
+  const int64_t ldq = heads * (nope + rope);
+  const std::vector<int64_t> lengths = {200, 70};
+  const std::vector<std::vector<int32_t>> pages = {{5, 0, 7, 2}, {3, 6, 0, 0}};  // page tables, stride 4
+  const int64_t stride = 4, pool_pages = 8;
+  std::vector<int32_t> table;
+  for (const auto& t : pages) table.insert(table.end(), t.begin(), t.end());
+  // Every position's [kv_a latent | k_rope] row, in sequence order.
+  std::vector<int32_t> positions, seq_of_row;
+  for (size_t s = 0; s < lengths.size(); ++s)
+    for (int64_t t = 0; t < lengths[s]; ++t) positions.push_back(int32_t(t)), seq_of_row.push_back(int32_t(s));
+  const int64_t stored = int64_t(positions.size());
+  const std::vector<float> kv_a = values(size_t(stored * floats), 1);
+  std::vector<float> kv_norm = values(size_t(lora), 2), key = values(size_t(heads * lora * nope), 3);
+  std::vector<float> value = values(size_t(heads * v * lora), 4), inv_freq(static_cast<size_t>(half));
+  for (float& x : kv_norm) x = 1.0f + x / 4;
+  for (float& x : key) x /= 8;  // scores of a few units: a softmax that neither saturates nor flattens
+  for (int64_t j = 0; j < half; ++j) inv_freq[size_t(j)] = float(std::pow(10000.0, -double(2 * j) / double(rope)));
+  const float rope_scale = 1.25f, eps = 1e-6f, softmax_scale = float(1.0 / std::sqrt(double(nope + rope)));
+  // Query rows: (sequence, position).
+  const std::vector<std::pair<int32_t, int32_t>> queries = {{0, 199}, {0, 63}, {1, 69}};
+  const int64_t rows = int64_t(queries.size());
+  const std::vector<float> q = values(size_t(rows * ldq), 5);
+
+  // Host math: the stored rows, then each (row, head)'s output.
+  auto turn = [&](const float* x, int32_t pos, double* out) {
+    for (int64_t j = 0; j < half; ++j) {
+      const double angle = double(float(pos) * inv_freq[size_t(j)]);
+      const double c = std::cos(angle) * rope_scale, sn = std::sin(angle) * rope_scale;
+      out[j] = x[j] * c - x[j + half] * sn;
+      out[j + half] = x[j + half] * c + x[j] * sn;
+    }
+  };
+  std::vector<double> cache(static_cast<size_t>(stored * floats));  // by (sequence, position) in row order
+  for (int64_t i = 0; i < stored; ++i) {
+    const float* x = kv_a.data() + i * floats;
+    double sum = 0;
+    for (int64_t j = 0; j < lora; ++j) sum += double(x[j]) * x[j];
+    const double inv = 1.0 / std::sqrt(sum / double(lora) + eps);
+    for (int64_t j = 0; j < lora; ++j) cache[size_t(i * floats + j)] = kv_norm[size_t(j)] * x[j] * inv;
+    turn(x + lora, positions[size_t(i)], &cache[size_t(i * floats + lora)]);
+  }
+  std::vector<double> want(static_cast<size_t>(rows * heads * v));
+  for (int64_t i = 0; i < rows; ++i) {
+    const auto [seq, pos] = queries[size_t(i)];
+    const double* rows_of_seq = cache.data() + (seq == 0 ? 0 : lengths[0]) * floats;
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* qh = q.data() + i * ldq + h * (nope + rope);
+      std::vector<double> ql(static_cast<size_t>(lora)), qr(static_cast<size_t>(rope)), mix(size_t(lora), 0.0);
+      for (int64_t r = 0; r < lora; ++r)
+        for (int64_t j = 0; j < nope; ++j) ql[size_t(r)] += double(key[size_t((h * lora + r) * nope + j)]) * qh[j];
+      turn(qh + nope, pos, qr.data());
+      std::vector<double> score(static_cast<size_t>(pos + 1));
+      double best = -1e300, total = 0;
+      for (int64_t t = 0; t <= pos; ++t) {
+        double sc = 0;
+        for (int64_t r = 0; r < lora; ++r) sc += ql[size_t(r)] * rows_of_seq[t * floats + r];
+        for (int64_t j = 0; j < rope; ++j) sc += qr[size_t(j)] * rows_of_seq[t * floats + lora + j];
+        score[size_t(t)] = sc * softmax_scale;
+        best = std::max(best, score[size_t(t)]);
+      }
+      for (int64_t t = 0; t <= pos; ++t) {
+        const double p = std::exp(score[size_t(t)] - best);
+        total += p;
+        for (int64_t r = 0; r < lora; ++r) mix[size_t(r)] += p * rows_of_seq[t * floats + r];
+      }
+      for (int64_t o = 0; o < v; ++o) {
+        double acc = 0;
+        for (int64_t r = 0; r < lora; ++r) acc += double(value[size_t((h * v + o) * lora + r)]) * mix[size_t(r)];
+        want[size_t((i * heads + h) * v + o)] = acc / total;
+      }
+    }
+  }
+
+  Device<float> dkv_a(kv_a), dnorm(kv_norm), dkey(key), dvalue(value), dfreq(inv_freq), dq(q);
+  d::MlaParams p;
+  p.heads = heads, p.nope = nope, p.rope = rope, p.lora = lora, p.v = v;
+  p.norm_eps = eps, p.kv_norm = dnorm.p, p.inv_freq = dfreq.p, p.rope_scale = rope_scale;
+  p.softmax_scale = softmax_scale, p.key = dkey.p, p.value = dvalue.p;
+  Device<int32_t> dpos(positions), dseq(seq_of_row), dtable(table);
+  std::vector<int32_t> qpos, qseq;
+  for (const auto& [seq, pos] : queries) qpos.push_back(pos), qseq.push_back(seq);
+  Device<int32_t> dqpos(qpos), dqseq(qseq);
+  Device<float> q_latent(std::vector<float>(size_t(rows * heads * lora)));
+  Device<float> q_rope(std::vector<float>(size_t(rows * heads * rope)));
+  Device<float> out(std::vector<float>(size_t(rows * heads * v)));
+  const int64_t max_len = 512;  // the split form: chunks of 128 positions, 4 of them (2 used by position 199)
+  Device<float> split(std::vector<float>(size_t(d::mla_split_scratch_floats(rows, p, max_len))));
+  for (const int codec : {2, 0}) {
+    Device<uint8_t> pool(std::vector<uint8_t>(size_t(pool_pages * d::kKvPage * d::latent_row_bytes(codec, floats))));
+    const d::LatentKv kv{pool.p, codec};
+    d::mla_store_latent(dkv_a.p, floats, stored, p, dpos.p, kv, d::PageTables{dtable.p, stride, dseq.p}, nullptr);
+    d::mla_query(dq.p, ldq, rows, p, dqpos.p, q_latent.p, q_rope.p, nullptr);
+    const d::PageTables query_tables{dtable.p, stride, dqseq.p};
+    d::mla_attention(q_latent.p, q_rope.p, rows, p, dqpos.p, kv, query_tables, out.p, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const double error = max_relative(out.get(want.size()), want);
+    d::mla_attention_split(q_latent.p, q_rope.p, rows, p, dqpos.p, kv, query_tables, max_len, split.p, out.p, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const double split_error = max_relative(out.get(want.size()), want);
+    if (codec == 2) {  // the stored rows as they are in the pool: the first sequence's position 130 (its page 2)
+      std::vector<float> all = std::vector<float>(size_t(pool_pages * d::kKvPage * floats));
+      cudaMemcpy(all.data(), pool.p, all.size() * sizeof(float), cudaMemcpyDeviceToHost);
+      const float* row = all.data() + (int64_t(pages[0][2]) * d::kKvPage + 130 % d::kKvPage) * floats;
+      EXPECT_LE(max_relative(std::vector<float>(row, row + floats),
+                             std::vector<double>(cache.begin() + 130 * floats, cache.begin() + 131 * floats)), 1e-6);
+    }
+    EXPECT_LE(error, codec == 2 ? 1e-5 : 5e-3) << "codec " << codec;
+    EXPECT_LE(split_error, codec == 2 ? 1e-5 : 5e-3) << "codec " << codec;
+    std::printf("[ MLA-KERN ] %s latent KV: max relative error against double math %.3g (split over positions: "
+                "%.3g)\n", codec == 2 ? "f32" : "f16", error, split_error);
+  }
+
+  // One decode row of V2-Lite's head shape at 4096 positions (f16 latent): device time of query + attention.
+  const int64_t long_len = 4096, long_pages = long_len / d::kKvPage;
+  std::vector<int32_t> long_table(static_cast<size_t>(long_pages)), long_pos(static_cast<size_t>(long_len));
+  for (int64_t i = 0; i < long_pages; ++i) long_table[size_t(i)] = int32_t(long_pages - 1 - i);
+  for (int64_t t = 0; t < long_len; ++t) long_pos[size_t(t)] = int32_t(t);
+  Device<int32_t> dlong_table(long_table), dlong_pos(long_pos), dzero(std::vector<int32_t>(size_t(long_len), 0));
+  Device<float> dlong_kv_a(values(size_t(long_len * floats), 6));
+  Device<uint8_t> long_pool(std::vector<uint8_t>(size_t(long_len * d::latent_row_bytes(0, floats))));
+  const d::LatentKv long_kv{long_pool.p, 0};
+  const d::PageTables long_tables{dlong_table.p, long_pages, dzero.p};
+  d::mla_store_latent(dlong_kv_a.p, floats, long_len, p, dlong_pos.p, long_kv, long_tables, nullptr);
+  const int32_t last = int32_t(long_len - 1);
+  Device<int32_t> dlast(std::vector<int32_t>{last});
+  Device<float> long_split(std::vector<float>(size_t(d::mla_split_scratch_floats(1, p, long_len))));
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  constexpr int kRepeats = 20;
+  double us[2] = {0, 0};
+  for (int form = 0; form < 2; ++form) {
+    for (int r = 0; r <= kRepeats; ++r) {
+      if (r == 1) cudaEventRecord(start);  // the first run warms up
+      d::mla_query(dq.p, ldq, 1, p, dlast.p, q_latent.p, q_rope.p, nullptr);
+      if (form == 0)
+        d::mla_attention(q_latent.p, q_rope.p, 1, p, dlast.p, long_kv, long_tables, out.p, nullptr);
+      else
+        d::mla_attention_split(q_latent.p, q_rope.p, 1, p, dlast.p, long_kv, long_tables, long_len, long_split.p,
+                               out.p, nullptr);
+    }
+    cudaEventRecord(stop);
+    ASSERT_EQ(cudaEventSynchronize(stop), cudaSuccess);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    us[form] = 1e3 * ms / kRepeats;
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::printf("[ MLA-KERN ] V2-Lite head shape, one decode row at %lld positions (f16 latent, %.2f MB a layer): "
+              "query + attention %.1f us a layer, split over positions %.1f us\n", (long long)long_len,
+              double(long_len * d::latent_row_bytes(0, floats)) / 1e6, us[0], us[1]);
 }
 
 }  // namespace

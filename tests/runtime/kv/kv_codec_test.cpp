@@ -83,7 +83,7 @@ TEST(KVCodec, BitsPerDimensionAndCompression) {
   for (int d : {64, 128}) {
     const auto t3 = kv::layout_for(Codec::turbo3, d), t4 = kv::layout_for(Codec::turbo4, d);
     const auto f16 = kv::layout_for(Codec::f16, d), q8 = kv::layout_for(Codec::q8, d);
-    EXPECT_DOUBLE_EQ(t3.key_bits_per_dim(), 3 + 1 + 32.0 / d);  // codes + QJL signs + two f16 norms
+    EXPECT_DOUBLE_EQ(t3.key_bits_per_dim(), 4 + 16.0 / d);  // 4-bit codes + an f16 norm (no QJL plane)
     EXPECT_DOUBLE_EQ(t3.value_bits_per_dim(), 3 + 16.0 / d);
     EXPECT_DOUBLE_EQ(t4.key_bits_per_dim(), 4 + 16.0 / d);
     EXPECT_DOUBLE_EQ(f16.key_bits_per_dim(), 16);
@@ -162,16 +162,21 @@ TEST(KVCodec, RoundTripOfExactAndScalarCodecs) {
   }
 }
 
-// Attention on the pages equals softmax attention over the codec's own decoded vectors, for every codec,
-// length (partial pages, several pages), GQA group size (split at 4) and both kernel sets.
+// Attention on the pages equals softmax attention over the codec's own decoded vectors, for every codec (and the
+// QJL key variant, which no named codec uses since turbo3 took 4-bit MSE keys), length (partial pages, several
+// pages), GQA group size (split at 4) and both kernel sets.
 TEST(KVCodec, AttentionOnPagesMatchesAttentionOnDecodedVectors) {
   const int d = 32, kv_heads = 2;
-  for (Codec codec : kAll)
+  std::vector<engine::KVCacheOptions> options;
+  for (Codec codec : kAll) options.push_back({codec, {}, {}});
+  options.push_back({Codec::turbo3, {}, kv::TurboSpec{3, true, 3}});
+  for (const engine::KVCacheOptions& option : options)
     for (int group : {1, 3, 6})
       for (int64_t len : {1, 17, 70}) {
+        const Codec codec = option.codec;
         tiering::Ledger ledger;
         const auto c = config_for(d, kv_heads, kv_heads * group);
-        engine::KVCache cache(c, 96, ledger, {codec, {}, {}});
+        engine::KVCache cache(c, 96, ledger, option);
         std::mt19937 rng(uint32_t(len * 7 + group));
         for (int64_t t = 0; t < len; ++t) {
           auto k = gaussian(static_cast<size_t>(kv_heads * d), rng), v = gaussian(static_cast<size_t>(kv_heads * d), rng);
@@ -285,7 +290,7 @@ TEST(KVCodecQuality, AttentionErrorAgainstFp32) {
       {"q8", {Codec::q8, {}, {}}, 1e-2, 3e-2},
       {"turbo4", {Codec::turbo4, {}, {}}, 0.15, 0.25},
       {"turbo3", {Codec::turbo3, {}, {}}, 0.25, 0.5},
-      {"K4+V3 (turbo3 no QJL)", {Codec::turbo3, {}, kv::TurboSpec{4, false, 3}}, 0.25, 0.5},
+      {"K3+QJL+V3 (old turbo3)", {Codec::turbo3, {}, kv::TurboSpec{3, true, 3}}, 0.25, 0.5},
       {"K2+QJL+V3", {Codec::turbo3, {}, kv::TurboSpec{2, true, 3}}, 0.4, 0.8},
       {"K3+V3 (no QJL)", {Codec::turbo3, {}, kv::TurboSpec{3, false, 3}}, 0.4, 0.8},
   };

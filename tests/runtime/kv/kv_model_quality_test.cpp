@@ -1,9 +1,10 @@
 // Oracle: the same model with an f16 KV cache (and f32, exact). For each fixture model: a 2,000-token sequence
 // sampled from the model itself (f32 cache, temperature 1, fixed seed) is run through chunked prefill (64-token
 // chunks, logits at every position) once per KV codec; we report the mean KL(p_f16 || p_codec) of the next-token
-// distributions and the top-1 agreement with f16. Includes the QJL ablation at equal key bits (turbo3 vs 4-bit MSE
-// keys with the same 3-bit values). Target from the issue: q8 agrees with f16 on >= 99% of top-1 tokens on the
-// fixture models. tierlm-tiny (the trained default model, head_dim 64, 1,024 positions) is measured too, unasserted.
+// distributions and the top-1 agreement with f16. Includes the QJL ablation at equal key bits (turbo3's 4-bit MSE
+// keys vs 3-bit keys + QJL, the old turbo3, with the same 3-bit values). Target from the issue: q8 agrees with f16
+// on >= 99% of top-1 tokens on the fixture models. tierlm-tiny (the trained default model, head_dim 64, 1,024
+// positions) is measured too, unasserted.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -83,17 +84,18 @@ TEST_P(KVModelQuality, KLAndTop1AgainstF16) {
       {"q8", {Codec::q8, {}, {}}},
       {"turbo4", {Codec::turbo4, {}, {}}},
       {"turbo3", {Codec::turbo3, {}, {}}},
-      {"turbo3-noQJL(K4)", {Codec::turbo3, {}, kv::TurboSpec{4, false, 3}}},
+      {"K3+QJL,V3(old t3)", {Codec::turbo3, {}, kv::TurboSpec{3, true, 3}}},
       {"K2+QJL,V3", {Codec::turbo3, {}, kv::TurboSpec{2, true, 3}}},
       {"K3,V3(noQJL)", {Codec::turbo3, {}, kv::TurboSpec{3, false, 3}}},
   };
   const auto ref = all_logits(w, pool, ledger, tokens, {Codec::f16, {}, {}});
+  double turbo3_kl = 0, qjl_kl = 0;
   std::printf("[%s] %lld tokens (head_dim %lld), vs f16 KV: mean KL, max KL, top-1 agreement\n", name.c_str(),
               (long long)n, (long long)w.config.head_dim);
   for (const Variant& v : variants) {
     const auto got = all_logits(w, pool, ledger, tokens, v.options);
     double kl_sum = 0, kl_max = 0;
-    int64_t agree = 0;
+    int64_t agree = 0, worst = 0, above_one = 0;
     for (int64_t i = 0; i < n; ++i) {
       const float* a = &ref[size_t(i * V)];
       const float* b = &got[size_t(i * V)];
@@ -101,11 +103,13 @@ TEST_P(KVModelQuality, KLAndTop1AgainstF16) {
       double kl = 0;
       for (int64_t j = 0; j < V; ++j) kl += std::exp(la[size_t(j)]) * (la[size_t(j)] - lb[size_t(j)]);
       kl_sum += kl;
-      kl_max = std::max(kl_max, kl);
+      if (kl > kl_max) kl_max = kl, worst = i;
+      above_one += kl > 1.0;
       agree += (std::max_element(a, a + V) - a) == (std::max_element(b, b + V) - b);
     }
     const double top1 = double(agree) / double(n);
-    std::printf("  %-17s KL %.3e  max %.3e  top-1 %.2f%%\n", v.name.c_str(), kl_sum / double(n), kl_max, 100 * top1);
+    std::printf("  %-17s KL %.3e  max %.3e (position %lld; %lld positions > 1 nat)  top-1 %.2f%%\n", v.name.c_str(),
+                kl_sum / double(n), kl_max, (long long)worst, (long long)above_one, 100 * top1);
     // The issue's target is on the fixture models; tierlm-tiny (trained, not a fixture) is reported alongside.
     if (v.name == "q8" && name != "tierlm-tiny") {
       EXPECT_GE(top1, 0.99) << "q8 top-1 agreement with f16";
@@ -113,7 +117,12 @@ TEST_P(KVModelQuality, KLAndTop1AgainstF16) {
     if (v.name == "f32") {
       EXPECT_GE(top1, 0.99);
     }
+    if (v.name == "turbo3") turbo3_kl = kl_sum / double(n);
+    if (v.name.starts_with("K3+QJL")) qjl_kl = kl_sum / double(n);
   }
+  // The same key planes spent on a 4th Lloyd-Max bit beat 3 bits + a QJL sign plane on every model (measured mean KL
+  // 0.54-0.75x of the QJL variant's on the six models; on code-small +0.4% perplexity against +2.4%, six seeds).
+  EXPECT_LT(turbo3_kl, qjl_kl) << "turbo3's 4-bit MSE keys against 3-bit keys + QJL";
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, KVModelQuality,

@@ -108,21 +108,34 @@ TEST(Qwen35Config, UnimplementedOptionsAreRefusedByName) {
   EXPECT_NE(error_of(llama).find("'partial_rotary_factor'"), std::string::npos);
 }
 
-TEST(Qwen35Config, GpuBackendRefusesDeltaNetAndGatedAttentionByName) {
+// The GPU backend runs Gated DeltaNet layers (layers 0-2 here, full_attention_interval 4) within its kernels' limits
+// and names the limit it refuses; the gated full-attention layers (layer 3: output gate, partial rotary) run
+// (gpu_reference_test holds both to transformers), unless their q/k/v carry biases.
+TEST(Qwen35Config, GpuBackendRunsDeltaNetAndGatedAttention) {
   const ModelConfig c = parse_config(text_config("qwen3_5_text", ""), "c");
+  ASSERT_EQ(c.layer(2).mixer, Mixer::gated_deltanet);
+  EXPECT_NO_THROW(tierlm::gpu::GpuLayers::check_supported(c, 3));
+  EXPECT_NO_THROW(tierlm::gpu::GpuLayers::check_supported(c, c.num_layers));
+  std::string wide = text_config("qwen3_5_text", "");
+  wide.replace(wide.find(R"("linear_key_head_dim": 16)"), 25, R"("linear_key_head_dim": 2048)");
   try {
-    tierlm::gpu::GpuLayers::check_supported(c, 1);
+    tierlm::gpu::GpuLayers::check_supported(parse_config(wide, "c"), 1);
     ADD_FAILURE() << "no refusal";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("Gated DeltaNet"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Gated DeltaNet layer with linear_conv_kernel_dim 4, linear_key_head_dim 2048"),
+              std::string::npos) << e.what();
   }
   ModelConfig attention_only = c;
   for (auto& l : attention_only.layers) l.mixer = Mixer::attention;
+  ASSERT_TRUE(attention_only.arch.attention_output_gate);
+  ASSERT_LT(attention_only.rope.partial_rotary_factor, 1.0);
+  EXPECT_NO_THROW(tierlm::gpu::GpuLayers::check_supported(attention_only, 1));
+  attention_only.arch.qkv_bias = true;
   try {
     tierlm::gpu::GpuLayers::check_supported(attention_only, 1);
     ADD_FAILURE() << "no refusal";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("gated attention"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("gated attention with q/k/v biases"), std::string::npos) << e.what();
   }
   EXPECT_NO_THROW(tierlm::gpu::GpuLayers::check_supported(c, 0));
 }

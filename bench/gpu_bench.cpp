@@ -277,6 +277,12 @@ int main(int argc, char** argv) {
             std::printf("  %s %.2f", fused ? "fused" : "plain", *t);
         std::printf("\n");
       }
+    // Where the time of the widest goes (plain, len 4096): phases skipped (device::set_attention_debug's mask).
+    std::printf("  head_dim 512, 2 KV heads, len 4096 plain, skipping:");
+    for (const auto& [mask, what] : {std::pair<int, const char*>{1, "merge"}, {64 | 1, "scores loop, merge"},
+                                     {128 | 1, "values pass, merge"}, {4 | 8, "K/V loads"}})
+      if (const auto t = gpu::probe_attention(16, 2, 512, 4096, false, mask)) std::printf("  %s %.2f", what, *t);
+    std::printf("\n");
     return 0;
   }
   const auto probe = gpu::probe_gpu(quick);

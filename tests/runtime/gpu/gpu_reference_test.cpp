@@ -583,6 +583,15 @@ struct SequenceChecks {
   std::shared_ptr<gpu::GpuLayers> batched_gpu;
 };
 
+// Every layer on the GPU in the exact configuration (f32 device KV, f16/bf16 matrices widened to f32).
+gpu::GpuOptions exact_every_layer(const model::ModelWeights& w) {
+  gpu::GpuOptions o;
+  o.layers = w.config.num_layers;
+  o.kv_codec = gpu::GpuKvCodec::f32;
+  o.widen_dense_weights = true;
+  return o;
+}
+
 SequenceChecks check_sequences(SequenceRuns& runs, const gpu::GpuOptions& o, const std::string& name) {
   const int64_t V = runs.w.config.vocab_size;
   SequenceChecks r;
@@ -661,10 +670,7 @@ TEST_P(GpuChunkedBatched, ChunksWholeAndBatchAgreeOnTheGpu) {
   tiering::Ledger ledger;
   const model::ModelWeights w = fixtures::load_fixture(name, ledger);
   SequenceRuns runs(w, ledger, {150, 20, 70}, 12);
-  gpu::GpuOptions o;
-  o.layers = w.config.num_layers;
-  o.kv_codec = gpu::GpuKvCodec::f32;
-  o.widen_dense_weights = true;
+  const gpu::GpuOptions o = exact_every_layer(w);
   const SequenceChecks c = check_sequences(runs, o, name);
   std::printf("[ GPU-SEQ  ] %-16s 150-token prompt + 12 steps: GPU vs CPU %.3g, chunks of 64 vs whole %.3g, 3 "
               "sequences batched vs alone %.3g\n", name.c_str(), c.vs_cpu, c.chunks, c.batched);
@@ -868,10 +874,7 @@ TEST_P(GpuWideHeads, MatchTheCpuPath) {
   for (int64_t l = 0; l < w.config.num_layers; ++l) widest = std::max(widest, w.config.layer(l).head_dim);
   ASSERT_EQ(widest, head_dim);
   SequenceRuns runs(w, ledger, {150, 20, 70}, 12);
-  gpu::GpuOptions o;
-  o.layers = w.config.num_layers;
-  o.kv_codec = gpu::GpuKvCodec::f32;
-  o.widen_dense_weights = true;
+  const gpu::GpuOptions o = exact_every_layer(w);
   const SequenceChecks c = check_sequences(runs, o, name);
   EXPECT_LT(c.vs_cpu, 1e-4) << name;
   const auto cpu_f32 = runs.alone(0, 64, nullptr);

@@ -33,6 +33,7 @@
 #include <gtest/gtest.h>
 
 #include "runtime/engine/forward.h"
+#include "runtime/engine/generator.h"
 #include "runtime/gpu/gpu_layers.h"
 #include "runtime/kv/codec.h"
 #include "runtime/model/model.h"
@@ -691,6 +692,67 @@ TEST_P(GpuDeltaNet, Qwen35MatchesTransformersChunkedAndBatched) {
               name.c_str(), kSteps, vs_cpu, chunks, by_token, batched,
               (unsigned long long)c.deltanet.state_bytes());
 }
+
+// The host KV cache of a generation holds nothing for the layers that run on the GPU (their device KV and states are
+// GpuLayers'): with every layer there the ledger's "kv" account is empty, with the first layer there it is the other
+// layers' pages, rings and states (KVCache::bytes_for from that layer), and the greedy tokens are the CPU's.
+class GpuHostState : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuHostState, GpuLayersHoldNoHostKvOrState) {
+  SKIP_WITHOUT_GPU();
+  const std::string name = GetParam();
+  tiering::Ledger ledger;
+  const model::ModelWeights w = fixtures::load_fixture(name, ledger);
+  const model::ModelConfig& c = w.config;
+  engine::GenerationRequest request;
+  request.prompt = fixtures::reference_prompt(fixtures::fixture(name));
+  request.max_tokens = 12;
+  request.ignore_stop_tokens = true;
+  constexpr int64_t kContext = 128;
+  // The Generator's cache takes the process default codec: f32 (exact; MLA layers take nothing else), then restored.
+  struct DefaultCodec {
+    kv::Codec was = kv::default_codec();
+    DefaultCodec() { kv::set_default_codec(kv::Codec::f32); }
+    ~DefaultCodec() { kv::set_default_codec(was); }
+  } f32_default;
+  auto generate = [&](int64_t gpu_layers, uint64_t* kv_bytes) {
+    kernels::ThreadPool pool(2);
+    engine::Forward forward(w, pool, ledger, 64, kContext);
+    if (gpu_layers > 0) {
+      gpu::GpuOptions o;
+      o.layers = gpu_layers;
+      o.kv_codec = gpu::GpuKvCodec::f32;
+      o.widen_dense_weights = true;
+      forward.use_gpu(std::make_shared<gpu::GpuLayers>(w, o, 64, kContext));
+    }
+    const uint64_t before = ledger.used(tiering::accounts::kv);
+    engine::Generator generator(forward, ledger, kContext);
+    *kv_bytes = ledger.used(tiering::accounts::kv) - before;
+    std::vector<int32_t> tokens;
+    generator.generate(request, [&](int32_t t) {
+      tokens.push_back(t);
+      return true;
+    });
+    return tokens;
+  };
+  uint64_t cpu_kv = 0;
+  const std::vector<int32_t> cpu = generate(0, &cpu_kv);
+  engine::KVCacheOptions o;
+  o.codec = kv::Codec::f32;
+  o.max_chunk = 64;
+  EXPECT_EQ(cpu_kv, engine::KVCache::bytes_for(c, kContext, o)) << name;
+  for (int64_t layers : {c.num_layers, int64_t(1)}) {
+    uint64_t kv = 0;
+    EXPECT_EQ(generate(layers, &kv), cpu) << name << " gpu_layers=" << layers;
+    o.first_layer = layers;
+    EXPECT_EQ(kv, engine::KVCache::bytes_for(c, kContext, o)) << name << " gpu_layers=" << layers;
+    EXPECT_LT(kv, cpu_kv) << name << " gpu_layers=" << layers;
+    std::printf("[ GPU-HOST ] %-12s gpu_layers=%lld: host kv %llu bytes (CPU alone %llu)\n", name.c_str(),
+                (long long)layers, (unsigned long long)kv, (unsigned long long)cpu_kv);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GpuHostState, ::testing::Values("qwen3_5", "mistral-swa", "deepseek_v2"), test_name);
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuDeltaNet,
                          ::testing::Values("qwen3_5", "qwen3_5_moe", "qwen3_5_moe-text", "qwen3_5_moe-mlx4"),

@@ -6,6 +6,7 @@
 #   tools/gpu_device_run.sh pack      -> .devpack/devlibs.tar.xz (carry .devpack); BINARIES="build/bench/gpu_bench
 #   ..." packs only those (a quicker build when the others are not needed); STUB_BLAS=1 carries a plain
 #   cblas_sgemm instead of OpenBLAS (tools/device_cblas_stub.c), when the checkout leaves too little of the 64 MiB;
+#   STUB_ICU=1 an empty ICU data library (benches that never touch text);
 #   the tracked tree alone is ~64 MB: `bash tools/device_slim.sh on` before the run call, `off` right after
 # There: tools/gpu_device_run.sh run  -> logs under $OUT (test1/2.log, kernels.log, sanitizers.log, cli.log,
 #        scheduler_gpu.log, serve.log, bench.log); QUICK=1: one test pass, no sanitizers, no benchmarks.
@@ -23,6 +24,12 @@ if [ "${1:-}" = pack ]; then
   if [ "${STUB_BLAS:-0}" = 1 ]; then  # see tools/device_cblas_stub.c: a ~2 MB carry instead of ~10 MB
     rm -f .devlibs/libopenblas.so.0 .devlibs/libgfortran.so.5 .devlibs/libquadmath.so.0
     gcc -O3 -shared -fPIC -Wl,-soname,libopenblas.so.0 -o .devlibs/libopenblas.so.0 tools/device_cblas_stub.c
+  fi
+  if [ "${STUB_ICU:-0}" = 1 ] && [ -f .devlibs/libicudata.so.72 ]; then
+    # ICU's data library is 31 MB (7.5 MB packed); a binary that never converts or breaks text (the benches on
+    # synthetic token ids) only needs its one symbol to load. ICU reports missing data if something does use it.
+    echo 'const char icudt72_dat[64] = {0};' > /tmp/icudata_stub.c
+    gcc -shared -fPIC -Wl,-soname,libicudata.so.72 -o .devlibs/libicudata.so.72 /tmp/icudata_stub.c
   fi
   tar -C .devlibs -cf - . | xz -T2 -9 > .devpack/devlibs.tar.xz
   ls -la .devpack

@@ -53,8 +53,10 @@ struct MlaReader {
     if (all_mlx)
       return mlx_matrix(index, config, parts, cols, ledger, tiering::accounts::weights,
                         [&](int64_t r) { return order[size_t(r)]; });
+    // Each part's rows go straight to where `order` puts them: one f32 copy of the matrix, plus one part at a time.
     WeightFormat file_format = WeightFormat::f32;
-    std::vector<float> rows;
+    std::vector<float> ordered(order.size() * size_t(cols));
+    int64_t first = 0;
     for (const MlxPart& part : parts) {
       if (!mlx(part.base)) {
         const DType d = index.at(part.base + ".weight").dtype;
@@ -62,12 +64,12 @@ struct MlaReader {
         if (!any_mlx && d == DType::F16) file_format = WeightFormat::f16;
       }
       const std::vector<float> v = values(part.base, {part.rows, cols});
-      rows.insert(rows.end(), v.begin(), v.end());
+      for (size_t r = 0; r < order.size(); ++r)
+        if (order[r] >= first && order[r] < first + part.rows)
+          std::memcpy(ordered.data() + r * size_t(cols), v.data() + size_t(order[r] - first) * size_t(cols),
+                      size_t(cols) * sizeof(float));
+      first += part.rows;
     }
-    std::vector<float> ordered(rows.size());
-    for (size_t r = 0; r < order.size(); ++r)
-      std::memcpy(ordered.data() + r * size_t(cols), rows.data() + size_t(order[r]) * size_t(cols),
-                  size_t(cols) * sizeof(float));
     return kernels::make_weight(ordered.data(), SourceType::f32, int64_t(order.size()), cols,
                                 format.value_or(file_format), ledger, tiering::accounts::weights);
   }

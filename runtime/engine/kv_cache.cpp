@@ -61,6 +61,18 @@ KVCache::KVCache(const model::ModelConfig& c, int64_t capacity, tiering::Ledger&
     : capacity_(capacity), max_chunk_(chunk_of(options, capacity)), kv_heads_(c.num_kv_heads), head_dim_(c.head_dim),
       conv_floats_(c.deltanet.conv_state_floats()) {
   if (capacity <= 0) throw std::invalid_argument("kv cache: capacity must be positive");
+  // A layer without pages of its own here (on the GPU, or MLA: f32 latent rows).
+  auto pageless = [&](int64_t layer, int64_t kv_heads, int64_t head_dim) {
+    storage_.push_back(layer);
+    layer_kv_heads_.push_back(kv_heads);
+    layer_head_dim_.push_back(head_dim);
+    layouts_.push_back(kv::CodecLayout{});
+    windows_.push_back(0);
+    pages_.emplace_back();
+    page_bytes_.push_back(0);
+    ring_.push_back(0);
+    pools_.push_back(nullptr);
+  };
   for (int64_t layer = 0; layer < c.num_layers; ++layer) {
     const model::LayerSpec spec = c.layer(layer);
     const kv::StateSpec state = c.state_spec(layer);
@@ -69,15 +81,7 @@ KVCache::KVCache(const model::ModelConfig& c, int64_t capacity, tiering::Ledger&
     if (layer < options.first_layer) {  // runs on the GPU: nothing here (recurrent positions are still tracked)
       has_recurrent_ |= state.recurrent();
       latent_floats_.push_back(0);
-      storage_.push_back(layer);
-      layer_kv_heads_.push_back(spec.kv_heads);
-      layer_head_dim_.push_back(spec.head_dim);
-      layouts_.push_back(kv::CodecLayout{});
-      windows_.push_back(0);
-      pages_.emplace_back();
-      page_bytes_.push_back(0);
-      ring_.push_back(0);
-      pools_.push_back(nullptr);
+      pageless(layer, spec.kv_heads, spec.head_dim);
       continue;
     }
     if (state.recurrent()) {
@@ -93,15 +97,7 @@ KVCache::KVCache(const model::ModelConfig& c, int64_t capacity, tiering::Ledger&
                                                 "keeps its latent rows in f32; use --kv-codec f32)",
                                                 kv::codec_name(codec), layer));
       latents_.back() = tiering::LedgerBuffer(ledger, tiering::accounts::kv, state.bytes({}, capacity_, max_chunk_));
-      storage_.push_back(layer);
-      layer_kv_heads_.push_back(0);
-      layer_head_dim_.push_back(spec.head_dim);
-      layouts_.push_back(kv::CodecLayout{});  // f32, no pages
-      windows_.push_back(0);
-      pages_.emplace_back();
-      page_bytes_.push_back(0);
-      ring_.push_back(0);
-      pools_.push_back(nullptr);
+      pageless(layer, 0, spec.head_dim);  // f32, no pages
       continue;
     }
     // A KV-shared layer (gemma4 num_kv_shared_layers) reads its source's pages and stores nothing.

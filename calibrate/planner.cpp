@@ -136,6 +136,16 @@ double gemm_flops(const DeviceProfile& d, int threads, const std::string& format
   return sgemm_flops(d, threads);
 }
 
+// MoE prefill's expert GEMMs, flops/s: the expert probe's rate for the format (ComputeSample::expert_gemm_gflops:
+// one expert after another, 16 rows each, as the engine runs them); 0 where the profile lacks it.
+double expert_gemm_flops(const DeviceProfile& d, int threads, const std::string& format) {
+  const ComputeSample* c = sample_for_threads(d, threads);
+  if (!c) return 0;
+  const std::string key = format == "mlx_q8" ? "mlx_q4" : format;  // one affine kernel for both
+  const auto it = c->expert_gemm_gflops.find(key);
+  return it != c->expert_gemm_gflops.end() && it->second > 0 ? it->second * 1e9 : 0;
+}
+
 struct ExpertKey {
   int64_t layer;
   int32_t expert;
@@ -587,10 +597,14 @@ double prefill_seconds(const DeviceProfile& d, const ModelProfile& m, const Plan
   const double expert_bw = matvec_gbs(d, p.threads, expert_format) * 1e9;
   // The experts are many small GEMMs of a few rows each (a chunk's rows * k / touched), each paying its dispatch,
   // activation quantization, gather and scatter: far below the probe's rate on one large matrix (q4 at 16 rows on a
-  // 2048 x 1024 expert: 155 GFLOP/s against 743 on 4096 x 4096 at 128 rows, this VM). They keep the SGEMM probe at
-  // kGemmEfficiency plus one stream of each touched expert, which measured MoE prefill matched (1.06-1.14 at load
-  // 0.7, bench/results/fit-accuracy.md).
-  const double expert_gemm = sgemm_flops(d, p.threads);
+  // 2048 x 1024 expert: 155 GFLOP/s against 743 on 4096 x 4096 at 128 rows, a 2-core VM). They take the expert
+  // probe's rate, which times that pattern over distinct experts (their reads from RAM included). A profile without
+  // it keeps the SGEMM probe at kGemmEfficiency plus one stream of each touched expert: what measured MoE prefill
+  // matched on the 2-core VM (1.06-1.14 at load 0.7, bench/results/fit-accuracy.md) but 2.6x too slow on an idle
+  // 16-core Xeon, where the SGEMM probe's small quick matrix does not scale with the cores.
+  const double probed_expert_gemm = expert_gemm_flops(d, p.threads, expert_format);
+  const double expert_gemm = probed_expert_gemm > 0 ? probed_expert_gemm : sgemm_flops(d, p.threads);
+  const double expert_stream_bw = probed_expert_gemm > 0 ? 0 : expert_bw;
   const uint64_t head = gpu_head_bytes(m);
   const double layer_bytes = std::max(0.0, double(m.dense_read_per_token()) - double(head));
   const int64_t chunk = std::max<int64_t>(p.prefill_chunk, 1);
@@ -605,7 +619,8 @@ double prefill_seconds(const DeviceProfile& d, const ModelProfile& m, const Plan
     for (size_t l = 0; l < m.expert_frequency.size(); ++l) {
       std::vector<double> f = m.expert_frequency[l];
       const double compute = double(rows) * expert_flops_per_token(m) / expert_gemm +
-                             distinct_experts(f, rows) * double(m.expert_payload_bytes) / expert_bw;
+                             (expert_stream_bw > 0 ? distinct_experts(f, rows) * double(m.expert_payload_bytes) /
+                                                         expert_stream_bw : 0.0);
       if (l < p.resident_experts.size())
         for (int32_t e : p.resident_experts[l]) f[size_t(e)] = 0;
       const double missing = distinct_experts(f, rows);

@@ -58,6 +58,12 @@ std::string render_entry(const WisdomEntry& e) {
     for (auto& [format, gflops] : c.matmul_gflops) rates += fmt::format("  {} {:.1f}", format, gflops);
     line(fmt::format("  prefill GEMM GFLOP/s ({} threads, 128 rows):{}", c.threads, rates));
   }
+  for (auto& c : d.compute) {
+    if (c.expert_gemm_gflops.empty()) continue;
+    std::string rates;
+    for (auto& [format, gflops] : c.expert_gemm_gflops) rates += fmt::format("  {} {:.1f}", format, gflops);
+    line(fmt::format("  MoE experts GFLOP/s ({} threads, 16 rows each):{}", c.threads, rates));
+  }
   line(d.gpu.present ? fmt::format("  GPU      {}: {} ({} free), device memory {:.0f} GB/s, host-to-device {:.1f} GB/s",
                                    d.gpu.name, bytes(double(d.gpu.memory)), bytes(double(d.gpu.free_memory)),
                                    d.gpu.memory_gbs, d.gpu.h2d_gbs)

@@ -219,6 +219,9 @@ void Forward::run_batch(std::span<const BatchItem> items) {
     step.tokens = step_tokens_;
     step.sequence = gpu_keys_;
     step.positions = std::span(row_pos_.data(), size_t(n));
+    if (c.per_layer_input_size > 0)  // Gemma 4's per-layer inputs, computed above, go up with the step
+      step.per_layer_inputs =
+          std::span<const float>(ple_.as<float>(), size_t(n * c.num_layers * c.per_layer_input_size));
     if (gpu_->runs_head()) {
       gpu_head_rows_.clear();
       gpu_head_out_.clear();

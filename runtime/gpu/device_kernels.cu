@@ -764,7 +764,7 @@ __global__ void rope_store_kernel(float* qkv, QkvParams p, const int32_t* positi
   float* v = qkv + row * stride + slot * hd;
   const int32_t pos = positions[row];
   if (slot < p.heads + p.kv_heads) {
-    for (int64_t j = threadIdx.x; j < half; j += blockDim.x) {
+    for (int64_t j = threadIdx.x; p.inv_freq && j < half; j += blockDim.x) {  // null: the rows are turned already
       float s, c;
       sincosf(float(pos) * p.inv_freq[j], &s, &c);
       c *= p.rope_scale, s *= p.rope_scale;

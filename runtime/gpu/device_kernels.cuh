@@ -111,7 +111,8 @@ struct QkvParams {
   const float* k_norm;
   int64_t qn, kn;
   float eps;
-  const float* inv_freq;   // head_dim/2 floats (the host Rope's table: default, linear, llama3 or YaRN frequencies)
+  const float* inv_freq;   // head_dim/2 floats (the host Rope's table: default, linear, llama3 or YaRN frequencies);
+                           // null in qkv_rope_store: the rows are turned already (Gemma 4), only K/V are stored
   float rope_scale = 1.0f; // cos and sin times this (YaRN's attention factor, as engine::Rope), else 1
   int64_t window = 0;      // sliding-window layer: a query at position p sees [p - window + 1, p]; 0: every position
   const float* sinks = nullptr;  // per q head (heads floats): a logit joining the softmax denominator (gpt-oss)

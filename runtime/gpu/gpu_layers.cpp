@@ -49,6 +49,7 @@ int64_t GpuLayers::kv_layer_pages(int64_t window, int64_t context, int64_t max_c
 #include "runtime/gpu/cublas_loader.h"
 #include "runtime/gpu/deltanet_kernels.cuh"
 #include "runtime/gpu/device_kernels.cuh"
+#include "runtime/gpu/gemma4_kernels.cuh"
 #include "runtime/gpu/mla_kernels.cuh"
 #include "runtime/gpu/gpu_probe.h"
 #include "runtime/gpu/split_f16.cuh"
@@ -248,8 +249,9 @@ DeviceBuffer upload_floats(const std::vector<float>& v, tiering::Ledger& ledger,
 struct DeviceLayer {
   DeviceMatrix qkv, o, gate_up, down, router, shared_gate_up, shared_down;
   // Every matrix of the layer (absent ones have no rows).
-  std::array<const DeviceMatrix*, 10> matrices() const {
-    return {&qkv, &o, &gate_up, &down, &router, &shared_gate_up, &shared_down, &mla_in, &q_b, &linear_in};
+  std::array<const DeviceMatrix*, 12> matrices() const {
+    return {&qkv, &o, &gate_up, &down, &router, &shared_gate_up, &shared_down, &mla_in, &q_b, &linear_in, &ple_gate,
+            &ple_projection};
   }
   DeviceBuffer input_norm, post_norm, qkv_bias, q_norm, k_norm, shared_expert_gate;
   // Biases (llama attention_bias / mlp_bias, gpt-oss) and gpt-oss's attention sinks; absent: empty.
@@ -268,6 +270,18 @@ struct DeviceLayer {
   bool deltanet = false;
   DeviceMatrix linear_in;
   DeviceBuffer conv, decay_rate, dt_bias, gated_norm, state;
+  // Attention shape: the model's, or the layer's own (Gemma 4's full layers: global_head_dim, their KV heads).
+  int64_t head_dim = 0, kv_heads = 0;
+  // Gemma 4 (gemma4_layer): the KV-shared layers' source (-1: its own KV), k_eq_v, the layer's RoPE table (its layer
+  // type's rope_parameters) and dims turned, the query scale (attention_scale * sqrt(head_dim): the attention kernels
+  // divide by sqrt(head_dim)), the sandwich norms, the MoE block's norms and router scale (per_expert_scale stays on
+  // the host, which routes), the per-layer input gate / projection / norm, layer_scalar.
+  bool gemma4 = false, k_eq_v = false;
+  int64_t kv_source = -1, rotary_dim = 0;
+  float q_scale = 1.0f, layer_scalar = 1.0f;
+  DeviceBuffer rope_inv_freq, pre_ffn_norm, post_ffn_norm, post_ffn_norm_1, pre_ffn_norm_2, post_ffn_norm_2,
+      router_scale, post_ple_norm;
+  DeviceMatrix ple_gate, ple_projection;
 };
 
 struct SequenceKv {
@@ -322,6 +336,11 @@ struct GpuLayers::Impl {
   DeviceBuffer hidden, normed, qkv, attn, gathered, ffn, act, out, scores, arrivals, x16, x16_low, w16, logits, meta_dev, moe_dev, router_dev;
   // Gated attention (qwen3_5): the projection's rows ([query | gate] per head, k, v) and the gates split off them.
   DeviceBuffer gated_qkv, gates;
+  // Gemma 4: the attention projection's rows, the dense MLP's output, the MoE block's sum of normed branches, its
+  // experts' output and router input; the step's per-layer inputs (rows x layers x per_layer_input_size, from the
+  // host, staged in ple_host) and the per-layer input gate's rows.
+  DeviceBuffer g4_proj, g4_mlp, g4_sum, g4_moe, g4_router, ple, ple_gate;
+  PinnedBuffer ple_host;
   int64_t w16_rows_cap = 0;  // elements of w16
   const int32_t* tiles_dev = nullptr;  // the step's prefill attention tiles (in meta_dev)
   // Pinned staging of transfers.
@@ -380,7 +399,8 @@ struct GpuLayers::Impl {
   // TIERLM_GPU_PREFILL_ATTENTION=0: multi-row steps use the split (one query at a time) attention (A/B runs);
   // TIERLM_GPU_WARMUP=0: no warm-up at construction (to measure first-use costs).
   bool use_prefill_attention = env_on("TIERLM_GPU_PREFILL_ATTENTION"), warm = env_on("TIERLM_GPU_WARMUP");
-  bool prefill_tiles = false;        // the tiled prefill attention takes this model's shape
+  bool prefill_tiles = false;        // the tiled prefill attention takes this model's shape (every layer's)
+  int64_t tile_cap = 0;              // rows a prefill tile holds at most (prefill_tile_rows of every layer's shape)
   int64_t step_tiles = 0;            // tiles of the current step (prefill_attention)
   static bool env_on(const char* name) {
     const char* v = std::getenv(name);
@@ -517,6 +537,9 @@ struct GpuLayers::Impl {
       d.intermediate = spec.intermediate > 0 ? spec.intermediate : c.intermediate_size;
       d.mla = spec.mixer == model::Mixer::mla;
       d.deltanet = spec.mixer == model::Mixer::gated_deltanet;
+      d.head_dim = spec.head_dim > 0 ? spec.head_dim : c.head_dim;
+      d.kv_heads = spec.kv_heads > 0 ? spec.kv_heads : c.num_kv_heads;
+      if (c.arch.gemma4) upload_gemma4(l, spec, L, d);
       if (d.deltanet) {
         any_deltanet = true;
         d.linear_in = upload(L.linear_in.view, vram, "weights", options.widen_dense_weights);
@@ -538,7 +561,9 @@ struct GpuLayers::Impl {
     if (head) {
       output = upload(w.output(), vram, "weights", options.widen_dense_weights);
       final_norm = upload_floats(w.final_norm, vram, "weights");
-      embed_on_device = w.lm_head.view.rows == 0;  // tied: output() is the embedding table
+      // Tied: output() is the embedding table. Not for Gemma 4: the host scales the embedded rows and computes the
+      // per-layer inputs from them (GpuStep::per_layer_inputs).
+      embed_on_device = w.lm_head.view.rows == 0 && !c.arch.gemma4;
     }
     // The host's frequency table (default, linear, llama3 or YaRN: computed once, by engine::Rope) and YaRN's
     // attention factor, which engine::Rope multiplies cos and sin by (check_supported: one rope for every layer).
@@ -549,9 +574,38 @@ struct GpuLayers::Impl {
     weight_bytes = vram.used("weights");
   }
 
+  // Gemma 4's own weights of layer l (see DeviceLayer; check_supported has vetted the shapes).
+  void upload_gemma4(int64_t l, const model::LayerSpec& spec, const model::LayerWeights& L, DeviceLayer& d) {
+    d.gemma4 = true;
+    d.kv_source = spec.kv_source;
+    d.k_eq_v = spec.k_eq_v;
+    if (int64_t(L.q_norm.size()) != d.head_dim || (d.kv_source < 0 && int64_t(L.k_norm.size()) != d.head_dim))
+      throw std::invalid_argument(fmt::format("gpu: gemma4 layer {} has q/k norms of {} / {} floats, not one head ({})",
+                                              l, L.q_norm.size(), L.k_norm.size(), d.head_dim));
+    const engine::Rope rope(c.rope_of(l), d.head_dim);
+    d.rope_inv_freq = upload_floats(rope.inverse_frequencies(), vram, "weights");
+    d.rotary_dim = 2 * int64_t(rope.inverse_frequencies().size());
+    d.q_scale = c.attention_scale > 0 ? float(c.attention_scale * std::sqrt(double(d.head_dim))) : 1.0f;
+    d.layer_scalar = L.layer_scalar;
+    d.pre_ffn_norm = upload_floats(L.pre_feedforward_norm, vram, "weights");
+    d.post_ffn_norm = upload_floats(L.post_feedforward_norm, vram, "weights");
+    if (d.sparse) {
+      d.post_ffn_norm_1 = upload_floats(L.post_feedforward_norm_1, vram, "weights");
+      d.pre_ffn_norm_2 = upload_floats(L.pre_feedforward_norm_2, vram, "weights");
+      d.post_ffn_norm_2 = upload_floats(L.post_feedforward_norm_2, vram, "weights");
+      d.router_scale = upload_floats(L.router_scale, vram, "weights");
+    }
+    if (c.per_layer_input_size > 0) {
+      d.ple_gate = upload(L.per_layer_input_gate.view, vram, "weights", options.widen_dense_weights);
+      d.ple_projection = upload(L.per_layer_projection.view, vram, "weights", options.widen_dense_weights);
+      d.post_ple_norm = upload_floats(L.post_per_layer_input_norm, vram, "weights");
+    }
+  }
+
   int64_t widest_cols() const {
-    int64_t m = std::max(c.hidden_size, c.num_heads * c.head_dim);
-    m = std::max({m, c.intermediate_size, c.moe_intermediate_size, c.shared_expert_intermediate_size});
+    int64_t m = std::max({c.hidden_size, c.num_heads * c.head_dim, c.max_q_rows()});
+    m = std::max({m, c.intermediate_size, c.max_intermediate(), c.moe_intermediate_size,
+                  c.shared_expert_intermediate_size, c.per_layer_input_size});
     if (c.arch.mla) m = std::max({m, c.num_heads * c.mla.v_head_dim, c.mla.q_lora_rank});
     if (c.any_recurrent()) m = std::max(m, c.deltanet.value_dim());  // out_proj's columns
     return m;
@@ -572,8 +626,11 @@ struct GpuLayers::Impl {
   }
 
   void allocate_scratch() {
-    const int64_t H = c.hidden_size, q_rows = c.num_heads * c.head_dim, kv_rows = c.num_kv_heads * c.head_dim;
-    const int64_t F = std::max({c.intermediate_size, c.moe_intermediate_size, c.shared_expert_intermediate_size});
+    // The widest layer's attention rows (Gemma 4's full layers have their own head_dim and KV heads).
+    const int64_t H = c.hidden_size, q_rows = std::max(c.num_heads * c.head_dim, c.max_q_rows());
+    const int64_t kv_rows = std::max(c.num_kv_heads * c.head_dim, c.max_kv_rows());
+    const int64_t F = std::max({c.intermediate_size, c.max_intermediate(), c.moe_intermediate_size,
+                                c.shared_expert_intermediate_size});
     const int64_t n = max_chunk;
     // Zeroed once: warm_up() runs every GEMM shape on whatever the scratch holds, which must not be unwritten memory.
     auto floats = [&](int64_t count) {
@@ -593,11 +650,33 @@ struct GpuLayers::Impl {
     ffn = floats(n * 2 * F);
     act = floats(n * F);
     out = floats(n * H);
-    device::QkvParams shape{};
-    shape.heads = c.num_heads;
-    shape.head_dim = c.head_dim;
-    shape.kv_heads = c.num_kv_heads;
-    prefill_tiles = use_prefill_attention && !c.arch.mla && device::prefill_attention_supported(shape);
+    if (c.arch.gemma4) {
+      g4_proj = floats(n * (q_rows + 2 * kv_rows));
+      g4_mlp = floats(n * H);
+      if (c.arch.moe) {
+        g4_sum = floats(n * H);
+        g4_moe = floats(n * H);
+        g4_router = floats(n * H);
+      }
+      if (const int64_t LP = c.num_layers * c.per_layer_input_size; LP > 0) {
+        ple = floats(n * LP);
+        ple_gate = floats(n * c.per_layer_input_size);
+        ple_host = PinnedBuffer(options.host_ledger, size_t(n * LP) * 4);
+      }
+    }
+    // Every attention layer's shape must take the tiled prefill attention; the split attention's scratch is sized for
+    // the widest head (attention_scratch_floats grows with head_dim).
+    device::QkvParams shape = attention_shape(0);
+    prefill_tiles = use_prefill_attention && !c.arch.mla;
+    for (int64_t l = 0; l < gpu_layers; ++l) {
+      const device::QkvParams p = attention_shape(l);
+      if (layers[size_t(l)].deltanet) continue;
+      prefill_tiles = prefill_tiles && device::prefill_attention_supported(p);
+      if (prefill_tiles)
+        tile_cap = tile_cap > 0 ? std::min(tile_cap, device::prefill_tile_rows(p)) : device::prefill_tile_rows(p);
+      shape.head_dim = std::max(shape.head_dim, p.head_dim);
+      shape.kv_heads = std::max(shape.kv_heads, p.kv_heads);
+    }
     // With tiled prefill attention, the split kernel sees only steps of at most kMaxMatvecRows rows or of one row
     // per sequence (at most max_sequences): its partial sums need no room for a whole chunk.
     const int64_t split_rows =
@@ -615,7 +694,7 @@ struct GpuLayers::Impl {
       mla_split_rows = std::min(n, device::mla_split_rows(c.num_heads));
       mla_split = floats(device::mla_split_scratch_floats(mla_split_rows, mla_shape, max_context));
     }
-    arrivals = DeviceBuffer(vram, "scratch", size_t(n * c.num_kv_heads) * 4);
+    arrivals = DeviceBuffer(vram, "scratch", size_t(n * shape.kv_heads) * 4);
     check(cudaMemset(arrivals.as(), 0, arrivals.size()), "arrivals");
     x16 = DeviceBuffer(vram, "scratch", size_t(n * std::max(widest_cols(), int64_t(1))) * 2);
     check(cudaMemset(x16.as(), 0, x16.size()), "scratch");  // GEMM buckets read rows past n (see gemm_rows)
@@ -669,13 +748,16 @@ struct GpuLayers::Impl {
     return options.kv_codec == GpuKvCodec::q8 ? 1 : options.kv_codec == GpuKvCodec::f32 ? 2 : 0;
   }
 
-  uint64_t kv_page_bytes_per_layer() const {
+  // Device KV bytes of one page of layer l (its own KV heads and head_dim; 0 for a KV-shared layer).
+  uint64_t kv_page_bytes(int64_t l) const {
     if (c.arch.mla)  // the latent row: kv_lora_rank + rope values a position (f16, or f32 in exact mode)
       return uint64_t(device::kKvPage * device::latent_row_bytes(kv_codec_code(), c.mla.latent_floats()));
+    const DeviceLayer& d = layers[size_t(l)];
+    if (d.deltanet || d.kv_source >= 0) return 0;
     const bool q8 = options.kv_codec == GpuKvCodec::q8;
-    const uint64_t rows = uint64_t(device::kKvPage * c.num_kv_heads);
-    uint64_t bytes = 2 * rows * uint64_t(device::kv_row_bytes(kv_codec_code(), c.head_dim));
-    if (q8) bytes += 2 * uint64_t(device::kKvPage * c.num_kv_heads * (c.head_dim / device::q8_block(c.head_dim))) * 4;
+    const uint64_t rows = uint64_t(device::kKvPage * d.kv_heads);
+    uint64_t bytes = 2 * rows * uint64_t(device::kv_row_bytes(kv_codec_code(), d.head_dim));
+    if (q8) bytes += 2 * rows * uint64_t(d.head_dim / device::q8_block(d.head_dim)) * 4;
     return bytes;
   }
 
@@ -711,7 +793,9 @@ struct GpuLayers::Impl {
   // Which GPU layers keep a ring (sliding window) and how many pages it takes; before the scratch (meta_ints).
   void count_kv_layers() {
     for (const DeviceLayer& d : layers) {
-      if (d.deltanet) continue;  // no pages: its states are apart (allocate_recurrent_states)
+      // No pages: a Gated DeltaNet layer's states are apart (allocate_recurrent_states); a KV-shared layer reads its
+      // source layer's pages (same kind, so its page table is there).
+      if (d.deltanet || d.kv_source >= 0) continue;
       if (d.window == 0) {
         ++full_kv_layers;
         continue;
@@ -725,9 +809,10 @@ struct GpuLayers::Impl {
   void allocate_kv_pool() {
     if (gpu_layers == 0) return;
     const int64_t per_context = pages_per_context();
-    const uint64_t layer_page = kv_page_bytes_per_layer();
-    // One sequence of max_context positions: its full-attention pages and its ring.
-    const uint64_t sequence_bytes = layer_page * uint64_t(full_kv_layers * per_context + windowed_kv_layers * ring_pages);
+    // One sequence of max_context positions: its full-attention pages and its ring, each layer its own page size.
+    uint64_t sequence_bytes = 0;
+    for (int64_t l = 0; l < gpu_layers; ++l)
+      sequence_bytes += kv_page_bytes(l) * uint64_t(layers[size_t(l)].window > 0 ? ring_pages : per_context);
     if (options.kv_pages > 0) {
       pool_pages = options.kv_pages;
       ring_pool_pages = std::min(options.kv_pages, options.max_sequences * ring_pages);
@@ -750,8 +835,7 @@ struct GpuLayers::Impl {
     if (full_kv_layers == 0) pool_pages = 0;
     if (windowed_kv_layers == 0) ring_pool_pages = 0;
     const bool q8 = options.kv_codec == GpuKvCodec::q8;
-    const size_t row_bytes = size_t(device::kv_row_bytes(kv_codec_code(), c.head_dim));
-    const size_t blocks = size_t(c.head_dim / device::q8_block(c.head_dim));
+
     // Zeroed: an attention chunk may read (and weigh 0) ring positions no step wrote yet, which must not be NaN.
     auto buffer = [&](const char* account, size_t bytes) -> void* {
       kv_buffers.emplace_back(vram, account, bytes);
@@ -761,7 +845,7 @@ struct GpuLayers::Impl {
     latent_refs.resize(size_t(gpu_layers));
     for (int64_t l = 0; l < gpu_layers; ++l) {
       if (c.arch.mla) {  // full attention over the latent rows: the first pool
-        latent_refs[size_t(l)] = {buffer("kv", size_t(pool_pages) * kv_page_bytes_per_layer()), kv_codec_code()};
+        latent_refs[size_t(l)] = {buffer("kv", size_t(pool_pages) * kv_page_bytes(l)), kv_codec_code()};
         kv_refs.push_back({});
         continue;
       }
@@ -769,9 +853,16 @@ struct GpuLayers::Impl {
         kv_refs.push_back({});
         continue;
       }
-      const bool ring = layers[size_t(l)].window > 0;
+      const DeviceLayer& d = layers[size_t(l)];
+      if (d.kv_source >= 0) {  // Gemma 4's KV-shared layers read their source's (an earlier layer of the same kind)
+        kv_refs.push_back(kv_refs[size_t(d.kv_source)]);
+        continue;
+      }
+      const bool ring = d.window > 0;
       const char* account = ring ? "kv_windowed" : "kv";
-      const size_t rows = size_t((ring ? ring_pool_pages : pool_pages) * device::kKvPage * c.num_kv_heads);
+      const size_t rows = size_t((ring ? ring_pool_pages : pool_pages) * device::kKvPage * d.kv_heads);
+      const size_t row_bytes = size_t(device::kv_row_bytes(kv_codec_code(), d.head_dim));
+      const size_t blocks = size_t(d.head_dim / device::q8_block(d.head_dim));
       device::KvRef r;
       r.codec = kv_codec_code();
       r.keys = buffer(account, rows * row_bytes);
@@ -837,7 +928,8 @@ struct GpuLayers::Impl {
     const bool plain_router = router.scoring == model::RouterConfig::Scoring::softmax &&
                               router.groups == model::RouterConfig::Groups::none && !router.score_correction_bias &&
                               router.routed_scaling_factor == 1.0;
-    if (!device_routing || resident.empty() || c.arch.gpt_oss || !plain_router) return;
+    // Nor are Gemma 4's (its router input, per_expert_scale, GeGLU experts).
+    if (!device_routing || resident.empty() || c.arch.gpt_oss || c.arch.gemma4 || !plain_router) return;
     const char* some = static_cast<const char*>(resident.begin()->second.as());
     const tiering::ExpertViews v = expert_layout.views(some);
     auto as_offsets = [&](const kernels::WeightView& m) {
@@ -911,12 +1003,14 @@ struct GpuLayers::Impl {
     std::iota(positions.begin(), positions.end(), 0);
     std::vector<const void*> sequence(size_t(n), key);
     std::vector<float> hidden_rows(size_t(n * c.hidden_size), 0.0f), logits_row(head ? size_t(c.vocab_size) : 0);
+    std::vector<float> per_layer_inputs(size_t(n * c.num_layers * c.per_layer_input_size), 0.0f);  // Gemma 4
     float* logits_out = logits_row.data();
     int32_t greedy = 0, last_row = 0;
     auto step = [&](int64_t rows, int64_t first_position, bool logits) {
       GpuStep s;
       s.hidden = hidden_rows.data();
       s.rows = rows;
+      s.per_layer_inputs = per_layer_inputs;
       s.tokens = std::span(tokens.data(), size_t(rows));
       s.sequence = std::span(sequence.data(), size_t(rows));
       std::iota(positions.begin(), positions.begin() + rows, first_position);
@@ -1146,6 +1240,10 @@ struct GpuLayers::Impl {
     const bool device_embed = embed_on_device && int64_t(step.tokens.size()) >= n;
     if (!device_embed && !step.hidden) throw std::invalid_argument("gpu: a step without embedded rows or token ids");
     if (!head && !step.hidden) throw std::invalid_argument("gpu: a step that ends on the host needs hidden rows");
+    const int64_t ple_width = c.arch.gemma4 && gpu_layers > 0 ? c.num_layers * c.per_layer_input_size : 0;
+    if (ple_width > 0 && int64_t(step.per_layer_inputs.size()) < n * ple_width)
+      throw std::invalid_argument(
+          "gpu: a gemma4 step without its rows' per-layer inputs (hidden_size_per_layer_input)");
     const int64_t head_count = head ? int64_t(step.head_rows.size()) : 0;
     const bool argmax = head_count > 0 && !step.head_argmax.empty();
     if (head_count > 0 && ((!step.head_out.empty() && int64_t(step.head_out.size()) < head_count) ||
@@ -1223,7 +1321,7 @@ struct GpuLayers::Impl {
     step_tiles = 0;
     if (prefill_tiles && n > device::kMaxMatvecRows) {
       int32_t* tiles = ints + 4 * max_chunk;
-      const int64_t cap = device::prefill_tile_rows(attention_shape());
+      const int64_t cap = tile_cap;
       for (int64_t i = 0; i < n; ++i) {
         if (step_tiles == 0 || cache_of_row[i] != cache_of_row[tiles[2 * (step_tiles - 1)]] ||
             tiles[2 * (step_tiles - 1) + 1] == cap) {
@@ -1236,6 +1334,7 @@ struct GpuLayers::Impl {
     }
     for (int64_t i = 0; i < head_count; ++i) heads[i] = step.head_rows[size_t(i)];
     if (!device_embed) std::memcpy(hidden_host.as(), step.hidden, size_t(n * H) * 4);
+    if (ple_width > 0) std::memcpy(ple_host.as(), step.per_layer_inputs.data(), size_t(n * ple_width) * 4);
     mark(device_embed ? "upload meta + embed" : "upload meta + hidden");
     if (step_begin) check(cudaEventRecord(step_begin, stream), "step event");
     const size_t meta_used = size_t(kMetaRowArrays * max_chunk + int64_t(batch.size()) * sets * stride) * 4;
@@ -1243,6 +1342,9 @@ struct GpuLayers::Impl {
     if (!device_embed)
       check(cudaMemcpyAsync(hidden.as(), hidden_host.as(), size_t(n * H) * 4, cudaMemcpyHostToDevice, stream),
             "hidden up");
+    if (ple_width > 0)
+      check(cudaMemcpyAsync(ple.as(), ple_host.as(), size_t(n * ple_width) * 4, cudaMemcpyHostToDevice, stream),
+            "per-layer inputs up");
     if (any_deltanet && gpu_layers > 0)
       check(cudaMemcpyAsync(delta_segments_dev.as(), delta_segments_host.as(),
                             size_t(device::deltanet_segment_ints(int64_t(batch.size()))) * 4, cudaMemcpyHostToDevice,
@@ -1266,6 +1368,10 @@ struct GpuLayers::Impl {
                        normed.as<float>(), H, stream);
       mark("head: output matrix");
       multiply(output.ref, normed.as<float>(), count, logits.as<float>(), c.vocab_size, false, head_pass_rows);
+      if (c.final_logit_softcapping > 0) {
+        mark("head: soft-capping");
+        device::soft_cap(logits.as<float>(), count * c.vocab_size, float(c.final_logit_softcapping), stream);
+      }
       if (argmax) {
         mark("head: argmax");
         device::argmax_rows(logits.as<float>(), count, c.vocab_size, argmax_scratch.as(), head_pass_rows,
@@ -1394,11 +1500,13 @@ struct GpuLayers::Impl {
     }
   }
 
-  device::QkvParams attention_shape() const {
+  // Layer l's attention shape (the model's, or a Gemma 4 layer's own head_dim and KV heads).
+  device::QkvParams attention_shape(int64_t l) const {
     device::QkvParams p{};
+    const bool own = l < int64_t(layers.size()) && layers[size_t(l)].head_dim > 0;
     p.heads = c.num_heads;
-    p.kv_heads = c.num_kv_heads;
-    p.head_dim = c.head_dim;
+    p.kv_heads = own ? layers[size_t(l)].kv_heads : c.num_kv_heads;
+    p.head_dim = own ? layers[size_t(l)].head_dim : c.head_dim;
     return p;
   }
 
@@ -1420,6 +1528,10 @@ struct GpuLayers::Impl {
       feed_forward(l, n);
       return;
     }
+    if (d.gemma4) {
+      gemma4_layer(l, n, pos_dev, tables);
+      return;
+    }
     // Gated attention: the projection's rows are [query | gate] per head, then k and v; split below.
     const bool gated = c.arch.attention_output_gate;
     float* projected = gated ? gated_qkv.as<float>() : qkv.as<float>();
@@ -1438,7 +1550,7 @@ struct GpuLayers::Impl {
       device::split_query_gate(projected, n, c.num_heads, c.num_kv_heads, hd, qkv.as<float>(), gates.as<float>(),
                                stream);
     }
-    device::QkvParams p = attention_shape();
+    device::QkvParams p = attention_shape(l);
     p.bias = L.qkv_bias.empty() ? nullptr : d.qkv_bias.as<float>();
     p.q_norm = L.q_norm.empty() ? nullptr : d.q_norm.as<float>();
     p.k_norm = L.k_norm.empty() ? nullptr : d.k_norm.as<float>();
@@ -1472,6 +1584,98 @@ struct GpuLayers::Impl {
     multiply(d.o.ref, attn.as<float>(), n, h, H, true);
     if (!L.o_bias.empty()) device::add_bias_rows(h, n, H, H, d.o_bias.as<float>(), stream);
     feed_forward(l, n);
+  }
+
+  // A Gemma 4 layer (engine::Forward's gemma4 steps, in its order): input norm, the attention projection, q/k norms,
+  // v_norm, the layer type's RoPE and the query scale (gemma4_qkv), the K/V stored (own KV) or the source layer's
+  // read (KV-shared), attention over the layer's window, o_proj and its sandwich norm into the residual; then the
+  // feed-forward block (gemma4_feed_forward), the per-layer input and layer_scalar.
+  void gemma4_layer(int64_t l, int64_t n, const int32_t* pos_dev, const device::PageTables& tables) {
+    const DeviceLayer& d = layers[size_t(l)];
+    const int64_t H = c.hidden_size;
+    const float eps = float(c.rms_norm_eps);
+    float* h = hidden.as<float>();
+    float* x = normed.as<float>();
+    mark("input norm");
+    device::rms_norm(h, H, d.input_norm.as<float>(), n, H, H, eps, x, H, stream);
+    mark("qkv matrix");
+    multiply(d.qkv.ref, x, n, g4_proj.as<float>(), d.qkv.ref.rows, false);
+    mark("gemma4: q/k/v norms, rope, query scale");
+    device::Gemma4QkvParams g;
+    g.heads = c.num_heads, g.kv_heads = d.kv_heads, g.head_dim = d.head_dim;
+    g.own_kv = d.kv_source < 0, g.k_eq_v = d.k_eq_v;
+    g.q_norm = d.q_norm.as<float>(), g.k_norm = g.own_kv ? d.k_norm.as<float>() : nullptr, g.eps = eps;
+    g.inv_freq = d.rope_inv_freq.as<float>(), g.rotary_dim = d.rotary_dim, g.q_scale = d.q_scale;
+    device::gemma4_qkv(g4_proj.as<float>(), d.qkv.ref.rows, n, g, pos_dev, qkv.as<float>(), stream);
+    device::QkvParams p = attention_shape(l);
+    p.eps = eps;
+    p.window = d.window;
+    const device::KvRef& kv = kv_refs[size_t(l)];  // a KV-shared layer's: its source's
+    if (g.own_kv) {
+      mark("kv store");
+      device::qkv_rope_store(qkv.as<float>(), n, p, pos_dev, kv, tables, stream);  // no bias, norms or rope: stores
+    }
+    if (step_tiles > 0) {
+      mark("prefill attention");
+      device::prefill_attention(qkv.as<float>(), step_tiles, tiles_dev, p, pos_dev, kv, tables, attn.as<float>(),
+                                stream);
+    } else {
+      mark("attention");
+      device::attention(qkv.as<float>(), n, p, pos_dev, kv, tables, max_context, false, scores.as<float>(),
+                        arrivals.as<int32_t>(), attn.as<float>(), stream);
+    }
+    mark("o matrix + post-attention norm");
+    multiply(d.o.ref, attn.as<float>(), n, out.as<float>(), H, false);
+    device::rms_norm_add(out.as<float>(), H, d.post_norm.as<float>(), n, H, eps, h, H, stream);
+    gemma4_feed_forward(l, n);
+    if (c.per_layer_input_size > 0) {
+      // hidden += norm(projection(gelu(gate(hidden)) * the row's per-layer input of this layer))
+      const int64_t P = c.per_layer_input_size;
+      mark("gemma4: per-layer input");
+      multiply(d.ple_gate.ref, h, n, ple_gate.as<float>(), P, false);
+      device::gelu_times(ple_gate.as<float>(), n, P, ple.as<float>() + l * P, c.num_layers * P, stream);
+      multiply(d.ple_projection.ref, ple_gate.as<float>(), n, g4_mlp.as<float>(), H, false);
+      device::rms_norm_add(g4_mlp.as<float>(), H, d.post_ple_norm.as<float>(), n, H, eps, h, H, stream);
+    }
+    if (d.layer_scalar != 1.0f) {
+      mark("gemma4: layer_scalar");
+      device::scale(h, n * H, d.layer_scalar, stream);
+    }
+  }
+
+  // Gemma 4's feed-forward block (engine::Forward::feed_forward_gemma4): hidden += post_ffn_norm(MLP(pre_ffn_norm(h)))
+  // for a dense layer; with the MoE block, hidden += post_ffn_norm(post_ffn_norm_1(MLP(pre_ffn_norm(h))) +
+  // post_ffn_norm_2(experts(pre_ffn_norm_2(h)))), routed on the host from rms_norm(h) * router_scale / sqrt(H).
+  void gemma4_feed_forward(int64_t l, int64_t n) {
+    const DeviceLayer& d = layers[size_t(l)];
+    const int64_t H = c.hidden_size, I = d.intermediate;
+    const float eps = float(c.rms_norm_eps);
+    float* h = hidden.as<float>();
+    float* x = normed.as<float>();
+    float* mlp = g4_mlp.as<float>();
+    mark("pre-feedforward norm + gate_up matrix");
+    device::rms_norm(h, H, d.pre_ffn_norm.as<float>(), n, H, H, eps, x, H, stream);
+    multiply(d.gate_up.ref, x, n, ffn.as<float>(), 2 * I, false);
+    mark("gelu gate + down matrix");
+    device::gelu_gate(ffn.as<float>(), n, I, act.as<float>(), stream);
+    multiply(d.down.ref, act.as<float>(), n, mlp, H, false);
+    if (!d.sparse) {
+      mark("post-feedforward norm");
+      device::rms_norm_add(mlp, H, d.post_ffn_norm.as<float>(), n, H, eps, h, H, stream);
+      return;
+    }
+    float* sum = g4_sum.as<float>();
+    float* moe_out = g4_moe.as<float>();
+    mark("moe: norms + router input");
+    device::rms_norm(mlp, H, d.post_ffn_norm_1.as<float>(), n, H, H, eps, sum, H, stream);
+    device::router_input(h, n, H, d.router_scale.as<float>(), float(1.0 / std::sqrt(double(H))), eps,
+                         g4_router.as<float>(), stream);
+    device::rms_norm(h, H, d.pre_ffn_norm_2.as<float>(), n, H, H, eps, x, H, stream);
+    check(cudaMemsetAsync(moe_out, 0, size_t(n * H) * 4, stream), "moe output");
+    host_routed(l, n, x, g4_router.as<float>(), moe_out);
+    mark("moe: post-feedforward norms");
+    device::rms_norm_add(moe_out, H, d.post_ffn_norm_2.as<float>(), n, H, eps, sum, H, stream);
+    device::rms_norm_add(sum, H, d.post_ffn_norm.as<float>(), n, H, eps, h, H, stream);
   }
 
   // A Gated DeltaNet layer (engine::GatedDeltaNet's arithmetic): hidden += out_proj(mixer(input_norm(hidden))), the
@@ -1608,7 +1812,7 @@ struct GpuLayers::Impl {
       stats.resident_hits += uint64_t(n * k);
       ++stats.device_routed;
     } else {
-      host_routed(l, n);
+      host_routed(l, n, x, x, h);
     }
     if (d.shared_down.present()) {  // qwen2_moe's gated shared expert, or DeepSeek's ungated shared experts
       mark("moe: shared expert");
@@ -1625,14 +1829,13 @@ struct GpuLayers::Impl {
   }
 
   // The routed experts with routing on the host: the router's output comes down (one small download and a sync per
-  // MoE layer), and experts missing in VRAM are copied from the host expert cache through pinned staging.
-  void host_routed(int64_t l, int64_t n) {
+  // MoE layer), and experts missing in VRAM are copied from the host expert cache through pinned staging. The experts
+  // read x and add into h; the router reads route_x (Gemma 4's router input; x elsewhere).
+  void host_routed(int64_t l, int64_t n, const float* x, const float* route_x, float* h) {
     const DeviceLayer& d = layers[size_t(l)];
     const int64_t H = c.hidden_size, E = c.num_experts, k = c.num_experts_per_tok;
-    float* h = hidden.as<float>();
-    const float* x = normed.as<float>();
     mark("moe: router + host routing");
-    multiply(d.router.ref, x, n, router_dev.as<float>(), E, false);
+    multiply(d.router.ref, route_x, n, router_dev.as<float>(), E, false);
     check(cudaMemcpyAsync(router_host.as(), router_dev.as(), size_t(n * E) * 4, cudaMemcpyDeviceToHost, stream),
           "router down");
     check(cudaStreamSynchronize(stream), "router");
@@ -1645,6 +1848,8 @@ struct GpuLayers::Impl {
     for (int64_t i = 0; i < n; ++i)
       engine::route_top_k(c, router_host.as<float>() + i * E, correction.empty() ? nullptr : correction.data(),
                           ids.data() + i * k, weights.data() + i * k, route_scratch);
+    if (const std::vector<float>& scale = w.layers[size_t(l)].per_expert_scale; !scale.empty())  // Gemma 4
+      for (int64_t j = 0; j < n * k; ++j) weights[size_t(j)] *= scale[size_t(ids[size_t(j)])];
     std::vector<std::vector<int32_t>> rows_of(static_cast<size_t>(E));
     std::vector<std::vector<float>> weight_of(static_cast<size_t>(E));
     std::vector<int32_t> used;
@@ -1737,6 +1942,8 @@ struct GpuLayers::Impl {
       device::add_bias_rows(ffn.as<float>(), m, 2 * I, 2 * I, v.gate_up_bias, stream);  // gpt-oss (null: none)
       if (c.arch.gpt_oss)
         device::clamped_swiglu(ffn.as<float>(), m, I, act.as<float>(), stream);
+      else if (c.arch.gemma4)
+        device::gelu_gate(ffn.as<float>(), m, I, act.as<float>(), stream);
       else
         device::silu_gate(ffn.as<float>(), m, I, act.as<float>(), stream);
       multiply(down, act.as<float>(), m, out.as<float>(), H, false);
@@ -1857,33 +2064,25 @@ static_assert(kDeltaNetMaxKernel == device::kDeltaNetMaxKernel && kDeltaNetMaxHe
 
 void GpuLayers::check_supported(const model::ModelConfig& c, int64_t layers) {
   if (layers > 0 && c.arch.gemma4) {
-    // Gemma 4's block: name every option it uses that the GPU layers do not compute.
-    std::vector<std::string> options = {"sandwich norms (pre/post_feedforward_layernorm)", "layer_scalar",
-                                        "hidden_activation gelu_pytorch_tanh", "attention scaling 1.0 with v_norm",
-                                        "per-layer-type rope_parameters"};
-    if (c.embedding_scale != 1.0) options.push_back("embedding scale sqrt(hidden_size)");
-    if (c.final_logit_softcapping > 0) options.push_back("final_logit_softcapping");
-    if (c.per_layer_input_size > 0) options.push_back("hidden_size_per_layer_input (per-layer inputs)");
-    if (c.arch.moe) options.push_back("enable_moe_block (dense MLP beside the experts, per_expert_scale)");
+    // Gemma 4's block runs (gemma4_layer): sandwich norms, layer_scalar, GeGLU, v_norm with attention scaling 1.0,
+    // per-layer-type RoPE (proportional on full layers), per-layer head_dim / KV heads, attention_k_eq_v, KV-shared
+    // layers reading their source's device KV, per-layer inputs, the MoE block beside the dense MLP (routed on the
+    // host), embedding scaling and final soft-capping. Refused: heads the attention kernels do not take, and a
+    // KV-shared layer on the CPU whose source layer is on the GPU (the host KV cache would not hold its keys).
     for (int64_t i = 0; i < c.num_layers; ++i) {
       const model::LayerSpec l = c.layer(i);
-      if (l.head_dim != c.head_dim || l.kv_heads != c.num_kv_heads) {
-        options.push_back("per-layer head_dim / KV heads (global_head_dim, per_layer_config)");
-        break;
-      }
+      if (i < layers && (l.head_dim % 16 != 0 || l.head_dim > 256))
+        throw std::invalid_argument(fmt::format(
+            "gpu: {} layer {} has head_dim {} (global_head_dim on full-attention layers), beyond the GPU attention "
+            "kernels (a multiple of 16, at most 256); run it on the CPU (--gpu-layers {})", c.model_type, i,
+            l.head_dim, i));
+      if (i >= layers && l.kv_source >= 0 && l.kv_source < layers)
+        throw std::invalid_argument(fmt::format(
+            "gpu: {} layer {} runs on the CPU but reads layer {}'s KV (num_kv_shared_layers), which runs on the GPU; "
+            "put both on the same side (--gpu-layers at most {}, or {})", c.model_type, i, l.kv_source, l.kv_source,
+            c.num_layers));
     }
-    for (int64_t i = 0; i < c.num_layers; ++i)
-      if (c.layer(i).k_eq_v) {
-        options.push_back("attention_k_eq_v");
-        break;
-      }
-    for (int64_t i = 0; i < c.num_layers; ++i)
-      if (c.layer(i).kv_source >= 0) {
-        options.push_back("num_kv_shared_layers");
-        break;
-      }
-    throw std::invalid_argument(fmt::format("gpu: {} layers use {}, which the GPU backend does not run yet; run them "
-                                            "on the CPU (--gpu-layers 0)", c.model_type, fmt::join(options, ", ")));
+    return;
   }
   // gpt-oss's block runs whole: attention sinks, q/k/v/o biases, YaRN rope (the host's tables), alternating
   // sliding-window layers, the router bias, expert biases with the clamped SwiGLU, MXFP4 experts read packed.

@@ -88,6 +88,9 @@ struct GpuStep {
   std::span<const int32_t> tokens;            // the rows' token ids (optional)
   std::span<const void* const> sequence;      // rows' sequences (any distinct key each, e.g. their KVCache)
   std::span<const int64_t> positions;
+  // Gemma 4 with hidden_size_per_layer_input P: the rows' per-layer inputs as the host computed them from the scaled
+  // embeddings (n x num_layers x P floats, engine::Forward::per_layer_inputs); empty otherwise.
+  std::span<const float> per_layer_inputs;
   // When runs_head(): head_rows lists the rows whose output is wanted; head_out their logits' destinations (vocab
   // floats each; empty: no logits come back) and head_argmax (empty, or one per head row) the index of each
   // row's largest logit (first on ties, NaN skipped: engine::argmax), reduced on the device so that greedy decode
@@ -111,11 +114,13 @@ class GpuLayers {
   GpuLayers(const model::ModelWeights& weights, const GpuOptions& options, int64_t max_chunk, int64_t max_context);
   ~GpuLayers();
   // Throws std::invalid_argument naming the first of layers [0, layers) whose LayerSpec the GPU backend does not run
-  // yet: a per-layer rope, gated attention with q/k/v biases, Gemma 4's block, and Gated DeltaNet layers beyond the
-  // kernels' limits (conv kernel <= 8, head dims <= 1024, a value head's state <= 160 KiB). (Sliding-window
-  // attention, attention / MLP biases, dense layers among sparse ones, gpt-oss's block, DeepSeek's MLA with its
-  // routers, and qwen3_5's gated full attention with partial rotary and its Gated DeltaNet layers run; the
-  // constructor refuses the q8 device KV on MLA layers.) The constructor calls it first; callable without a GPU.
+  // yet: a per-layer rope (outside Gemma 4), gated attention with q/k/v biases, Gated DeltaNet layers beyond the
+  // kernels' limits (conv kernel <= 8, head dims <= 1024, a value head's state <= 160 KiB), Gemma 4 layers with heads
+  // wider than 256 (global_head_dim), and a Gemma 4 KV-shared layer left on the CPU whose source layer is on the GPU.
+  // (Sliding-window attention, attention / MLP biases, dense layers among sparse ones, gpt-oss's block, DeepSeek's MLA
+  // with its routers, qwen3_5's gated full attention with partial rotary and its Gated DeltaNet layers, and Gemma 4's
+  // block run; the constructor refuses the q8 device KV on MLA layers.) The constructor calls it first; callable
+  // without a GPU.
   static void check_supported(const model::ModelConfig& config, int64_t layers);
   GpuLayers(const GpuLayers&) = delete;
   GpuLayers& operator=(const GpuLayers&) = delete;

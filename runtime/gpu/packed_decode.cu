@@ -47,6 +47,11 @@ bool g_packed_mma_4bit = [] {
   const char* v = std::getenv("TIERLM_GPU_PACKED_MMA");
   return v && std::string(v) == "all";
 }();
+// TIERLM_GPU_SCALES_AHEAD=0: the scale pairs loaded inside the compute loop (the kernel before AHEAD; A/B runs).
+bool g_scales_ahead = [] {
+  const char* v = std::getenv("TIERLM_GPU_SCALES_AHEAD");
+  return !(v && std::string(v) == "0");
+}();
 
 __device__ __forceinline__ float2 load_scale_pair(const void* p, int type, int64_t i) {
   if (type == 0) return *reinterpret_cast<const float2*>(static_cast<const float*>(p) + i);
@@ -82,7 +87,10 @@ __device__ __forceinline__ void mma_step(float (&c)[4], uint2 w, __half2 offset,
 // XMODE: 0 x as is, 1 x rms-normed by norm_weight (the norm's scale applied to the totals), 2 x = silu(gate) * up
 // of a [gate | up] row of 2 * cols floats. Dynamic shared memory: per warp, hi and lo halves of its columns and
 // the f32 sum of each of its chunks (WARPS * chunks_per_warp * (32 * 4 + 4) bytes).
-template <int BITS, int XMODE, int WARPS>
+// AHEAD: the warp's scales (and offsets) are prefetched toward L2 with its weights, and in blocks of 32 warps (2
+// chunks a batch, registers to spare) each chunk's pair is loaded with its weight words, a batch ahead; without it,
+// the pair is a dependent load from HBM inside the compute loop. (With 8 warps the pairs in registers spill.)
+template <int BITS, int XMODE, int WARPS, bool AHEAD>
 __global__ void __launch_bounds__(WARPS * 32) packed_mma_matvec(MatrixRef w, const float* x, const float* norm_weight,
                                                               float eps, float* y, bool accumulate,
                                                               int chunks_per_warp) {
@@ -92,6 +100,7 @@ __global__ void __launch_bounds__(WARPS * 32) packed_mma_matvec(MatrixRef w, con
   constexpr int kPairs = BITS == 8 ? 2 : 1;  // 8-byte words a lane reads per chunk
   // 32-column chunks whose weight words a lane has in flight (fewer in 1024-thread blocks: 64 registers a thread)
   constexpr int kMmaBatch = WARPS > 8 ? 2 : 4;
+  constexpr bool kScalesInRegisters = AHEAD && WARPS > 8;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t cols = w.cols, panel = blockIdx.x, groups = cols / w.group_size;
   const int chunks = int(cols / 32), ch0 = warp * chunks_per_warp;
@@ -102,7 +111,8 @@ __global__ void __launch_bounds__(WARPS * 32) packed_mma_matvec(MatrixRef w, con
   const int group_shift = __ffs(w.group_size) - 1;
   const int64_t scales_at = panel * groups * 16 + 2 * g;
   // Per chunk: 8-bit: quads t and t+4 of its 8 (512 bytes); 4-bit: chunk t of its block (256 bytes).
-  auto load = [&](int i, uint2 (&words)[kPairs]) {
+  auto scale_at = [&](int i) { return scales_at + int64_t(((ch0 + i) * 32) >> group_shift) * 16; };
+  auto load = [&](int i, uint2 (&words)[kPairs], float4& scale) {
     const int64_t ch = ch0 + i;
     if constexpr (BITS == 8) {
       words[0] = __ldcs(reinterpret_cast<const uint2*>(data + (ch * 8 + t) * 64 + 8 * g));
@@ -110,16 +120,29 @@ __global__ void __launch_bounds__(WARPS * 32) packed_mma_matvec(MatrixRef w, con
     } else {
       words[0] = __ldcs(reinterpret_cast<const uint2*>(data + ch * 256 + t * 64 + 8 * g));
     }
+    if constexpr (kScalesInRegisters) {
+      const float2 d = load_scale_pair(w.scales, w.scale_type, scale_at(i));
+      const float2 m = affine ? load_scale_pair(w.biases, w.scale_type, scale_at(i)) : make_float2(0, 0);
+      scale = make_float4(d.x, d.y, m.x, m.y);
+    }
   };
   uint2 cur[kMmaBatch][kPairs], next[kMmaBatch][kPairs];
+  float4 cur_scale[kMmaBatch], next_scale[kMmaBatch];
   let_next_kernel_start();
 #pragma unroll
   for (int b = 0; b < kMmaBatch; ++b)
-    if (b < mine) load(b, cur[b]);
-  {  // the rest of the warp's columns (contiguous in the panel) toward L2
+    if (b < mine) load(b, cur[b], cur_scale[b]);
+  {  // the rest of the warp's columns (contiguous in the panel) toward L2; AHEAD: its scales (and offsets) too
     constexpr int64_t kChunkBytes = BITS == 8 ? 512 : 256;
     if (lane == 0 && mine > kMmaBatch)
       prefetch_l2_thread(data + (ch0 + kMmaBatch) * kChunkBytes, uint32_t((mine - kMmaBatch) * kChunkBytes));
+    if (AHEAD && (lane == 1 || (lane == 2 && affine)) && mine > 0) {
+      // a panel's scales: 16 per group, groups in column order, so the warp's groups are contiguous
+      const int64_t size = w.scale_type == 0 ? 4 : 2;
+      const int64_t first = scale_at(0) - 2 * g, last = scale_at(mine - 1) - 2 * g + 16;
+      const uint8_t* base = static_cast<const uint8_t*>(lane == 1 ? w.scales : w.biases);
+      prefetch_l2_thread(base + first * size, uint32_t((last - first) * size));
+    }
   }
   wait_for_previous_kernel();
 
@@ -168,7 +191,7 @@ __global__ void __launch_bounds__(WARPS * 32) packed_mma_matvec(MatrixRef w, con
   for (int i0 = 0; i0 < mine; i0 += kMmaBatch) {
 #pragma unroll
     for (int b = 0; b < kMmaBatch; ++b)
-      if (i0 + kMmaBatch + b < mine) load(i0 + kMmaBatch + b, next[b]);
+      if (i0 + kMmaBatch + b < mine) load(i0 + kMmaBatch + b, next[b], next_scale[b]);
 #pragma unroll
     for (int b = 0; b < kMmaBatch; ++b) {
       const int i = i0 + b;
@@ -187,12 +210,17 @@ __global__ void __launch_bounds__(WARPS * 32) packed_mma_matvec(MatrixRef w, con
           mma_step(c, make_uint2(wd.x & 0x0f0f0f0fu, wd.y & 0x0f0f0f0fu), offset, b_lo.x, b_lo.y);
           mma_step(c, make_uint2((wd.x >> 4) & 0x0f0f0f0fu, (wd.y >> 4) & 0x0f0f0f0fu), offset, b_hi.x, b_hi.y);
         }
-        const int64_t at = scales_at + int64_t(((ch0 + i) * 32) >> group_shift) * 16;
-        const float2 d = load_scale_pair(w.scales, w.scale_type, at);
+        float2 d, m;
+        if constexpr (kScalesInRegisters) {
+          d = make_float2(cur_scale[b].x, cur_scale[b].y);
+          m = make_float2(cur_scale[b].z, cur_scale[b].w);
+        } else {
+          d = load_scale_pair(w.scales, w.scale_type, scale_at(i));
+          m = affine ? load_scale_pair(w.biases, w.scale_type, scale_at(i)) : make_float2(0, 0);
+        }
         acc0 += d.x * (c[0] + c[1]);
         acc1 += d.y * (c[2] + c[3]);
         if (affine) {
-          const float2 m = load_scale_pair(w.biases, w.scale_type, at);
           const float s = chunk_sum[i];
           acc0 += m.x * s;
           acc1 += m.y * s;
@@ -200,9 +228,11 @@ __global__ void __launch_bounds__(WARPS * 32) packed_mma_matvec(MatrixRef w, con
       }
     }
 #pragma unroll
-    for (int b = 0; b < kMmaBatch; ++b)
+    for (int b = 0; b < kMmaBatch; ++b) {
 #pragma unroll
       for (int p = 0; p < kPairs; ++p) cur[b][p] = next[b][p];
+      cur_scale[b] = next_scale[b];
+    }
   }
   if (t == 0) {
     partial[warp][2 * g] = acc0;
@@ -234,7 +264,9 @@ void launch_mma_warps(const MatrixRef& w, const float* x, const float* norm_weig
                       bool accumulate, cudaStream_t stream) {
   const int chunks = int(w.cols / 32), per_warp = (chunks + WARPS - 1) / WARPS;
   const size_t shared = size_t(WARPS) * size_t(per_warp) * (32 * 2 * 2 + 4);
-  auto kernel = w.bits == 8 ? packed_mma_matvec<8, XMODE, WARPS> : packed_mma_matvec<4, XMODE, WARPS>;
+  auto kernel = g_scales_ahead
+                    ? (w.bits == 8 ? packed_mma_matvec<8, XMODE, WARPS, true> : packed_mma_matvec<4, XMODE, WARPS, true>)
+                    : (w.bits == 8 ? packed_mma_matvec<8, XMODE, WARPS, false> : packed_mma_matvec<4, XMODE, WARPS, false>);
   launch(kernel, unsigned((w.rows + 15) / 16), WARPS * 32, shared, stream, w, x, norm_weight, eps, y, accumulate,
          per_warp);
 }

@@ -554,5 +554,33 @@ TEST(Planner, MoePrefillOverlapsExpertReadsWithCompute) {
   EXPECT_GT(slow, 10 * all_in_ram);  // a 10 MB/s disk: the reads are the time
 }
 
+
+// With the expert probe (many small GEMMs, one expert after another) in the profile, MoE prefill's experts run at
+// its rate for the experts' format: doubling it takes exactly half the experts' compute off a chunk whose experts
+// are all in RAM (2 flops per weight of top_k experts' three matrices per row and MoE layer, known from the shape),
+// and no separate stream of each touched expert is added (the probe's time includes reading them).
+TEST(Planner, MoePrefillTakesTheExpertProbesRateForTheExpertFormat) {
+  const ModelProfile m = qwen3_moe_30b();
+  DeviceProfile d = device("server-64gb");
+  PlanRequest r;
+  r.budget_bytes = 64ull << 30;
+  const Plan p = make_plan(d, m, r);
+  const int64_t rows = p.prefill_chunk;
+  const double without = prefill_seconds(d, m, p, rows);
+  auto at = [&](double gflops) {
+    for (auto& c : d.compute) c.expert_gemm_gflops[m.expert_format] = gflops;
+    return prefill_seconds(d, m, p, rows);
+  };
+  const double slow = at(100), fast = at(200);
+  const double expert_flops = 2.0 * double(m.top_k) * 3 * double(m.hidden) * double(m.moe_intermediate) *
+                              double(m.expert_frequency.size()) * double(rows);
+  EXPECT_NEAR(slow - fast, expert_flops / 200e9, 1e-9 * slow);
+  EXPECT_NE(without, slow);  // the profile without the probe took the SGEMM fallback
+  // Another format's rate changes nothing.
+  for (auto& c : d.compute) c.expert_gemm_gflops.clear();
+  for (auto& c : d.compute) c.expert_gemm_gflops[m.expert_format == "q4" ? "mxfp4" : "q4"] = 100;
+  EXPECT_NEAR(prefill_seconds(d, m, p, rows), without, 1e-12 * without);
+}
+
 }  // namespace
 }  // namespace tierlm::calibrate

@@ -43,6 +43,7 @@ WisdomEntry entry_for(const fs::path& model_dir) {
   e.device = load_device_profile(std::string(TIERLM_SOURCE_DIR) + "/profiles/devices/desktop-16gb.json");
   e.device.compute.front().matmul_gflops = {{"f16", 250.5}, {"q4", 180.25}};  // the engine's prefill GEMM probe
   e.device.compute.front().matmul16_gflops = {{"f16", 120.5}};
+  e.device.compute.front().expert_gemm_gflops = {{"q4", 88.25}, {"mxfp4", 41.5}};
   model::ModelConfig c;
   c.model_type = "llama";
   c.arch = *model::find_architecture("llama");
@@ -88,6 +89,8 @@ TEST(Wisdom, RoundTripsThroughTheFile) {
   EXPECT_EQ(back.entries[0].device.compute.front().matmul_gflops, w.entries[0].device.compute.front().matmul_gflops);
   EXPECT_EQ(back.entries[0].device.compute.front().matmul16_gflops,
             w.entries[0].device.compute.front().matmul16_gflops);
+  EXPECT_EQ(back.entries[0].device.compute.front().expert_gemm_gflops,
+            w.entries[0].device.compute.front().expert_gemm_gflops);
   EXPECT_EQ(back.entries[0].model.classes.size(), w.entries[0].model.classes.size());
   // Upsert replaces the entry of the same device and model path.
   Wisdom again = back;

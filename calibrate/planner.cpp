@@ -409,25 +409,36 @@ uint64_t gpu_head_bytes(const ModelProfile& m) {
 // Device KV bytes of GPU layers [0, g) for `batch` sequences of `context` tokens, as GpuLayers allocates it: pages
 // of GpuLayers::kv_page_positions() positions of f16 K and V, or q8 (1 byte + an f32 scale per 32), every position
 // on a full-attention layer, a ring bounded to the window on a sliding-window one (GpuLayers::kv_layer_pages, for
-// steps of prefill_chunk + batch rows: Scheduler::step_rows).
+// steps of prefill_chunk + batch rows: Scheduler::step_rows); a Gated DeltaNet layer holds no pages but a slot of
+// f32 conv + recurrent state per sequence (GpuLayers' recurrent states, whatever the KV codec).
 double gpu_kv_value_bytes(const std::string& codec) { return codec == "q8" ? 1.0 + 4.0 / 32 : 2.0; }
 uint64_t gpu_kv_bytes(const ModelProfile& m, const Plan& p, const std::string& codec, int64_t g, int64_t batch) {
   const double per_value = gpu_kv_value_bytes(codec);
   const int64_t page = gpu::GpuLayers::kv_page_positions(), chunk = p.prefill_chunk + p.batch;
   double positions = 0;  // per sequence, times the layer's kv_heads * head_dim
+  uint64_t states = 0;   // per sequence
   for (int64_t l = 0; l < std::min(g, m.layers); ++l) {
     const kv::StateSpec s = m.state_spec(l);
+    if (s.recurrent()) {
+      states += s.recurrent_bytes;
+      continue;
+    }
     positions += double(gpu::GpuLayers::kv_layer_pages(s.window, p.context, chunk) * page) *
                  double(s.kv_heads * s.head_dim);
   }
-  return uint64_t(double(batch) * positions * 2 * per_value);
+  return uint64_t(double(batch) * positions * 2 * per_value) + uint64_t(batch) * states;
 }
 // Device KV bytes attention reads per decoded token of one sequence on GPU layers [0, g), averaged over the
-// context: half of it on a full-attention layer, at most the window on a sliding-window one.
+// context: half of it on a full-attention layer, at most the window on a sliding-window one; a Gated DeltaNet
+// layer's state read and written once.
 double gpu_kv_read_bytes(const ModelProfile& m, const Plan& p, int64_t g) {
   double bytes = 0;
   for (int64_t l = 0; l < std::min(g, m.layers); ++l) {
     const kv::StateSpec s = m.state_spec(l);
+    if (s.recurrent()) {
+      bytes += 2 * double(s.recurrent_bytes);
+      continue;
+    }
     const double seen = s.windowed() ? std::min(double(s.window), double(p.context) / 2) : double(p.context) / 2;
     bytes += seen * double(s.kv_heads * s.head_dim) * 2 * gpu_kv_value_bytes(p.gpu_kv_codec);
   }

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "runtime/gpu/gpu_layers.h"
+
 namespace tierlm::engine {
 
 namespace {
@@ -17,6 +19,7 @@ Generator::Generator(Forward& forward, tiering::Ledger& ledger, int64_t context)
     : forward_(forward), cache_(forward.weights().config, context, ledger, [&] {
         KVCacheOptions o;
         o.max_chunk = forward.max_chunk();  // generate() feeds chunks of at most this
+        o.first_layer = forward.gpu() ? forward.gpu()->layers() : 0;  // the GPU layers keep their own KV and states
         return o;
       }()),
       logits_(static_cast<size_t>(forward.weights().config.vocab_size)) {}

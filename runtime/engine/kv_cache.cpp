@@ -38,7 +38,7 @@ int64_t chunk_of(const KVCacheOptions& o, int64_t capacity) {
 
 uint64_t KVCache::bytes_for(const model::ModelConfig& c, int64_t capacity, const KVCacheOptions& o) {
   uint64_t total = 0;
-  for (int64_t layer = 0; layer < c.num_layers; ++layer)
+  for (int64_t layer = std::max<int64_t>(0, o.first_layer); layer < c.num_layers; ++layer)
     total += c.state_spec(layer).bytes(layout_of(o, c, layer), capacity, chunk_of(o, capacity));
   return total;
 }
@@ -61,17 +61,35 @@ KVCache::KVCache(const model::ModelConfig& c, int64_t capacity, tiering::Ledger&
     : capacity_(capacity), max_chunk_(chunk_of(options, capacity)), kv_heads_(c.num_kv_heads), head_dim_(c.head_dim),
       conv_floats_(c.deltanet.conv_state_floats()) {
   if (capacity <= 0) throw std::invalid_argument("kv cache: capacity must be positive");
+  // A layer without pages of its own here (on the GPU, or MLA: f32 latent rows).
+  auto pageless = [&](int64_t layer, int64_t kv_heads, int64_t head_dim) {
+    storage_.push_back(layer);
+    layer_kv_heads_.push_back(kv_heads);
+    layer_head_dim_.push_back(head_dim);
+    layouts_.push_back(kv::CodecLayout{});
+    windows_.push_back(0);
+    pages_.emplace_back();
+    page_bytes_.push_back(0);
+    ring_.push_back(0);
+    pools_.push_back(nullptr);
+  };
   for (int64_t layer = 0; layer < c.num_layers; ++layer) {
     const model::LayerSpec spec = c.layer(layer);
     const kv::StateSpec state = c.state_spec(layer);
     states_.emplace_back();
+    latents_.emplace_back();
+    if (layer < options.first_layer) {  // runs on the GPU: nothing here (recurrent positions are still tracked)
+      has_recurrent_ |= state.recurrent();
+      latent_floats_.push_back(0);
+      pageless(layer, spec.kv_heads, spec.head_dim);
+      continue;
+    }
     if (state.recurrent()) {
       // Cleared by the mixer when a sequence starts at position 0; zeroed here so a fresh cache reads as empty too.
       states_.back() = tiering::LedgerBuffer(ledger, tiering::accounts::kv, state.recurrent_bytes);
       std::fill_n(states_.back().as<uint8_t>(), state.recurrent_bytes, uint8_t(0));
       has_recurrent_ = true;
     }
-    latents_.emplace_back();
     latent_floats_.push_back(state.latent_floats);
     if (state.latent()) {
       if (const kv::Codec codec = codec_of(options, c, layer); codec != kv::Codec::f32)
@@ -79,19 +97,15 @@ KVCache::KVCache(const model::ModelConfig& c, int64_t capacity, tiering::Ledger&
                                                 "keeps its latent rows in f32; use --kv-codec f32)",
                                                 kv::codec_name(codec), layer));
       latents_.back() = tiering::LedgerBuffer(ledger, tiering::accounts::kv, state.bytes({}, capacity_, max_chunk_));
-      storage_.push_back(layer);
-      layer_kv_heads_.push_back(0);
-      layer_head_dim_.push_back(spec.head_dim);
-      layouts_.push_back(kv::CodecLayout{});  // f32, no pages
-      windows_.push_back(0);
-      pages_.emplace_back();
-      page_bytes_.push_back(0);
-      ring_.push_back(0);
-      pools_.push_back(nullptr);
+      pageless(layer, 0, spec.head_dim);  // f32, no pages
       continue;
     }
     // A KV-shared layer (gemma4 num_kv_shared_layers) reads its source's pages and stores nothing.
     const int64_t storage = spec.kv_source >= 0 ? spec.kv_source : layer;
+    if (storage < options.first_layer)
+      throw std::invalid_argument(fmt::format("kv cache: layer {} shares the KV of layer {}, which runs on the GPU "
+                                              "(first_layer {}): put both on the same side", layer, storage,
+                                              options.first_layer));
     if (storage > layer || (storage < layer && storage_[size_t(storage)] != storage))
       throw std::invalid_argument(fmt::format("kv cache: layer {} shares the KV of layer {}, which is not an earlier "
                                               "layer with its own", layer, storage));

@@ -11,7 +11,8 @@
 // MLA layers (DeepSeek) hold one f32 row per position: the normalized latent and the roped key (kv::StateSpec's
 // latent_floats), charged to "kv" for the whole capacity up front; other KV codecs are refused for them by name.
 // Never: grow silently past capacity (callers check and report), decompress whole layers, take a chunk longer than
-// max_chunk() (a windowed ring would overwrite positions the chunk's first queries still see).
+// max_chunk() (a windowed ring would overwrite positions the chunk's first queries still see); hold state for the
+// layers that run on the GPU (KVCacheOptions::first_layer).
 #pragma once
 
 #include <algorithm>
@@ -33,6 +34,10 @@ struct KVCacheOptions {
   std::optional<kv::TurboSpec> turbo;  // quality studies: other bit widths for the turbo layers
   // The longest chunk a forward pass writes at once (the prefill chunk); 0: the capacity. Sizes windowed rings.
   int64_t max_chunk = 0;
+  // Layers [0, first_layer) run elsewhere (Forward's GPU layers, whose device KV and states GpuLayers keeps): the
+  // cache holds no pages, ring or state for them (bytes_for counts none either). A held layer that shares the KV of
+  // a layer below first_layer is refused.
+  int64_t first_layer = 0;
 };
 
 class KVCache {

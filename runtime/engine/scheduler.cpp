@@ -49,10 +49,13 @@ struct Scheduler::Slot {
   uint64_t last_used = 0;
   bool busy = false;
   // A step feeds a slot at most prefill_size tokens, which bounds the rings of windowed layers.
-  Slot(const model::ModelConfig& config, int64_t capacity, int64_t max_chunk, tiering::Ledger& ledger)
+  // first_layer: the GPU layers, whose KV and states the device keeps (the cache holds none for them).
+  Slot(const model::ModelConfig& config, int64_t capacity, int64_t max_chunk, int64_t first_layer,
+       tiering::Ledger& ledger)
       : cache(config, capacity, ledger, [&] {
           KVCacheOptions o;
           o.max_chunk = max_chunk;
+          o.first_layer = first_layer;
           return o;
         }()) {}
 };
@@ -107,8 +110,9 @@ Scheduler::~Scheduler() { stop(); }
 void Scheduler::engine_main(std::promise<void>* ready) {
   try {
     engine_ = std::make_unique<EngineState>(weights_, ledger_, options_, context_);
+    const int64_t gpu_layers = options_.gpu ? options_.gpu->layers() : 0;
     for (int64_t i = 0; i < options_.max_batch; ++i)
-      slots_.push_back(std::make_unique<Slot>(weights_.config, context_, options_.prefill_size, ledger_));
+      slots_.push_back(std::make_unique<Slot>(weights_.config, context_, options_.prefill_size, gpu_layers, ledger_));
     {
       std::lock_guard lock(mutex_);
       stats_.slots = options_.max_batch;
@@ -117,6 +121,7 @@ void Scheduler::engine_main(std::promise<void>* ready) {
       stats_.kv_windowed_bytes = slots_.empty() ? 0 : slots_.size() * slots_[0]->cache.windowed_bytes();
       KVCacheOptions kv_options;
       kv_options.max_chunk = options_.prefill_size;
+      kv_options.first_layer = gpu_layers;
       stats_.kv_bytes_without_windows =
           slots_.size() * KVCache::bytes_without_windows(weights_.config, context_, kv_options);
       stats_.threads = engine_->pool.size();

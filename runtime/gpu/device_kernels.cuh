@@ -61,6 +61,9 @@ void packed_mma_matvec(const MatrixRef& w, const float* x, int xmode, const floa
 // out[r*cols + c] = W[r0 + r, c] as f16, for rows [r0, r0 + count) (the GEMM path of packed/f32/bf16 weights;
 // prefill_kernels.cu).
 void dequantize_f16(const MatrixRef& w, int64_t r0, int64_t count, void* out, cudaStream_t stream);
+// The same rows of a packed weight (format >= 3, not MXFP4) as f32, with weight_element's arithmetic: the exact
+// configuration's GEMM of MLX weights (f32 activations, MLX's semantics; see GpuLayers' multiply).
+void dequantize_f32(const MatrixRef& w, int64_t r0, int64_t count, float* out, cudaStream_t stream);
 // out[i*cols + c] = W[tokens[i], c] as f32 (the embedding lookup; same arithmetic as kernels::dequantize_row).
 void embed_rows(const MatrixRef& w, const int32_t* tokens, int64_t rows, float* out, cudaStream_t stream);
 // out[i] = index of the largest of logits[i*vocab .. +vocab) (first on ties, NaN skipped, 0 if all are NaN: as

@@ -1,6 +1,7 @@
 // runtime/gpu/gpu_layers.cpp — orchestration of the GPU layers (see gpu_layers.h). Kernels are in
 // device_kernels.cu and prefill_kernels.cu; cuBLAS does the multi-row products (prefill): packed weights are
-// dequantized to f16 in row chunks into scratch and multiplied against f16 activations with f32 accumulation. Up to
+// dequantized to f16 in row chunks into scratch and multiplied against f16 activations with f32 accumulation (MLX
+// weights: activations split in two f16 parts, or f32 GEMMs in the exact configuration; see multiply). Up to
 // device::kMaxMatvecRows rows use our matvec straight on the packed bytes, which is what decode reads. Prefill
 // attention runs by tiles of a sequence's rows (prefill_attention), decode attention split over positions.
 // First use: the constructor ends with a warm-up (see warm_up()), so that a process's first prompt does not pay
@@ -34,6 +35,7 @@ int64_t GpuLayers::kv_layer_pages(int64_t window, int64_t context, int64_t max_c
 #ifdef TIERLM_HAVE_CUDA
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -252,6 +254,11 @@ DeviceBuffer upload_floats(const std::vector<float>& v, tiering::Ledger& ledger,
 
 struct DeviceLayer {
   DeviceMatrix qkv, o, gate_up, down, router, shared_gate_up, shared_down;
+  // Every matrix of the layer (absent ones have no rows).
+  std::array<const DeviceMatrix*, 12> matrices() const {
+    return {&qkv, &o, &gate_up, &down, &router, &shared_gate_up, &shared_down, &mla_in, &q_b, &linear_in, &ple_gate,
+            &ple_projection};
+  }
   DeviceBuffer input_norm, post_norm, qkv_bias, q_norm, k_norm, shared_expert_gate;
   // Biases (llama attention_bias / mlp_bias, gpt-oss) and gpt-oss's attention sinks; absent: empty.
   DeviceBuffer o_bias, gate_up_bias, down_bias, sinks;
@@ -697,7 +704,7 @@ struct GpuLayers::Impl {
     check(cudaMemset(arrivals.as(), 0, arrivals.size()), "arrivals");
     x16 = DeviceBuffer(vram, "scratch", size_t(n * std::max(widest_cols(), int64_t(1))) * 2);
     check(cudaMemset(x16.as(), 0, x16.size()), "scratch");  // GEMM buckets read rows past n (see gemm_rows)
-    if (options.split_gemm_activations) {
+    if (options.split_gemm_activations || mlx_weights()) {  // MLX GEMMs split their activations (multiply)
       x16_low = DeviceBuffer(vram, "scratch", x16.size());
       check(cudaMemset(x16_low.as(), 0, x16_low.size()), "scratch");
     }
@@ -705,14 +712,14 @@ struct GpuLayers::Impl {
     int64_t largest = 0;
     for (int64_t l = 0; l < gpu_layers; ++l) {
       const DeviceLayer& d = layers[size_t(l)];
-      for (const DeviceMatrix* m : {&d.qkv, &d.o, &d.gate_up, &d.down, &d.router, &d.shared_gate_up, &d.shared_down,
-                                    &d.mla_in, &d.q_b, &d.linear_in, &d.ple_gate, &d.ple_projection})
+      for (const DeviceMatrix* m : d.matrices())
         largest = std::max(largest, m->ref.rows * m->ref.cols);
     }
     if (head) largest = std::max(largest, output.ref.rows * output.ref.cols);
     if (c.arch.moe) largest = std::max(largest, 2 * c.moe_intermediate_size * H);
     w16_rows_cap = std::min<int64_t>(largest, int64_t(32) << 20);
-    w16 = DeviceBuffer(vram, "scratch", size_t(w16_rows_cap) * 2);
+    // The exact configuration's MLX GEMMs dequantize into it as f32 (multiply): 4 bytes an element then.
+    w16 = DeviceBuffer(vram, "scratch", size_t(w16_rows_cap) * (mlx_f32_gemm() ? 4 : 2));
     meta_host = PinnedBuffer(options.host_ledger, meta_bytes());
     meta_dev = DeviceBuffer(vram, "scratch", meta_bytes());
     hidden_host = PinnedBuffer(options.host_ledger, size_t(n * H) * 4);
@@ -1079,6 +1086,24 @@ struct GpuLayers::Impl {
                                              320, 384, 512, 640,  768,  1024, 1280, 1536, 1792, 2048};
   bool gemm_buckets = env_on("TIERLM_GPU_GEMM_BUCKETS");
 
+  // MLX's semantics are f32 activations (runtime/kernels/affine_f32.h). The decode matvecs keep them (f32 x, or
+  // the tensor-core kernel's hi/lo f16 halves, ~2^-22 of |x|). A multi-row step's f16 tensor-core GEMM rounded the
+  // activations to f16, which moved qwen3_5_moe-mlx4's prompt logits by 0.225 (its routers flip; H100). So an MLX
+  // weight's GEMM always takes its activations in two f16 parts (split_f16.cuh: ~22 bits, two GEMMs; that fixture
+  // 8e-4, the others <= 2.6e-3 with the weights' f16 rounding left), and in the exact configuration
+  // (widen_dense_weights) runs in f32: row chunks dequantized to f32, cuBLAS SGEMM (<= 1.8e-5 from transformers).
+  bool mlx_f32_gemm() const { return options.widen_dense_weights; }
+  static bool is_mlx(const device::MatrixRef& m) {
+    return m.format == int(kernels::WeightFormat::mlx_q4) || m.format == int(kernels::WeightFormat::mlx_q8);
+  }
+  // Whether any GPU matrix is MLX (the layers' and the head's, after upload_weights; an MLX folder's experts).
+  bool mlx_weights() const {
+    for (const DeviceLayer& d : layers)
+      for (const DeviceMatrix* m : d.matrices())
+        if (is_mlx(m->ref)) return true;
+    return is_mlx(output.ref) || (c.arch.moe && c.quantization.has_value());
+  }
+
   // y[i] (+)= W x[i] for i < n (the output buffer holds max_rows rows, max_chunk when 0).
   void multiply(const device::MatrixRef& m, const float* x, int64_t n, float* y, int64_t ldy, bool accumulate,
                 int64_t max_rows = 0) {
@@ -1087,6 +1112,18 @@ struct GpuLayers::Impl {
       return;
     }
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    if (mlx_f32_gemm() && is_mlx(m)) {  // MLX weights, exact configuration: f32 GEMMs on f32 row chunks
+      const int64_t chunk = std::max<int64_t>(16, int64_t(w16.size() / 4) / m.cols / 16 * 16);
+      for (int64_t r0 = 0; r0 < m.rows; r0 += chunk) {
+        const int64_t count = std::min(chunk, m.rows - r0);
+        device::dequantize_f32(m, r0, count, w16.as<float>(), stream);
+        check(cublas()->gemm_ex(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(count), int(n), int(m.cols), &alpha, w16.as(),
+                                CUDA_R_32F, int(m.cols), x, CUDA_R_32F, int(m.cols), &beta, y + r0, CUDA_R_32F,
+                                int(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+              "cublasGemmEx f32 (MLX)");
+      }
+      return;
+    }
     if (m.format == 0) {  // f32 weights: an f32 GEMM (no f16 rounding of weights or activations)
       check(cublas()->gemm_ex(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(m.rows), int(n), int(m.cols), &alpha, m.data,
                               CUDA_R_32F, int(m.cols), x, CUDA_R_32F, int(m.cols), &beta, y, CUDA_R_32F, int(ldy),
@@ -1094,7 +1131,7 @@ struct GpuLayers::Impl {
             "cublasGemmEx f32");
       return;
     }
-    const bool split = options.split_gemm_activations;
+    const bool split = options.split_gemm_activations || is_mlx(m);
     if (split)
       device::to_f16_split(x, n * m.cols, x16.as(), x16_low.as(), stream);
     else

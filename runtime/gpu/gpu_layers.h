@@ -36,7 +36,10 @@ struct GpuOptions {
   GpuKvCodec kv_codec = GpuKvCodec::f16;
   // f16/bf16 matrices uploaded as f32 (twice their VRAM): multi-row steps then run f32 GEMMs instead of f16
   // tensor-core ones, which round the activations to f16 (~2e-3 relative on the logits of a bf16 model). With the
-  // f32 KV, the exact arithmetic the transformers fixtures are checked against at 1e-3; off for serving.
+  // f32 KV, the exact arithmetic the transformers fixtures are checked against at 1e-3; off for serving. MLX weights
+  // (mlx_q4 / mlx_q8, whose semantics are f32 activations) stay packed, and their multi-row GEMMs run in f32 on
+  // row chunks dequantized to f32; otherwise those GEMMs split their activations in two f16 parts whatever
+  // split_gemm_activations says (the decode matvecs keep f32 activations either way).
   bool widen_dense_weights = false;
   // The multi-row GEMMs' activations as two f16 parts (hi + scaled residual, runtime/gpu/split_f16.cuh), two
   // tensor-core GEMMs instead of one: the activations keep ~22 bits instead of f16's 11, at twice the GEMM flops

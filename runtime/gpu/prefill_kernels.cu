@@ -70,8 +70,10 @@ __device__ __forceinline__ uint4 pack_half8(const float* v) {
 
 constexpr int kDequantColumnGroups = 16;  // 8-column groups per block (128 columns)
 
-// Packed formats: rows [r0, r0 + count) (r0 a multiple of 16) to f16, grid (panels, column blocks).
-__global__ void __launch_bounds__(256) dequantize_panels_kernel(MatrixRef w, int64_t r0, int64_t count, __half* out) {
+// Packed formats: rows [r0, r0 + count) (r0 a multiple of 16) to f16 (or f32: dequantize_f32), grid (panels,
+// column blocks).
+template <class Out>
+__global__ void __launch_bounds__(256) dequantize_panels_kernel(MatrixRef w, int64_t r0, int64_t count, Out* out) {
   kernel_entry();
   const int lane = threadIdx.x % 16, group = blockIdx.y * kDequantColumnGroups + threadIdx.x / 16;
   const int64_t local = int64_t(blockIdx.x) * 16 + lane;
@@ -79,7 +81,20 @@ __global__ void __launch_bounds__(256) dequantize_panels_kernel(MatrixRef w, int
   if (local >= count || c0 >= w.cols) return;
   float v[8];
   packed8(w, r0 + local, c0, v);
-  *reinterpret_cast<uint4*>(out + local * w.cols + c0) = pack_half8(v);
+  if constexpr (sizeof(Out) == 2) {
+    *reinterpret_cast<uint4*>(out + local * w.cols + c0) = pack_half8(v);
+  } else {
+    float4* o = reinterpret_cast<float4*>(out + local * w.cols + c0);
+    o[0] = make_float4(v[0], v[1], v[2], v[3]);
+    o[1] = make_float4(v[4], v[5], v[6], v[7]);
+  }
+}
+
+template <class Out>
+void launch_dequantize_panels(const MatrixRef& w, int64_t r0, int64_t count, Out* out, cudaStream_t stream) {
+  const unsigned panels = unsigned((count + 15) / 16);
+  const unsigned column_blocks = unsigned((w.cols / 8 + kDequantColumnGroups - 1) / kDequantColumnGroups);
+  launch(dequantize_panels_kernel<Out>, dim3(panels, column_blocks), 256, 0, stream, w, r0, count, out);
 }
 
 // Dense f32 / bf16 rows [r0, r0 + count) to f16, eight elements a thread (an element a thread where the columns
@@ -277,13 +292,15 @@ void dequantize_f16(const MatrixRef& w, int64_t r0, int64_t count, void* out, cu
   if (count <= 0) return;
   __half* o = static_cast<__half*>(out);
   if (w.format >= 3) {
-    const unsigned panels = unsigned((count + 15) / 16);
-    const unsigned column_blocks = unsigned((w.cols / 8 + kDequantColumnGroups - 1) / kDequantColumnGroups);
-    launch(dequantize_panels_kernel, dim3(panels, column_blocks), 256, 0, stream, w, r0, count, o);
+    launch_dequantize_panels(w, r0, count, o, stream);
     return;
   }
   const int64_t total = w.cols % 8 == 0 ? count * w.cols / 8 : count * w.cols;
   launch(dequantize_dense_kernel, unsigned((total + 255) / 256), 256, 0, stream, w, r0, count, o);
+}
+
+void dequantize_f32(const MatrixRef& w, int64_t r0, int64_t count, float* out, cudaStream_t stream) {
+  if (count > 0) launch_dequantize_panels(w, r0, count, out, stream);
 }
 
 void to_f16(const float* x, int64_t count, void* out, cudaStream_t stream) {

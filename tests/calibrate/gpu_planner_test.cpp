@@ -2,13 +2,17 @@
 // its VRAM budget; a 6 GB GPU takes what fits; no GPU or --gpu-layers 0 keeps everything on the CPU with a reason.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 
 #include <boost/json.hpp>
 
 #include "calibrate/apply_plan.h"
+#include "calibrate/model_profile.h"
 #include "calibrate/planner.h"
+#include "runtime/gpu/gpu_layers.h"
+#include "runtime/model/config.h"
 #include "tests/calibrate/planner_profiles.h"
 
 namespace tierlm::calibrate {
@@ -136,6 +140,41 @@ TEST(GpuPlanner, SlidingWindowLayersCountTheirRingInVram) {
   const Plan sf = make_plan(small, full, r), sw = make_plan(small, windowed, r);
   EXPECT_GT(sw.gpu_layers, sf.gpu_layers) << sf.gpu_reason << " / " << sw.gpu_reason;
   expect_vram_within_budget(small, sw);
+}
+
+// Gated DeltaNet layers on the GPU hold no KV pages but a slot of f32 conv + recurrent state per sequence
+// (GpuLayers' recurrent states: max_sequences slots a layer, max_sequences = the plan's batch). The qwen3_5 fixture's
+// layer plan (three DeltaNet layers, then a full-attention layer) at Qwen3.5-4B-like widths (the fixture's own
+// widths are too small for any GPU split to beat the CPU): the device KV planned is the attention layer's pages plus
+// the DeltaNet slots (~1 MiB each, which the pages-only count missed while counting DeltaNet layers as attention).
+TEST(GpuPlanner, GatedDeltaNetLayersCountTheirStateSlotsInVram) {
+  model::ModelConfig c =
+      model::load_config(std::filesystem::path(TIERLM_SOURCE_DIR) / "tests/fixtures/models/qwen3_5");
+  c.hidden_size = 2560, c.intermediate_size = 9216, c.vocab_size = 151936;
+  c.num_heads = 16, c.num_kv_heads = 4, c.head_dim = 256;
+  c.deltanet.key_heads = 16, c.deltanet.value_heads = 32, c.deltanet.key_head_dim = 128;
+  c.deltanet.value_head_dim = 128;
+  const ModelProfile m = model_profile_from_config(c, kernels::WeightFormat::q8_0, kernels::WeightFormat::q8_0);
+  int64_t deltanet = 0, attention = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) (c.layer(l).mixer == model::Mixer::gated_deltanet ? deltanet : attention)++;
+  ASSERT_EQ(deltanet, 3);
+  ASSERT_EQ(attention, 1);
+  const DeviceProfile d = device("gpu-server-80gb");
+  for (int64_t context : {256, 4096}) {
+    PlanRequest r;
+    r.context = context;
+    r.batch = 3;
+    const Plan p = make_plan(d, m, r);
+    ASSERT_EQ(p.gpu_layers, c.num_layers) << p.gpu_reason;
+    ASSERT_EQ(p.gpu_kv_codec, "f16");
+    const int64_t pages = gpu::GpuLayers::kv_layer_pages(0, p.context, p.prefill_chunk + p.batch);
+    // K and V, f16
+    const uint64_t page_bytes = uint64_t(gpu::GpuLayers::kv_page_positions() * c.num_kv_heads * c.head_dim) * 2 * 2;
+    EXPECT_EQ(p.prediction.vram.at("kv"),
+              uint64_t(p.batch) * (uint64_t(attention * pages) * page_bytes + uint64_t(deltanet) * c.deltanet.state_bytes()))
+        << context;
+    EXPECT_EQ(gpu_options(p).max_sequences, p.batch);  // the slots GpuLayers allocates are the ones counted
+  }
 }
 
 TEST(GpuPlanner, GpuDecisionsRoundTripThroughJson) {

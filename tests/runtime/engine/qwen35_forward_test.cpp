@@ -107,6 +107,29 @@ TEST(Qwen35, RecurrentStateIsInTheLedger) {
   EXPECT_EQ(ledger.used(tiering::accounts::kv), 0u);
 }
 
+// Layers that run on the GPU (KVCacheOptions::first_layer, set by the Generator and the Scheduler from Forward's GPU
+// layers) hold no state in the host cache: with layers 0 and 1 (Gated DeltaNet) on the GPU, "kv" holds the third
+// DeltaNet layer's state and the attention layer's pages, two states fewer; every layer there: nothing. The
+// recurrent position is still tracked (the GPU's states have the same rule).
+TEST(Qwen35, LayersOnTheGpuHoldNoHostState) {
+  tiering::Ledger ledger;
+  const model::ModelConfig c = model::load_config(fixture("qwen3_5"));
+  const uint64_t all = engine::KVCache::bytes_for(c, 256);
+  for (int64_t first : {2, 4}) {
+    engine::KVCacheOptions o;
+    o.first_layer = first;
+    engine::KVCache cache(c, 256, ledger, o);
+    const uint64_t expected = first == 2 ? all - 2 * c.deltanet.state_bytes() : 0;
+    EXPECT_EQ(engine::KVCache::bytes_for(c, 256, o), expected) << first;
+    EXPECT_EQ(cache.bytes(), expected) << first;
+    EXPECT_EQ(ledger.used(tiering::accounts::kv), expected) << first;
+    EXPECT_EQ(cache.recurrent_bytes(), first == 2 ? c.deltanet.state_bytes() : 0u) << first;
+    EXPECT_TRUE(cache.has_recurrent());
+    cache.will_fold(5);
+    EXPECT_FALSE(cache.can_start_at(3));
+  }
+}
+
 TEST(Qwen35, ChunkedPrefillEqualsWholeAndStepwise) {
   tiering::Ledger ledger;
   const model::ModelWeights w = model::load_model(fixture("qwen3_5_moe"), options_for(ledger));

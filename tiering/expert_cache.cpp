@@ -129,7 +129,7 @@ void ExpertCache::touch(int64_t k) {
 
 int64_t ExpertCache::choose_victim(bool for_prefetch) {
   int64_t best = -1;
-  // Rank: empty first; then (for prefetch, never a slot still loading or converting) the policy's coldest.
+  // Rank: empty first; then (for prefetch, never a slot still loading) the policy's coldest.
   std::lock_guard lock(mutex_);
   auto rank = [&](const Slot& s) -> std::pair<uint64_t, uint64_t> {
     if (s.state == State::empty || s.state == State::failed) return {0, 0};
@@ -144,9 +144,9 @@ int64_t ExpertCache::choose_victim(bool for_prefetch) {
   for (int64_t i = 0; i < int64_t(slots_.size()); ++i) {
     const Slot& s = slots_[size_t(i)];
     if (s.pins > 0) continue;
-    // A prefetch never waits: not for a read still in flight, nor for the worker's conversion.
-    if (for_prefetch && ((s.state == State::loading && !reader_.done(s.ticket)) || s.state == State::converting))
-      continue;
+    // A prefetch never waits for a read still in flight (a conversion in progress, of a prefetch nobody asked for,
+    // is at most one expert's repack, and skipping it would make the choice depend on the worker's progress).
+    if (for_prefetch && s.state == State::loading && !reader_.done(s.ticket)) continue;
     const auto r = rank(s);
     if (best < 0 || r < best_rank) {
       best = i;

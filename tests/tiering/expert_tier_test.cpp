@@ -1,14 +1,11 @@
 // ExpertReader, ExpertStore and ExpertCache against exact oracles: bytes read equal the file's bytes (O_DIRECT,
 // split into blocks, several in flight, and the buffered fallback on ramfs, which refuses O_DIRECT); MLX stacked
-// switch_mlp slices equal per-expert MLX tensors, and a miss repacks them into the slot exactly with no scratch, on the
-// cache's conversion worker as inside acquire(); LRU and frequency-aware eviction pick the victims the policy says.
+// switch_mlp slices equal per-expert MLX tensors, and a miss repacks them into the slot exactly with no scratch; LRU and frequency-aware eviction pick the victims the policy says.
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -228,107 +225,6 @@ TEST(ExpertStore, MlxMissRepacksIntoTheSlotExactlyWithoutScratch) {
       }
     }
   }
-}
-
-// The conversion worker moves an MLX miss's repack off the acquiring thread, not its result. One decode-like
-// sequence (batches of experts requested together, a prefetch of likely next ones, then each acquired in turn and
-// released; reads really asynchronous: io_uring + O_DIRECT on the test's file) runs through a cache whose worker
-// converts and one that converts inside acquire(). At every acquire both slots hold exactly the bytes
-// ExpertStore::finish gives for that expert (the oracle, made beforehand into fresh blocks); the hit, miss, prefetch,
-// eviction and byte counters are equal; every miss is converted once, plus at most the prefetches evicted unused
-// (the worker may have converted those before they went); the acquiring thread's share adds up.
-TEST(ExpertCache, WorkerConversionGivesTheSameSlotsAndCounters) {
-  auto c = mlx_config();
-  const int64_t E = 24, H = 256, I = 128;
-  c.hidden_size = H;
-  c.moe_intermediate_size = I;
-  c.num_experts = E;
-  const auto projections = mlx_projections(E, H, I);
-  test::TempDir dir;
-  test::write_bytes(dir / "stacked.safetensors", test::build_file(stacked_tensors(projections, E)));
-  const auto index = model::TensorIndex::open_file(dir / "stacked.safetensors");
-  const auto store = model::expert_store_from_safetensors(index, c, std::nullopt);
-  ASSERT_EQ(store.encoding(), tiering::ExpertEncoding::mlx);
-  const size_t bytes = store.layout().bytes;
-  std::vector<std::string> oracle;
-  {
-    tiering::Ledger ledger;
-    tiering::ExpertReader reader(store.files());
-    tiering::LedgerBuffer staging(ledger, "t", store.staging_bytes(), 4096), block(ledger, "t", bytes, 4096);
-    for (int64_t e = 0; e < E; ++e) {
-      std::memset(block.data(), 0, bytes);
-      reader.wait(reader.submit(store.plan(0, e, block.data(), staging.data())));
-      store.finish(0, e, staging.data(), block.data(), ledger);
-      oracle.emplace_back(block.as<char>(), bytes);
-    }
-  }
-  auto run = [&](bool worker) {
-    tiering::Ledger ledger;
-    tiering::ReaderOptions ro;
-    ro.queue_depth = 4;  // fewer than the reads of a batch: some land while others are acquired
-    ro.block_size = 8192;
-    tiering::ExpertReader reader(store.files(), ro);
-    tiering::ExpertCacheOptions o;
-    o.slots = 5;  // a batch of 4 misses after 3 unused prefetches evicts some of them, landed or not
-    o.prefetch_limit = 3;
-    o.resident = {{0, 0}, {0, 1}};
-    o.convert_on_worker = worker;
-    tiering::ExpertCache cache(store, reader, ledger, o);
-    EXPECT_EQ(ledger.used("expert_staging"), 0u);  // the MLX repack needs no scratch, on either thread
-    std::mt19937 rng(7);
-    auto pick = [&](int n) {
-      std::vector<int32_t> out;
-      while (int(out.size()) < n) {
-        const int32_t e = int32_t(rng() % uint32_t(E));
-        if (std::find(out.begin(), out.end(), e) == out.end()) out.push_back(e);
-      }
-      return out;
-    };
-    for (int round = 0; round < 400; ++round) {
-      const std::vector<int32_t> batch = pick(1 + int(rng() % 4)), guess = pick(3);
-      cache.request(0, batch);
-      cache.prefetch(0, guess);
-      for (int32_t e : batch) {
-        const tiering::ExpertViews v = cache.acquire(0, e);
-        const char* slot = static_cast<const char*>(v.gate_up.data) - store.layout().parts[0].offset;
-        EXPECT_EQ(std::memcmp(slot, oracle[size_t(e)].data(), bytes), 0) << "round " << round << " expert " << e;
-        cache.release(0, e);
-      }
-    }
-    reader.drain();  // the last prefetches' bytes counted however far they had got
-    return cache.telemetry();
-  };
-  const tiering::ExpertTierTelemetry inline_run = run(false), worker_run = run(true);
-  for (const auto* t : {&inline_run, &worker_run})
-    std::printf("misses %llu hits %llu prefetches %llu prefetch hits %llu wasted %llu evictions %llu conversions %llu "
-                "(forward thread %llu, %.3f ms; waited %.3f ms)\n",
-                (unsigned long long)t->misses, (unsigned long long)t->hits, (unsigned long long)t->prefetches,
-                (unsigned long long)t->prefetch_hits, (unsigned long long)t->prefetch_wasted,
-                (unsigned long long)t->evictions, (unsigned long long)t->conversions,
-                (unsigned long long)t->inline_conversions, 1e3 * t->inline_conversion_seconds,
-                1e3 * t->conversion_wait_seconds);
-  EXPECT_GT(inline_run.misses, 200u);
-  EXPECT_GT(inline_run.prefetch_hits, 20u);
-  EXPECT_GT(inline_run.prefetch_wasted, 0u);
-  for (const auto* t : {&inline_run, &worker_run}) {
-    EXPECT_EQ(t->hits, inline_run.hits);
-    EXPECT_EQ(t->misses, inline_run.misses);
-    EXPECT_EQ(t->resident_hits, inline_run.resident_hits);
-    EXPECT_EQ(t->prefetches, inline_run.prefetches);
-    EXPECT_EQ(t->prefetch_hits, inline_run.prefetch_hits);
-    EXPECT_EQ(t->prefetch_wasted, inline_run.prefetch_wasted);
-    EXPECT_EQ(t->evictions, inline_run.evictions);
-    EXPECT_EQ(t->bytes_read, inline_run.bytes_read);
-    EXPECT_GE(t->conversions, t->misses + t->prefetch_hits);
-    EXPECT_LE(t->conversions, t->misses + t->prefetches);
-    EXPECT_LE(t->inline_conversions, t->conversions);
-  }
-  // Without the worker every conversion is the acquiring thread's, and only experts that were used are converted.
-  EXPECT_EQ(inline_run.conversions, inline_run.misses + inline_run.prefetch_hits);
-  EXPECT_EQ(inline_run.inline_conversions, inline_run.conversions);
-  EXPECT_EQ(inline_run.conversion_wait_seconds, 0.0);
-  // With it, some conversions ran on the worker.
-  EXPECT_LT(worker_run.inline_conversions, worker_run.conversions);
 }
 
 // gpt-oss's MXFP4 experts (the transformers fixture's file): the cache reserves in "expert_staging" what a miss's

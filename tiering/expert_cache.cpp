@@ -1,12 +1,14 @@
 #include "tiering/expert_cache.h"
 
 #include <fcntl.h>
+#include <sched.h>
+#include <sys/sysinfo.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -77,9 +79,19 @@ ExpertCache::ExpertCache(const ExpertStore& store, ExpertReader& reader, Ledger&
     throw;
   }
   reader_base_ = reader_.stats();
+  if (options_.convert_on_worker && store_.encoding() != ExpertEncoding::packed)
+    worker_ = std::thread([this] { worker_loop(); });
 }
 
 ExpertCache::~ExpertCache() {
+  if (worker_.joinable()) {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    work_cv_.notify_all();
+    worker_.join();  // after its conversion in progress, if any: that slot's memory must outlive it
+  }
   if (mapping_) ::munmap(const_cast<std::byte*>(mapping_), mapping_bytes_);
   // Reads still in flight target our slots: let them land before the memory goes.
   try {
@@ -118,9 +130,12 @@ void ExpertCache::touch(int64_t k) {
 int64_t ExpertCache::choose_victim(bool for_prefetch) {
   int64_t best = -1;
   // Rank: empty first; then (for prefetch, never a slot still loading) the policy's coldest.
+  std::lock_guard lock(mutex_);
   auto rank = [&](const Slot& s) -> std::pair<uint64_t, uint64_t> {
-    if (s.state == State::empty) return {0, 0};
-    const uint64_t loading_penalty = s.state == State::loading ? (uint64_t(1) << 40) : 0;
+    if (s.state == State::empty || s.state == State::failed) return {0, 0};
+    // An unpinned slot not yet used is a prefetch nobody asked for yet (a request clears the mark): kept over used
+    // ones, wherever its read and conversion are (so the choice does not depend on the worker's progress).
+    const uint64_t loading_penalty = s.prefetched ? (uint64_t(1) << 40) : 0;
     if (options_.policy == CachePolicy::frequency)
       return {loading_penalty + 1 + frequency_[size_t(s.key)], s.last_use};
     return {loading_penalty + 1, s.last_use};
@@ -129,7 +144,9 @@ int64_t ExpertCache::choose_victim(bool for_prefetch) {
   for (int64_t i = 0; i < int64_t(slots_.size()); ++i) {
     const Slot& s = slots_[size_t(i)];
     if (s.pins > 0) continue;
-    if (for_prefetch && s.state == State::loading && !reader_.done(s.ticket)) continue;  // never wait for a prefetch
+    // A prefetch never waits for a read still in flight (a conversion in progress, of a prefetch nobody asked for,
+    // is at most one expert's repack, and skipping it would make the choice depend on the worker's progress).
+    if (for_prefetch && s.state == State::loading && !reader_.done(s.ticket)) continue;
     const auto r = rank(s);
     if (best < 0 || r < best_rank) {
       best = i;
@@ -139,9 +156,32 @@ int64_t ExpertCache::choose_victim(bool for_prefetch) {
   return best;
 }
 
+ExpertCache::State ExpertCache::state_of(const Slot& s) {
+  std::lock_guard lock(mutex_);
+  return s.state;
+}
+
+// The slot is about to be refilled: its read must have landed (the reader writes into it) and the worker must not
+// hold it; a conversion not yet started is dropped (the expert is being evicted unused).
+void ExpertCache::settle(Slot& s, std::unique_lock<std::mutex>& lock) {
+  if (s.state == State::staged) {
+    unqueue(int32_t(&s - slots_.data()));
+    s.state = State::empty;
+  }
+  ready_cv_.wait(lock, [&] { return s.state != State::converting; });
+}
+
 void ExpertCache::load(int64_t index, int64_t k, bool prefetch) {
   Slot& s = slots_[size_t(index)];
-  if (s.state == State::loading) reader_.wait(s.ticket);  // an unused prefetch still in flight
+  if (state_of(s) == State::loading) {  // an unused prefetch still in flight
+    try {
+      reader_.wait(s.ticket);
+    } catch (const ReaderError&) {  // its bytes are thrown away anyway
+    }
+    in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), int32_t(index)));
+  }
+  std::unique_lock lock(mutex_);
+  settle(s, lock);
   if (s.key >= 0) {
     slot_of_[size_t(s.key)] = -1;
     ++counters_.evictions;
@@ -151,9 +191,12 @@ void ExpertCache::load(int64_t index, int64_t k, bool prefetch) {
   s.key = k;
   s.prefetched = prefetch;
   s.state = State::loading;
+  s.error.clear();
+  lock.unlock();
   s.last_use = clock_;
   slot_of_[size_t(k)] = int32_t(index);
   s.ticket = reader_.submit(store_.plan(layer, expert, s.block.data(), s.staging.data()));
+  in_flight_.push_back(int32_t(index));
 }
 
 void ExpertCache::request(int64_t layer, std::span<const int32_t> experts) {
@@ -201,17 +244,86 @@ void ExpertCache::request(int64_t layer, std::span<const int32_t> experts) {
   }
 }
 
-void ExpertCache::finish(Slot& s) {
-  if (s.state != State::loading) return;
-  reader_.wait(s.ticket);
-  if (store_.encoding() != ExpertEncoding::packed) {
-    const auto start = std::chrono::steady_clock::now();
+void ExpertCache::unqueue(int32_t slot) {
+  if (const auto it = std::find(queue_.begin(), queue_.end(), slot); it != queue_.end()) queue_.erase(it);
+}
+
+void ExpertCache::dispatch() {
+  if (in_flight_.empty()) return;
+  bool queued = false;
+  for (size_t j = 0; j < in_flight_.size();) {
+    Slot& s = slots_[size_t(in_flight_[j])];
+    if (!reader_.done(s.ticket)) {
+      ++j;
+      continue;
+    }
+    std::string error;
+    try {
+      reader_.wait(s.ticket);  // returns at once; throws the reader's error, if any
+    } catch (const ReaderError& e) {
+      error = e.what();
+    }
+    std::lock_guard lock(mutex_);
+    if (!error.empty()) {
+      s.state = State::failed;
+      s.error = std::move(error);
+    } else if (store_.encoding() == ExpertEncoding::packed) {
+      s.state = State::ready;
+    } else {
+      s.state = State::staged;
+      if (worker_.joinable()) {
+        queue_.push_back(in_flight_[j]);
+        queued = true;
+      }
+    }
+    in_flight_.erase(in_flight_.begin() + std::ptrdiff_t(j));
+  }
+  if (queued) work_cv_.notify_one();
+}
+
+void ExpertCache::convert(Slot& s, bool on_worker) {
+  const auto start = std::chrono::steady_clock::now();
+  std::string error;
+  try {
+    std::unique_lock scratch(scratch_mutex_, std::defer_lock);
+    if (reservation_) scratch.lock();
     store_.finish(s.key / store_.experts(), s.key % store_.experts(), s.staging.data(), s.block.data(),
                   scratch_ledger_);
-    counters_.conversion_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    ++counters_.conversions;
+  } catch (const std::exception& e) {
+    error = e.what();
   }
-  s.state = State::ready;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::lock_guard lock(mutex_);
+  ++conversions_;
+  conversion_seconds_ += seconds;
+  if (!on_worker) {
+    ++inline_conversions_;
+    inline_conversion_seconds_ += seconds;
+  }
+  s.state = error.empty() ? State::ready : State::failed;
+  s.error = std::move(error);
+}
+
+void ExpertCache::worker_loop() {
+  // A thread inherits its creator's CPU binding, and a pinned compute pool binds its constructing thread to core 0
+  // (kernels::ThreadPool): unbound, the worker runs on whichever core is free instead of queuing behind the forward
+  // thread. The kernel keeps the mask within the process's cpuset.
+  cpu_set_t every;
+  CPU_ZERO(&every);
+  for (int cpu = 0; cpu < std::min(CPU_SETSIZE, get_nprocs_conf()); ++cpu) CPU_SET(cpu, &every);
+  sched_setaffinity(0, sizeof(every), &every);  // best effort: a refusal leaves the inherited binding
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (stopping_) return;
+    Slot& s = slots_[size_t(queue_.front())];
+    queue_.pop_front();
+    s.state = State::converting;
+    lock.unlock();
+    convert(s, /*on_worker=*/true);
+    ready_cv_.notify_all();
+    lock.lock();
+  }
 }
 
 ExpertViews ExpertCache::acquire(int64_t layer, int32_t expert) {
@@ -222,12 +334,42 @@ ExpertViews ExpertCache::acquire(int64_t layer, int32_t expert) {
   if (i < 0 || slots_[size_t(i)].pins == 0)
     throw std::logic_error(fmt::format("expert cache: expert {}.{} acquired without a request", layer, expert));
   Slot& s = slots_[size_t(i)];
-  finish(s);
-  return store_.layout().views(s.block.data());
+  dispatch();
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    switch (s.state) {
+      case State::ready:
+        return store_.layout().views(s.block.data());
+      case State::failed:
+        throw ReaderError(s.error);
+      case State::staged:  // landed, not yet started by the worker: convert it here rather than wait behind others
+        unqueue(i);
+        s.state = State::converting;
+        lock.unlock();
+        convert(s, /*on_worker=*/false);
+        lock.lock();
+        break;
+      case State::converting: {
+        const auto start = std::chrono::steady_clock::now();
+        ready_cv_.wait(lock, [&] { return s.state != State::converting; });
+        conversion_wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        break;
+      }
+      case State::loading:  // hand on whatever lands while waiting for this one
+        lock.unlock();
+        if (!reader_.done(s.ticket)) reader_.wait_any();
+        dispatch();
+        lock.lock();
+        break;
+      case State::empty:
+        throw std::logic_error(fmt::format("expert cache: expert {}.{} has no read", layer, expert));
+    }
+  }
 }
 
 void ExpertCache::release(int64_t layer, int32_t expert) {
   if (mapping_) return;
+  dispatch();
   const int64_t k = key(layer, expert);
   if (resident_of_[size_t(k)] >= 0) return;
   const int32_t i = slot_of_[size_t(k)];
@@ -236,8 +378,10 @@ void ExpertCache::release(int64_t layer, int32_t expert) {
 
 void ExpertCache::prefetch(int64_t layer, std::span<const int32_t> experts) {
   if (mapping_ || options_.prefetch_limit <= 0 || layer < 0 || layer >= store_.layers()) return;
+  // Prefetched experts not yet asked for (a request clears the mark), whether their reads are still in flight or
+  // have landed: the limit bounds the slots speculation holds.
   int64_t in_flight = 0;
-  for (const Slot& s : slots_) in_flight += s.prefetched && s.state == State::loading;
+  for (const Slot& s : slots_) in_flight += s.prefetched;
   for (int32_t e : experts) {
     if (in_flight >= options_.prefetch_limit) break;
     if (e < 0 || e >= store_.experts() || cached(layer, e)) continue;
@@ -262,6 +406,14 @@ ExpertTierTelemetry ExpertCache::telemetry() const {
   t.bytes_read = r.bytes_read - reader_base_.bytes_read;
   t.reads = r.reads - reader_base_.reads;
   t.read_stall_seconds = double(r.stall_ns - reader_base_.stall_ns) * 1e-9;
+  {
+    std::lock_guard lock(mutex_);
+    t.conversions = conversions_;
+    t.conversion_seconds = conversion_seconds_;
+    t.inline_conversions = inline_conversions_;
+    t.inline_conversion_seconds = inline_conversion_seconds_;
+    t.conversion_wait_seconds = conversion_wait_seconds_;
+  }
   t.resident_experts = int64_t(resident_blocks_.size());
   t.cache_slots = int64_t(slots_.size());
   t.expert_bytes = store_.layout().bytes;
@@ -280,6 +432,11 @@ void ExpertCache::reset_counters() {
   const size_t layers = counters_.layers.size();
   counters_ = ExpertTierTelemetry{};
   counters_.layers.resize(layers);
+  {
+    std::lock_guard lock(mutex_);
+    conversions_ = inline_conversions_ = 0;
+    conversion_seconds_ = inline_conversion_seconds_ = conversion_wait_seconds_ = 0;
+  }
   reader_base_ = reader_.stats();
 }
 

@@ -2,13 +2,27 @@
 // evicted) plus a fixed number of cache slots managed by LRU or a frequency-aware policy (LFU with periodic aging,
 // LRU among equals). Misses are read through the ExpertReader; prefetch() starts reads of experts the next layer
 // is likely to need so they overlap the current layer's compute.
+// A read that lands in a staging block (every encoding but packed) still has to be converted into the slot format
+// (ExpertStore::finish). That runs on a conversion worker, one thread per cache: acquire() and release() hand every
+// slot whose read has completed to it, so the forward thread computes the experts in memory (and the earlier misses)
+// while the later ones are repacked, and waits only for an expert that is not yet ready; an expert it needs whose
+// read has landed but whose conversion has not started is converted right there instead of waiting behind others.
+// Threads: every public member is called from one thread (the forward thread that owns the tier, as the reader's);
+// the worker only ever touches a slot it has claimed from the queue (its staging and block, read-only store) and
+// the conversion counters, under mutex_.
 // Owns: resident blocks (ledger account "resident_experts"), slots and their staging (account "expert_cache"), a
-// reservation for conversion scratch ("expert_staging"), and the counters. Never: evict a pinned (requested,
-// not yet released) expert, exceed its slot count, or allocate outside the ledger.
+// reservation for conversion scratch ("expert_staging": one conversion's worth, so conversions that need scratch
+// run one at a time), the worker, and the counters. Never: evict a pinned (requested, not yet released) expert,
+// exceed its slot count, reuse a slot the worker is converting, or allocate outside the ledger.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <mutex>
 #include <span>
+#include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -29,6 +43,9 @@ struct ExpertCacheOptions {
   // Baseline, not a tier: experts used in place from a read-only mmap of a packed file, so the kernel's page cache
   // decides what stays in memory (no slots, no reads of ours, nothing charged). For comparisons only.
   bool mapped = false;
+  // Conversions of arrived reads on the cache's worker thread (above); false: on the forward thread inside
+  // acquire(), as a comparison baseline. Either way the slot's bytes are the same.
+  bool convert_on_worker = true;
 };
 
 class ExpertCache {
@@ -41,8 +58,11 @@ class ExpertCache {
   // Pins the experts and starts reads for the ones not in memory. Throws std::length_error if the unpinned slots
   // cannot hold the misses (ask for at most available_slots() distinct new experts at once).
   void request(int64_t layer, std::span<const int32_t> experts);
-  // Waits for a requested expert's read (counted as stall) and returns its weights; valid until release().
+  // Waits for a requested expert's read (counted as read stall) and its conversion (conversion wait, or done right
+  // here if it has not started), and returns its weights; valid until release(). Throws ReaderError if its read
+  // failed.
   ExpertViews acquire(int64_t layer, int32_t expert);
+  // Unpins; also hands reads that have landed meanwhile to the worker (never blocks).
   void release(int64_t layer, int32_t expert);
   // Starts reads of likely experts into slots that hold nothing pinned; never blocks, never evicts a pinned expert.
   void prefetch(int64_t layer, std::span<const int32_t> experts);
@@ -56,20 +76,28 @@ class ExpertCache {
   const ExpertCacheOptions& options() const { return options_; }
 
  private:
-  enum class State : uint8_t { empty, loading, ready };
+  // empty -> loading (read in flight) -> staged (read landed; queued for the worker) -> converting -> ready;
+  // packed reads go from loading straight to ready. failed: the read or the conversion threw (error says why).
+  enum class State : uint8_t { empty, loading, staged, converting, ready, failed };
   struct Slot {
     LedgerBuffer block, staging;
     int64_t key = -1;
-    State state = State::empty;
+    State state = State::empty;  // written by the worker (converting -> ready/failed) under mutex_ only
     int32_t pins = 0;
     uint64_t ticket = 0;
     uint64_t last_use = 0;
     bool prefetched = false;
+    std::string error;
   };
   int64_t key(int64_t layer, int64_t expert) const { return layer * store_.experts() + expert; }
   int64_t choose_victim(bool for_prefetch);
   void load(int64_t slot, int64_t key, bool prefetch);
-  void finish(Slot& s);
+  void dispatch();                                 // slots whose reads have landed -> staged (and to the worker)
+  void settle(Slot& s, std::unique_lock<std::mutex>& lock);  // waits out a conversion the worker holds
+  void convert(Slot& s, bool on_worker);           // ExpertStore::finish into the slot; counts it
+  void worker_loop();
+  void unqueue(int32_t slot);                      // drops a staged slot from the worker's queue (under mutex_)
+  State state_of(const Slot& s);
   void touch(int64_t key);
 
   const ExpertStore& store_;
@@ -89,6 +117,17 @@ class ExpertCache {
   ReaderStats reader_base_;
   const std::byte* mapping_ = nullptr;
   size_t mapping_bytes_ = 0;
+
+  std::vector<int32_t> in_flight_;  // slots in state loading, in submit order
+  mutable std::mutex mutex_;        // slot states staged/converting/ready/failed, queue_, worker counters
+  std::mutex scratch_mutex_;        // one scratch-using conversion at a time (the reservation covers one)
+  std::condition_variable work_cv_, ready_cv_;
+  std::deque<int32_t> queue_;       // staged slots for the worker, in arrival order
+  bool stopping_ = false;
+  // Conversion counters, written by both threads under mutex_: all conversions, and the forward thread's share.
+  uint64_t conversions_ = 0, inline_conversions_ = 0;
+  double conversion_seconds_ = 0, inline_conversion_seconds_ = 0, conversion_wait_seconds_ = 0;
+  std::thread worker_;  // last: started once the slots exist, joined first
 };
 
 }  // namespace tierlm::tiering

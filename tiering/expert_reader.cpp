@@ -220,6 +220,14 @@ void ExpertReader::wait(Ticket ticket) {
   }
 }
 
+void ExpertReader::wait_any() {
+  if (in_flight_ == 0 && pending_.empty()) return;
+  const auto start = std::chrono::steady_clock::now();
+  pump(true);
+  stats_.stall_ns += uint64_t(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+}
+
 void ExpertReader::drain() {
   while (in_flight_ > 0 || !pending_.empty()) pump(in_flight_ > 0);
 }

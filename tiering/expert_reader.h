@@ -37,7 +37,7 @@ struct ReaderStats {
   uint64_t bytes_read = 0;     // bytes the device returned
   uint64_t reads = 0;          // read operations completed (chunks)
   uint64_t requests = 0;       // ReadRequests submitted
-  uint64_t stall_ns = 0;       // time spent blocked in wait()
+  uint64_t stall_ns = 0;       // time spent blocked in wait() and wait_any()
 };
 
 class ReaderError : public std::runtime_error {
@@ -61,6 +61,10 @@ class ExpertReader {
   // Blocks until every read of the ticket has completed; the time blocked is counted as read stall.
   // Throws ReaderError on an I/O error or a short file.
   void wait(Ticket ticket);
+  // Blocks until at least one read in flight completes (returns at once when nothing is queued), counted as read
+  // stall: for a caller that has other completed reads to hand on while it waits for a particular one. Errors are
+  // reported by the next wait().
+  void wait_any();
   // Blocks until nothing is in flight.
   void drain();
 

@@ -24,10 +24,15 @@ struct ExpertTierTelemetry {
   uint64_t bytes_read = 0;    // bytes returned by the device for expert reads
   uint64_t reads = 0;         // read operations (after splitting into blocks)
   double read_stall_seconds = 0;  // time the forward pass waited for expert reads
-  // Turning a read's bytes into the slot format (ExpertStore::finish) on the thread that acquires the expert: CPU
-  // time on the forward pass beside the read wait. Zero for a packed file (the read lands in the slot as is).
+  // Turning a read's bytes into the slot format (ExpertStore::finish): every conversion and the time it took, on the
+  // cache's worker or the forward thread. Zero for a packed file (the read lands in the slot as is).
   uint64_t conversions = 0;
   double conversion_seconds = 0;
+  // The forward pass's share: conversions it did itself (an expert it needed whose conversion had not started, or
+  // all of them with the worker off), and the time it waited for the worker to finish one it needed.
+  uint64_t inline_conversions = 0;
+  double inline_conversion_seconds = 0;
+  double conversion_wait_seconds = 0;
   int64_t resident_experts = 0, cache_slots = 0;
   uint64_t expert_bytes = 0;  // one expert block in memory
   std::string policy;         // "lru" | "frequency"

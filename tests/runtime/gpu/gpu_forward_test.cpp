@@ -154,8 +154,9 @@ struct Comparison {
 };
 
 // skip: rows left out of the comparison (counted in `skipped`). allow_near_ties: a row whose top-1 differs still
-// counts as the same when the oracle's own top-2 gap is at most twice the row's max |diff| (the q8 device KV:
-// its codes flip at rounding boundaries, so a near-tie can go either way; the logits stay within tolerance).
+// counts as the same when the oracle's own top-2 gap is at most twice the row's max |diff| (the q8 device KV, and
+// MLX weights' split-f16 prefill GEMM: they round at boundaries, so a near-tie can go either way; the logits stay
+// within tolerance).
 Comparison compare_traces(const Trace& ours, const Trace& oracle, int64_t V, double tolerance = 0,
                           const std::vector<bool>* skip = nullptr, bool allow_near_ties = false) {
   Comparison c;
@@ -231,7 +232,12 @@ void compare(const std::string& name, std::optional<kernels::WeightFormat> forma
     }
     auto g = std::make_shared<gpu::GpuLayers>(q, o, 32, 64);
     const Trace ours = run_trace(exact, ledger, g, &oracle.tokens, kv_codec);
-    const Comparison c = compare_traces(ours, oracle, V, tolerance, &undecided, /*allow_near_ties=*/q8);
+    // MLX weights at the defaults: the prefill GEMM splits activations into two f16 parts (runtime/gpu, MLX's
+    // float activations), whose rounding can flip a near-tie as the q8 codes can (llama3-mlx4's decode row 22 on an
+    // H100: 1.1e-3 from the oracle, within tolerance, another top-1).
+    const kernels::WeightFormat stored = q.layers[0].qkv.view.format;
+    const bool mlx = stored == kernels::WeightFormat::mlx_q4 || stored == kernels::WeightFormat::mlx_q8;
+    const Comparison c = compare_traces(ours, oracle, V, tolerance, &undecided, /*allow_near_ties=*/q8 || mlx);
     const gpu::GpuExpertStats st = g->expert_stats();
     std::printf("[ GPU-EXACT] %-12s %-6s kv=%s gpu_layers=%lld: max relative logit error %.3g, top-1 same %d/%d "
                 "(%d undecided rows left out, %d near-ties); experts resident %llu slot %llu miss %llu, %llu layer "

@@ -121,10 +121,13 @@ double expert_read_bw(const DeviceProfile& d, const ModelProfile& m, const Plan&
 // probed it at 16 and 128 rows (ComputeSample::matmul16_gflops, matmul_gflops), interpolated in log(rows) between
 // them and flat outside; a profile without that probe, or a format it lacks, takes the SGEMM probe at
 // kGemmEfficiency.
+// The probes' key for a weight format: mlx_q8 runs the mlx_q4 kernel (one affine kernel for both).
+std::string probe_key(const std::string& format) { return format == "mlx_q8" ? "mlx_q4" : format; }
+
 double gemm_flops(const DeviceProfile& d, int threads, const std::string& format, double rows) {
   const ComputeSample* c = sample_for_threads(d, threads);
   if (c) {
-    const std::string key = format == "mlx_q8" ? "mlx_q4" : format;  // one affine kernel for both
+    const std::string key = probe_key(format);
     const auto many = c->matmul_gflops.find(key), few = c->matmul16_gflops.find(key);
     if (many != c->matmul_gflops.end() && many->second > 0) {
       if (few == c->matmul16_gflops.end() || few->second <= 0 || rows >= 128) return many->second * 1e9;
@@ -141,8 +144,7 @@ double gemm_flops(const DeviceProfile& d, int threads, const std::string& format
 double expert_gemm_flops(const DeviceProfile& d, int threads, const std::string& format) {
   const ComputeSample* c = sample_for_threads(d, threads);
   if (!c) return 0;
-  const std::string key = format == "mlx_q8" ? "mlx_q4" : format;  // one affine kernel for both
-  const auto it = c->expert_gemm_gflops.find(key);
+  const auto it = c->expert_gemm_gflops.find(probe_key(format));
   return it != c->expert_gemm_gflops.end() && it->second > 0 ? it->second * 1e9 : 0;
 }
 
@@ -603,8 +605,8 @@ double prefill_seconds(const DeviceProfile& d, const ModelProfile& m, const Plan
   // matched on the 2-core VM (1.06-1.14 at load 0.7, bench/results/fit-accuracy.md) but 2.6x too slow on an idle
   // 16-core Xeon, where the SGEMM probe's small quick matrix does not scale with the cores.
   const double probed_expert_gemm = expert_gemm_flops(d, p.threads, expert_format);
-  const double expert_gemm = probed_expert_gemm > 0 ? probed_expert_gemm : sgemm_flops(d, p.threads);
-  const double expert_stream_bw = probed_expert_gemm > 0 ? 0 : expert_bw;
+  const bool expert_probe = probed_expert_gemm > 0;
+  const double expert_gemm = expert_probe ? probed_expert_gemm : sgemm_flops(d, p.threads);
   const uint64_t head = gpu_head_bytes(m);
   const double layer_bytes = std::max(0.0, double(m.dense_read_per_token()) - double(head));
   const int64_t chunk = std::max<int64_t>(p.prefill_chunk, 1);
@@ -618,9 +620,8 @@ double prefill_seconds(const DeviceProfile& d, const ModelProfile& m, const Plan
     if (!m.moe()) continue;
     for (size_t l = 0; l < m.expert_frequency.size(); ++l) {
       std::vector<double> f = m.expert_frequency[l];
-      const double compute = double(rows) * expert_flops_per_token(m) / expert_gemm +
-                             (expert_stream_bw > 0 ? distinct_experts(f, rows) * double(m.expert_payload_bytes) /
-                                                         expert_stream_bw : 0.0);
+      double compute = double(rows) * expert_flops_per_token(m) / expert_gemm;
+      if (!expert_probe) compute += distinct_experts(f, rows) * double(m.expert_payload_bytes) / expert_bw;
       if (l < p.resident_experts.size())
         for (int32_t e : p.resident_experts[l]) f[size_t(e)] = 0;
       const double missing = distinct_experts(f, rows);

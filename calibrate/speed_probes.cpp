@@ -52,68 +52,81 @@ double best_rate(double seconds, double work_per_call, Fn fn) {
   return best;
 }
 
+// The probes' weights are random: their values do not change the kernels' speed. Uniform [-1, 1) floats and
+// arbitrary 4-bit codes from a linear congruential `state`.
+uint32_t next_random(uint32_t& state) { return state = state * 1664525u + 1013904223u; }
+void fill_random(std::span<float> values, uint32_t& state) {
+  for (float& v : values) v = float(int32_t(next_random(state) >> 8) - (1 << 23)) / float(1 << 23);
+}
+void fill_codes(std::span<uint32_t> words, uint32_t& state) {
+  for (uint32_t& w : words) w = next_random(state);
+}
+
+// A [rows x cols] weight of `format` for the speed probes, charged to scratch: the dense and packed formats from the
+// f32 `source`, MLX affine 4-bit (group 64, bf16 scales and biases of 1/128) and MXFP4 (scales 2^0, so every
+// product is finite) from the 4-bit `codes` (rows * cols / 8 words).
+kernels::Weight probe_weight(kernels::WeightFormat format, const float* source, const uint32_t* codes, int64_t rows,
+                             int64_t cols, tiering::Ledger& ledger) {
+  const char* scratch = tiering::accounts::scratch;
+  if (format == kernels::WeightFormat::mlx_q4) {
+    const std::vector<uint16_t> affine(size_t(rows * cols / 64), 0x3c00);
+    return kernels::make_mlx_weight(codes, affine.data(), affine.data(), kernels::SourceType::bf16, rows, cols, 64, 4,
+                                    ledger, scratch);
+  }
+  if (format == kernels::WeightFormat::mxfp4) {
+    const std::vector<uint8_t> e8m0(size_t(rows * cols / 32), 127);
+    return kernels::make_mxfp4_weight(codes, e8m0.data(), rows, cols, ledger, scratch);
+  }
+  return kernels::make_weight(source, kernels::SourceType::f32, rows, cols, format, ledger, scratch);
+}
+
 // MoE prefill's experts as the engine runs them (engine::MoeBlock::run_expert): one expert after another, each a
 // gate_up GEMM and a down GEMM of kExpertProbeRows activation rows on the thread pool, over distinct experts of
 // Qwen3-30B-A3B's shape (2048 hidden, 768 intermediate, smaller under a small budget; a chunk's rows x top_k spread
-// over the touched experts is a
-// few to a few tens of rows each). Many small GEMMs run far below one large weight's rate (each pays its dispatch to
-// the pool and splits few columns per thread): on an idle 16-core Xeon, MoE prefill measured 2.6x what the SGEMM
-// probe predicted, and on a 2-core VM about what it predicted. Per format up to 8 experts, within an eighth of the
-// probes' memory budget.
+// over the touched experts is a few to a few tens of rows each). Many small GEMMs run far below one large weight's
+// rate (each pays its dispatch to the pool and splits few columns per thread): on an idle 16-core Xeon, MoE prefill
+// measured 2.6x what the SGEMM probe predicted, and on a 2-core VM about what it predicted. Per format up to 8
+// experts, within an eighth of the probes' memory budget.
 constexpr int64_t kExpertProbeRows = 16;
 
 template <class Step>
 void probe_expert_gemm(std::vector<ComputeSample>& samples, uint64_t budget, double slice, tiering::Ledger& ledger,
                        Step step) {
-  // Qwen3-30B-A3B's expert shape, halved while its f32 source would take more than an eighth of the budget (a
-  // small cgroup's calibration keeps its bound; the experts then stay within another eighth).
-  int64_t H = 2048, I = 768;
-  while (H > 256 && uint64_t(3 * I * H) * sizeof(float) > budget / 8) H /= 2, I /= 2;
-  const int64_t R = kExpertProbeRows;
   using kernels::WeightFormat;
-  // The f32 source of one expert (gate_up [2I x H] then down [H x I]), random in [-1, 1).
-  tiering::LedgerBuffer source_buffer(ledger, tiering::accounts::scratch, size_t(3 * I * H) * sizeof(float));
-  const std::span<float> source(source_buffer.as<float>(), size_t(3 * I * H));
+  // Qwen3-30B-A3B's expert shape, halved while its f32 source would take more than an eighth of the budget (a
+  // small cgroup's calibration keeps its bound; the experts then stay within another eighth), down to 512 x 192:
+  // the intermediate stays a multiple of the MLX group (64).
+  int64_t H = 2048, I = 768;
+  while (H > 512 && uint64_t(3 * I * H) * sizeof(float) > budget / 8) H /= 2, I /= 2;
+  const int64_t R = kExpertProbeRows, values = 3 * I * H, down = 2 * I * H;  // gate_up [2I x H], then down [H x I]
+  tiering::LedgerBuffer source(ledger, tiering::accounts::scratch, size_t(values) * sizeof(float));
+  tiering::LedgerBuffer codes(ledger, tiering::accounts::scratch, size_t(values / 2));  // 4 bits per weight
   uint32_t state = 777;
-  for (float& v : source) {
-    state = state * 1664525u + 1013904223u;
-    v = float(int32_t(state >> 8) - (1 << 23)) / float(1 << 23);
-  }
-  std::vector<uint32_t> words(size_t(3 * I * H / 8));
-  for (uint32_t& w : words) w = (state = state * 1664525u + 1013904223u);
-  std::vector<uint16_t> affine(size_t(3 * I * H / 64), 0x3c00);  // bf16 1/128
-  std::vector<uint8_t> e8m0(size_t(3 * I * H / 32), 127);
-  auto make = [&](const std::string& format, int64_t rows, int64_t cols, size_t offset) {
-    const char* scratch = tiering::accounts::scratch;
-    if (format == "mlx_q4")
-      return kernels::make_mlx_weight(words.data() + offset / 8, affine.data() + offset / 64,
-                                      affine.data() + offset / 64, kernels::SourceType::bf16, rows, cols, 64, 4,
-                                      ledger, scratch);
-    if (format == "mxfp4")
-      return kernels::make_mxfp4_weight(words.data() + offset / 8, e8m0.data() + offset / 32, rows, cols, ledger,
-                                        scratch);
-    const WeightFormat f = format == "q8_0" ? WeightFormat::q8_0 : format == "q4" ? WeightFormat::q4
-                         : format == "f16"  ? WeightFormat::f16  : WeightFormat::bf16;
-    return kernels::make_weight(source.data() + offset, kernels::SourceType::f32, rows, cols, f, ledger, scratch);
+  fill_random(std::span(source.as<float>(), size_t(values)), state);
+  fill_codes(std::span(codes.as<uint32_t>(), size_t(values / 8)), state);
+  auto expert = [&](WeightFormat format) {
+    return std::pair{probe_weight(format, source.as<float>(), codes.as<uint32_t>(), 2 * I, H, ledger),
+                     probe_weight(format, source.as<float>() + down, codes.as<uint32_t>() + down / 8, H, I, ledger)};
   };
   tiering::LedgerBuffer activations(ledger, tiering::accounts::scratch, size_t(R) * size_t(H + 2 * I + H) * 4);
   float* x = activations.as<float>();
   float* ffn = x + R * H;
   float* out = ffn + R * 2 * I;
   for (int64_t i = 0; i < R * H; ++i) x[i] = float((i * 7) % 13) * 0.125f - 0.75f;
-  const double flops = 2.0 * double(R) * double(3 * I * H);
-  for (const char* format : {"q4", "q8_0", "mlx_q4", "mxfp4", "bf16", "f16"}) {
-    const uint64_t each = uint64_t(3 * I * H) * (std::string(format) == "bf16" || std::string(format) == "f16" ? 2 : 1);
-    const int64_t count = std::clamp<int64_t>(int64_t(budget / 8 / each), 1, 8);
+  const double flops = 2.0 * double(R) * double(values);
+  for (WeightFormat format : {WeightFormat::q4, WeightFormat::q8_0, WeightFormat::mlx_q4, WeightFormat::mxfp4,
+                              WeightFormat::bf16, WeightFormat::f16}) {
     std::vector<std::pair<kernels::Weight, kernels::Weight>> experts;
-    for (int64_t e = 0; e < count; ++e)
-      experts.emplace_back(make(format, 2 * I, H, 0), make(format, H, I, size_t(2 * I * H)));
+    experts.push_back(expert(format));
+    const uint64_t each = kernels::weight_bytes(experts[0].first.view) + kernels::weight_bytes(experts[0].second.view);
+    const int64_t count = std::clamp<int64_t>(int64_t(budget / 8 / std::max<uint64_t>(each, 1)), 1, 8);
+    while (int64_t(experts.size()) < count) experts.push_back(expert(format));
     for (ComputeSample& s : samples) {
       kernels::ThreadPool pool(s.threads);
-      s.expert_gemm_gflops[format] = best_rate(slice / 4, flops * double(count) / 1e9, [&] {
-        for (auto& [gate_up, down] : experts) {
+      s.expert_gemm_gflops[kernels::format_name(format)] = best_rate(slice / 4, flops * double(count) / 1e9, [&] {
+        for (auto& [gate_up, down_proj] : experts) {
           kernels::matmul(gate_up.view, x, R, ffn, pool);
-          kernels::matmul(down.view, ffn, R, out, pool);  // the activation's values do not change the time
+          kernels::matmul(down_proj.view, ffn, R, out, pool);  // the activation's values do not change the time
         }
       });
     }
@@ -200,12 +213,9 @@ std::vector<ComputeSample> probe_compute(const Topology& topology, const ProbeOp
   tiering::LedgerBuffer source(ledger, tiering::accounts::scratch, size_t(source_bytes));
   float* src = source.as<float>();
   uint32_t state = 12345;
-  for (int64_t i = 0; i < rows * cols; ++i) {
-    state = state * 1664525u + 1013904223u;
-    src[i] = float(int32_t(state >> 8) - (1 << 23)) / float(1 << 23);
-  }
-  auto original = [&](kernels::WeightFormat format) {
-    return kernels::make_weight(src, kernels::SourceType::f32, rows, cols, format, ledger, tiering::accounts::scratch);
+  fill_random(std::span(src, size_t(rows * cols)), state);
+  auto original = [&](kernels::WeightFormat format, const uint32_t* codes = nullptr) {
+    return probe_weight(format, src, codes, rows, cols, ledger);
   };
   kernels::Weight q8_original = original(kernels::WeightFormat::q8_0);
   kernels::Weight q4_original = original(kernels::WeightFormat::q4);
@@ -213,18 +223,13 @@ std::vector<ComputeSample> probe_compute(const Topology& topology, const ProbeOp
   kernels::Weight bf16_original = original(kernels::WeightFormat::bf16);
   kernels::Weight f32_original = original(kernels::WeightFormat::f32);
   source.reset();
-  // MLX affine 4-bit (group 64, bf16 scales and biases) and MXFP4 from arbitrary codes: the kernels' speed does not
-  // depend on the values (the MXFP4 scales are 2^0, so every product is finite).
+  // MLX affine 4-bit and MXFP4 from arbitrary codes (probe_weight), once the f32 source is gone.
   kernels::Weight mlx_original, mxfp4_original;
   {
     tiering::LedgerBuffer codes(ledger, tiering::accounts::scratch, size_t(rows * cols / 2));  // 4 bits per weight
-    uint32_t* words = codes.as<uint32_t>();
-    for (int64_t i = 0; i < rows * cols / 8; ++i) words[i] = (state = state * 1664525u + 1013904223u);
-    std::vector<uint16_t> affine(size_t(rows * cols / 64), 0x3c00);  // bf16 1/128
-    mlx_original = kernels::make_mlx_weight(words, affine.data(), affine.data(), kernels::SourceType::bf16, rows, cols,
-                                            64, 4, ledger, tiering::accounts::scratch);
-    std::vector<uint8_t> e8m0(size_t(rows * cols / 32), 127);
-    mxfp4_original = kernels::make_mxfp4_weight(words, e8m0.data(), rows, cols, ledger, tiering::accounts::scratch);
+    fill_codes(std::span(codes.as<uint32_t>(), size_t(rows * cols / 8)), state);
+    mlx_original = original(kernels::WeightFormat::mlx_q4, codes.as<uint32_t>());
+    mxfp4_original = original(kernels::WeightFormat::mxfp4, codes.as<uint32_t>());
   }
   // Views of `first` and its copies, together at least stream_bytes.
   std::vector<kernels::Weight> copies;

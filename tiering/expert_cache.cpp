@@ -127,7 +127,7 @@ void ExpertCache::touch(int64_t k) {
   }
 }
 
-int64_t ExpertCache::choose_victim(bool for_prefetch) {
+int64_t ExpertCache::choose_victim(bool for_prefetch, std::span<const int64_t> fresh) {
   int64_t best = -1;
   // Rank: empty first; then (for prefetch, never a slot still loading) the policy's coldest.
   std::lock_guard lock(mutex_);
@@ -147,6 +147,8 @@ int64_t ExpertCache::choose_victim(bool for_prefetch) {
     // A prefetch never waits for a read still in flight (a conversion in progress, of a prefetch nobody asked for,
     // is at most one expert's repack, and skipping it would make the choice depend on the worker's progress).
     if (for_prefetch && s.state == State::loading && !reader_.done(s.ticket)) continue;
+    // Nor does it evict a guess of its own batch for another: whether that read had landed yet would decide it.
+    if (for_prefetch && std::find(fresh.begin(), fresh.end(), i) != fresh.end()) continue;
     const auto r = rank(s);
     if (best < 0 || r < best_rank) {
       best = i;
@@ -382,12 +384,14 @@ void ExpertCache::prefetch(int64_t layer, std::span<const int32_t> experts) {
   // have landed: the limit bounds the slots speculation holds.
   int64_t in_flight = 0;
   for (const Slot& s : slots_) in_flight += s.prefetched;
+  std::vector<int64_t> loaded;
   for (int32_t e : experts) {
     if (in_flight >= options_.prefetch_limit) break;
     if (e < 0 || e >= store_.experts() || cached(layer, e)) continue;
-    const int64_t victim = choose_victim(true);
+    const int64_t victim = choose_victim(true, loaded);
     if (victim < 0) break;
     load(victim, key(layer, e), true);
+    loaded.push_back(victim);
     ++counters_.layers[size_t(layer)].prefetches;
     ++in_flight;
   }

@@ -90,7 +90,9 @@ class ExpertCache {
     std::string error;
   };
   int64_t key(int64_t layer, int64_t expert) const { return layer * store_.experts() + expert; }
-  int64_t choose_victim(bool for_prefetch);
+  // for_prefetch: skips unpinned slots whose reads are still in flight and the slots in `fresh` (this prefetch's
+  // own loads).
+  int64_t choose_victim(bool for_prefetch, std::span<const int64_t> fresh = {});
   void load(int64_t slot, int64_t key, bool prefetch);
   void dispatch();                                 // slots whose reads have landed -> staged (and to the worker)
   void settle(Slot& s, std::unique_lock<std::mutex>& lock);  // waits out a conversion the worker holds

@@ -136,7 +136,8 @@ void check_worker_matches_inline(tiering::ExpertEncoding encoding) {
       const std::vector<int32_t> batch = pick(1 + int(rng() % 4)), guess = pick(3);
       // A prefetch passes over unpinned slots whose reads are still in flight (it never waits), so which slot it
       // takes would depend on the disk's timing: with the earlier prefetches landed it is the same choice in both
-      // runs. The batch's own reads (pinned) stay in flight into the acquires below, and the conversions (the
+      // runs (a prefetch never evicts a guess of its own call: whether that read had landed would decide it, which
+      // is how one CI run under ASan saw a 363rd prefetch). The batch's own reads (pinned) stay in flight into the acquires below, and the conversions (the
       // worker's, the acquiring thread's) race with them.
       reader.drain();
       cache.request(0, batch);

@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 
@@ -22,15 +21,6 @@ namespace {
 std::string slurp(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-std::vector<std::string> sse_events(const std::string& body) {
-  std::vector<std::string> out;
-  std::istringstream in(body);
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("data: ", 0) == 0) out.push_back(line.substr(6));
-  return out;
 }
 
 double tier_number(Telemetry& t, const char* name) { return t.health().at("tiering").at(name).to_number<double>(); }

@@ -12,9 +12,11 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <boost/json.hpp>
 
@@ -113,6 +115,16 @@ inline HttpResponse parse_response(const std::string& raw) {
   for (auto& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
   if (lower.find("transfer-encoding: chunked") != std::string::npos) r.body = dechunk(r.body);
   return r;
+}
+
+// data: payloads of an SSE body, in order.
+inline std::vector<std::string> sse_events(const std::string& body) {
+  std::vector<std::string> out;
+  std::istringstream in(body);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("data: ", 0) == 0) out.push_back(line.substr(6));
+  return out;
 }
 
 // One request on a fresh connection ("Connection: close").

@@ -6,35 +6,23 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
-#include <random>
 #include <string>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "tests/runtime/model/safetensors_writer.h"
+#include "tests/tiering/packed_experts_fixture.h"
 #include "tiering/expert_cache.h"
 
 using namespace tierlm;
 
 namespace {
 
-std::string random_bytes(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string s(n, '\0');
-  for (auto& c : s) c = char(rng());
-  return s;
-}
+using test::random_bytes;
 
 std::string slurp(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-// Rewrites the file in place (same inode: the reader's descriptors stay valid).
-void restore(const std::filesystem::path& p, const std::string& bytes) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), std::streamsize(bytes.size()));
 }
 
 void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
@@ -52,7 +40,7 @@ TEST_P(ReaderErrors, AnErrorBelongsToItsTicket) {
   test::TempDir dir;
   const auto path = dir / "f.bin";
   const std::string bytes = random_bytes(16 * 4096, 7);
-  restore(path, bytes);
+  test::write_file(path, bytes);
   tiering::ReaderOptions o;
   o.direct = GetParam();
   o.block_size = 8192;
@@ -81,7 +69,7 @@ TEST_P(ReaderErrors, AnErrorBelongsToItsTicket) {
   expect_error([&] { reader.wait(both); }, {"unexpected end of file at 49152"});
 
   // The file comes back: the same range reads, from the same reader.
-  restore(path, bytes);
+  test::write_file(path, bytes);  // in place: the reader's descriptor stays valid
   EXPECT_NO_THROW(reader.wait(reader.submit(std::span(&past_end, 1))));
   EXPECT_EQ(std::memcmp(b, bytes.data() + 10 * 4096, 2 * 4096), 0);
   EXPECT_EQ(reader.direct(0), GetParam());
@@ -89,42 +77,26 @@ TEST_P(ReaderErrors, AnErrorBelongsToItsTicket) {
 
 INSTANTIATE_TEST_SUITE_P(DirectAndBuffered, ReaderErrors, ::testing::Bool());
 
-// A packed store of 1 layer x 6 tiny f32 experts (block e starts with float(e)).
-struct Store {
-  test::TempDir dir;
-  std::filesystem::path path = dir / "e.tierlm";
-  std::string bytes;
-  std::unique_ptr<tiering::ExpertStore> store;
-  std::unique_ptr<tiering::ExpertReader> reader;
-  tiering::Ledger ledger;
-  Store() {
-    tiering::PackedHeader h{1, 6, tiering::ExpertLayout::make(kernels::WeightFormat::f32, 32, 32)};
-    tiering::write_packed_experts(path, h, [](int64_t, int64_t e, void* block) {
-      static_cast<float*>(block)[0] = float(e);
-    });
-    bytes = slurp(path);
-    store = std::make_unique<tiering::ExpertStore>(tiering::ExpertStore::open_packed(path));
-    reader = std::make_unique<tiering::ExpertReader>(store->files());
-  }
+// The shared packed store, truncated and restored.
+struct Store : test::PackedExperts {
+  std::string bytes = slurp(path);
   uint64_t offset(int64_t expert) const {
     return tiering::kPackedHeaderBytes + uint64_t(expert) * store->layout().bytes;
   }
   void truncate_before(int64_t expert) { std::filesystem::resize_file(path, offset(expert)); }
-  void restore_file() { restore(path, bytes); }
-  static float first(const tiering::ExpertViews& v) { return static_cast<const float*>(v.gate_up.data)[0]; }
-  void use(tiering::ExpertCache& c, int32_t e) {
-    c.request(0, std::span(&e, 1));
-    EXPECT_EQ(first(c.acquire(0, e)), float(e));
-    c.release(0, e);
+  void restore_file() { test::write_file(path, bytes); }
+  std::unique_ptr<tiering::ExpertCache> cache(int64_t slots, int64_t prefetch_limit) {
+    tiering::ExpertCacheOptions o;
+    o.slots = slots;
+    o.prefetch_limit = prefetch_limit;
+    return std::make_unique<tiering::ExpertCache>(*store, *reader, ledger, o);
   }
 };
 
 TEST(ExpertCacheErrors, FailedDemandReadThrowsOnceAndTheNextRequestReadsAgain) {
   Store f;
-  tiering::ExpertCacheOptions o;
-  o.slots = 2;
-  o.prefetch_limit = 0;
-  tiering::ExpertCache cache(*f.store, *f.reader, f.ledger, o);
+  const auto owned = f.cache(2, 0);
+  tiering::ExpertCache& cache = *owned;
   f.use(cache, 0);
   f.truncate_before(3);
   // A batch of two: expert 1 reads, expert 4 does not.
@@ -160,10 +132,8 @@ TEST(ExpertCacheErrors, FailedDemandReadThrowsOnceAndTheNextRequestReadsAgain) {
 
 TEST(ExpertCacheErrors, FailedPrefetchNeverThrowsIntoARequest) {
   Store f;
-  tiering::ExpertCacheOptions o;
-  o.slots = 3;
-  o.prefetch_limit = 2;
-  tiering::ExpertCache cache(*f.store, *f.reader, f.ledger, o);
+  const auto owned = f.cache(3, 2);
+  tiering::ExpertCache& cache = *owned;
   f.truncate_before(3);
   const int32_t four = 4, five = 5;
   // A guess nobody asks for fails: the next requests (which hand its landed read on) never see it; it is dropped.
@@ -194,10 +164,8 @@ TEST(ExpertCacheErrors, FailedPrefetchNeverThrowsIntoARequest) {
 // and no pin or key is ever left behind (every slot is usable after each failure).
 TEST(ExpertCacheErrors, AlternatingFaultsLeaveEverySlotUsable) {
   Store f;
-  tiering::ExpertCacheOptions o;
-  o.slots = 2;
-  o.prefetch_limit = 1;
-  tiering::ExpertCache cache(*f.store, *f.reader, f.ledger, o);
+  const auto owned = f.cache(2, 1);
+  tiering::ExpertCache& cache = *owned;
   uint64_t failures = 0;
   for (int round = 0; round < 6; ++round) {
     const bool broken = round % 2 == 1;

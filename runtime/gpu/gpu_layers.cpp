@@ -1915,9 +1915,19 @@ struct GpuLayers::Impl {
         // staging to a VRAM slot on the copy stream, which waits until the slot's previous user has finished.
         slot = victim_slot();
         if (slot_key[size_t(slot)] >= 0) slot_of.erase(slot_key[size_t(slot)]);
-        if (std::find(requested.begin(), requested.end(), e) == requested.end())
-          host_cache.request(el, std::span(&e, 1));
-        const tiering::ExpertViews v = host_cache.acquire(el, e);
+        slot_key[size_t(slot)] = -1;  // (so a slot whose fill fails below maps nothing)
+        const auto pinned = std::find(requested.begin(), requested.end(), e);
+        if (pinned == requested.end()) host_cache.request(el, std::span(&e, 1));
+        tiering::ExpertViews v;
+        try {
+          v = host_cache.acquire(el, e);
+        } catch (...) {
+          // An expert that could not be loaded (ReaderError) fails this step. The requested experts after it are
+          // still pinned in the host cache: released, so the next step has every slot (e's own slot was dropped).
+          for (auto r = pinned == requested.end() ? requested.end() : pinned + 1; r != requested.end(); ++r)
+            host_cache.release(el, *r);
+          throw;
+        }
         check(cudaEventSynchronize(staging_done[staging]), "staging reuse");
         std::memcpy(expert_staging[staging].as(), host_block(v), expert_layout.bytes);
         host_cache.release(el, e);

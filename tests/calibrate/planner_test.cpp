@@ -582,5 +582,64 @@ TEST(Planner, MoePrefillTakesTheExpertProbesRateForTheExpertFormat) {
   EXPECT_NEAR(prefill_seconds(d, m, p, rows), without, 1e-12 * without);
 }
 
+// With the model's own dense shapes probed (ModelProfile::prefill_gemms at the plan's threads, in its format), each
+// shape's flops run at that shape's rate, not the square-weight probe's: at the square probe's rate nothing moves;
+// one shape (down) at a quarter of it adds exactly its flops at the new rate minus the old; a probe at another
+// thread count or of another format is not taken; between the probed row counts the rate is interpolated in
+// log(rows).
+TEST(Planner, PrefillChargesEachDenseShapeAtItsOwnProbedRate) {
+  DeviceProfile d = device("server-64gb");
+  const ModelProfile m = llama_8b();
+  PlanRequest r;
+  r.budget_bytes = 16ull << 30;
+  const Plan p = make_plan(d, m, r);
+  for (auto& c : d.compute) {
+    c.matmul_gflops[m.weight_format] = c.matmul16_gflops[m.weight_format] = 1000;
+    c.matmul_gflops["f32"] = 1000;
+  }
+  const int64_t rows = 128;
+  const double square = prefill_seconds(d, m, p, rows);
+  auto with = [&](double down_gflops, int threads, const std::string& format, double few = 0) {
+    ModelProfile x = m;
+    for (const GemmShape& s : m.dense_gemm_shapes()) {
+      const double g = s.kind == "down" ? down_gflops : 1000;
+      x.prefill_gemms.push_back({s.kind, format, s.out, s.in, threads, {16, 128}, {few > 0 ? few : g, g}});
+    }
+    return x;
+  };
+  EXPECT_NEAR(prefill_seconds(d, with(1000, p.threads, m.weight_format), p, rows), square, 1e-9 * square);
+  const double down_flops = 2.0 * double(rows) * double(m.hidden) * double(m.intermediate) * double(m.layers);
+  const double slow = prefill_seconds(d, with(250, p.threads, m.weight_format), p, rows);
+  EXPECT_NEAR(slow - square, down_flops / 250e9 - down_flops / 1000e9, 1e-9 * slow);
+  EXPECT_NEAR(prefill_seconds(d, with(250, p.threads + 1, m.weight_format), p, rows), square, 1e-9 * square);
+  EXPECT_NEAR(prefill_seconds(d, with(250, p.threads, "f16"), p, rows), square, 1e-9 * square);
+  // 64 rows, every shape probed at 100 (16 rows) and 400 (128 rows): 100^(1/3) * 400^(2/3) GFLOP/s.
+  ModelProfile x = with(400, p.threads, m.weight_format, 100);
+  for (auto& g : x.prefill_gemms) g.gflops = {100, 400};
+  double flops = 0;
+  for (const GemmShape& s : m.dense_gemm_shapes()) flops += 2.0 * 64 * double(s.out) * double(s.in) * double(m.layers);
+  const double rate = std::cbrt(100.0) * std::cbrt(400.0 * 400.0) * 1e9;
+  EXPECT_NEAR(prefill_cost(d, x, p, 64).dense, flops / rate, 1e-9 * flops / rate);
+}
+
+// The probed shapes travel with the model profile (the wisdom file); a profile written before them has none.
+TEST(Planner, PrefillShapesRoundTripAndAreOptional) {
+  ModelProfile m = llama_8b();
+  m.prefill_gemms.push_back({"gate_up", "q4", 2048, 4096, 8, {16, 128}, {120.5, 480.25}});
+  const ModelProfile back = model_profile_from_json(to_json(m));
+  ASSERT_EQ(back.prefill_gemms.size(), 1u);
+  const PrefillGemm& g = back.prefill_gemms[0];
+  EXPECT_EQ(g.kind, "gate_up");
+  EXPECT_EQ(g.format, "q4");
+  EXPECT_EQ(g.out, 2048);
+  EXPECT_EQ(g.in, 4096);
+  EXPECT_EQ(g.threads, 8);
+  EXPECT_EQ(g.rows, (std::vector<int64_t>{16, 128}));
+  EXPECT_EQ(g.gflops, (std::vector<double>{120.5, 480.25}));
+  boost::json::value old = to_json(m);
+  old.as_object().erase("prefill_gemms");
+  EXPECT_TRUE(model_profile_from_json(old).prefill_gemms.empty());
+}
+
 }  // namespace
 }  // namespace tierlm::calibrate

@@ -180,8 +180,10 @@ void report_square(const calibrate::FitAnswer& square, const Measured& m) {
   std::printf("%-24s   square-probe prefill: predicted %.1f, ratio %.2f\n", "", predicted, m.prefill / predicted);
 }
 
-void report_shapes(const std::vector<calibrate::PrefillGemm>& gemms) {
-  for (auto& g : gemms) {
+void report_shapes(const calibrate::PrefillRates& rates) {
+  std::printf("%-24s   per-row work: gate %.2f ns, row pass %.2f ns per element\n", "", rates.gate_seconds * 1e9,
+              rates.row_seconds * 1e9);
+  for (auto& g : rates.gemms) {
     std::printf("%-24s   shape probe %s %s [%lld x %lld] %d threads GFLOP/s:", "", g.kind.c_str(), g.format.c_str(),
                 (long long)g.out, (long long)g.in, g.threads);
     for (size_t i = 0; i < g.rows.size(); ++i) std::printf(" %lld rows %.1f", (long long)g.rows[i], g.gflops[i]);
@@ -288,8 +290,8 @@ int main(int argc, char** argv) {
       request.prompt_tokens = prompt;
       request.largest_context = false;
       const calibrate::FitAnswer square = calibrate::fit_model(shape, device, request);
-      std::vector<calibrate::PrefillGemm> gemms;
-      if (with_shapes) request.prefill_gemms = &gemms;
+      calibrate::PrefillRates gemms;
+      if (with_shapes) request.prefill = &gemms;
       const calibrate::FitAnswer a = calibrate::fit_model(shape, device, request);
       if (!a.plan) {
         std::printf("dense %s: no plan: %s\n", dtype.c_str(), a.reason.c_str());
@@ -332,7 +334,7 @@ int main(int argc, char** argv) {
       calibrated = calibrate::measure_model_profile(dir, mo);
       std::printf("calibrate's model profile: %s\n", calibrated.frequency_source.c_str());
     }
-    std::vector<calibrate::PrefillGemm> moe_gemms;
+    calibrate::PrefillRates moe_gemms;
     // In RAM (every expert resident), then budgets that leave about half and a quarter of the experts resident.
     for (const double share : {1.3, 0.5, 0.25}) {
       calibrate::FitRequest request;
@@ -343,7 +345,7 @@ int main(int argc, char** argv) {
       const uint64_t dense = probe.profile.dense_bytes();
       request.budget_bytes = dense + uint64_t(share * experts_gib * GiB) + (96ull << 20);
       const calibrate::FitAnswer square = calibrate::fit_model(shape, device, request);
-      if (with_shapes) request.prefill_gemms = &moe_gemms;
+      if (with_shapes) request.prefill = &moe_gemms;
       const calibrate::FitAnswer a = calibrate::fit_model(shape, device, request);
       if (!a.plan) {
         std::printf("moe share %.2f: no plan: %s\n", share, a.reason.c_str());
@@ -372,7 +374,7 @@ int main(int argc, char** argv) {
         r.context = context;
         r.trace = &trace;
         r.hold_out_trace = held_out;
-        calibrated.prefill_gemms = moe_gemms;  // fit's shapes (where the plan's threads match fit's)
+        calibrated.prefill = moe_gemms;  // fit's shapes (where the plan's threads match fit's)
         const calibrate::Plan plan = calibrate::make_plan(device, calibrated, r);
         const double total = double(calibrated.moe_layers * calibrated.experts);
         const double streamed = 1.0 - double(plan.resident_count()) / total;

@@ -52,7 +52,7 @@ WisdomEntry calibrate_model(const CalibrateOptions& o) {
   ProbeOptions shapes;
   shapes.seconds_per_probe = kPrefillProbeSeconds;
   shapes.memory_budget = probe_memory_budget(probe_memory());
-  entry.model.prefill_gemms = probe_prefill_gemms(entry.model, entry.plan.threads, shapes);
+  entry.model.prefill = probe_prefill(entry.model, entry.plan.threads, shapes);
   entry.plan = make_plan(entry.device, entry.model, request);
   const std::time_t now = std::time(nullptr);
   char stamp[32];

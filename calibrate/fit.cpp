@@ -83,17 +83,20 @@ FitAnswer fit_model(const FitModelShape& shape, const DeviceProfile& device, con
   } catch (const PlanError& e) {
     a.reason = e.what();
   }
-  if (a.plan && request.prefill_gemms) {
-    std::vector<PrefillGemm>& gemms = *request.prefill_gemms;
-    if (std::none_of(gemms.begin(), gemms.end(), [&](const PrefillGemm& g) {
+  if (a.plan && request.prefill) {
+    PrefillRates& rates = *request.prefill;
+    if (std::none_of(rates.gemms.begin(), rates.gemms.end(), [&](const PrefillGemm& g) {
           return g.threads == a.plan->threads && g.format == a.profile.weight_format;
         })) {
       ProbeOptions probe;
       probe.seconds_per_probe = kPrefillProbeSeconds;
       probe.memory_budget = probe_memory_budget(probe_memory());
-      for (PrefillGemm& g : probe_prefill_gemms(a.profile, a.plan->threads, probe)) gemms.push_back(std::move(g));
+      PrefillRates probed = probe_prefill(a.profile, a.plan->threads, probe);
+      for (PrefillGemm& g : probed.gemms) rates.gemms.push_back(std::move(g));
+      rates.gate_seconds = probed.gate_seconds;
+      rates.row_seconds = probed.row_seconds;
     }
-    a.profile.prefill_gemms = gemms;
+    a.profile.prefill = rates;
     a.plan = make_plan(device, a.profile, base);  // the same plan (prefill decides nothing), its prediction on them
   }
   if (a.plan) {

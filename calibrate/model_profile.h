@@ -47,7 +47,7 @@ struct ModelTiming {
 };
 
 // One of the model's dense prefill matrices as kernels::matmul runs it on this machine (calibrate's
-// probe_prefill_gemms: random weights of the model's format and shape): GFLOP/s at each probed activation-row count,
+// probe_prefill: random weights of the model's format and shape): GFLOP/s at each probed activation-row count,
 // rows ascending. `out` may be a slice of a taller weight (a probe's memory and time bound); the rate is the shape's.
 struct PrefillGemm {
   std::string kind;             // qkv | o | gate_up | down | router (dense_gemm_shapes)
@@ -56,6 +56,15 @@ struct PrefillGemm {
   int threads = 0;
   std::vector<int64_t> rows;    // activation rows probed
   std::vector<double> gflops;   // at each of them
+};
+
+// What prefill costs on this machine beyond the device profile (calibrate's probe_prefill, at the plan's threads):
+// the model's dense shapes, and the per-row work between the GEMMs, seconds per element on one thread: the MLP's
+// gate (silu_gate: an exp per element) and a pass over a row (rms_norm; the MoE block's gather and weighted
+// scatter-add are passes like it). 0: not probed.
+struct PrefillRates {
+  std::vector<PrefillGemm> gemms;
+  double gate_seconds = 0, row_seconds = 0;
 };
 
 // A dense matrix every layer applies in prefill, as the engine fuses them (Forward: one qkv projection, o, one
@@ -119,10 +128,10 @@ struct ModelProfile {
   std::vector<int32_t> trace_selections;
   RouterTrace router_trace() const { return {moe_layers, experts, top_k, trace_selections}; }
   std::vector<ModelTiming> timings;  // empty: the planner falls back to its constants
-  // The dense prefill matrices timed on this machine by shape (probe_prefill_gemms at the plan's threads); empty (a
-  // profile written before them, or fit on another machine's device profile): the planner takes the device's
-  // square-weight GEMM probe.
-  std::vector<PrefillGemm> prefill_gemms;
+  // Prefill timed on this machine by the model's shapes (probe_prefill at the plan's threads); empty (a profile
+  // written before them, or fit on another machine's device profile): the planner takes the device's square-weight
+  // GEMM probe and charges no per-row work.
+  PrefillRates prefill;
   // KV codec quality measured on this model (measure_kv_quality): each lossy codec's perplexity increase over the
   // exact f32 cache on profiles/text/kv-quality.txt (0.008 = +0.8%). The planner picks a turbo codec by itself only
   // where it is measured at most kKvMaxPerplexityIncrease; empty: not measured (a config-only profile, --quick).

@@ -141,17 +141,35 @@ double gemm_flops(const DeviceProfile& d, int threads, const std::string& format
 }
 
 // One of the model's dense shapes at `rows`, flops/s: its own probe at the plan's threads (ModelProfile::
-// prefill_gemms: the shape's kind and input width in the model's format), else the device's square-weight probe for
+// prefill.gemms: the shape's kind and input width in the model's format), else the device's square-weight probe for
 // the format (gemm_flops). The model's 2048-wide projections ran at 40-60% of the 4096 x 4096 probe's rate on an idle
 // 16-core Xeon (bench/results/fit-accuracy.md).
 double shape_gemm_flops(const DeviceProfile& d, const ModelProfile& m, int threads, const GemmShape& s, double rows) {
-  for (const PrefillGemm& g : m.prefill_gemms) {
+  for (const PrefillGemm& g : m.prefill.gemms) {
     if (g.threads != threads || g.kind != s.kind || g.in != s.in || g.format != m.weight_format) continue;
     const std::vector<double> at(g.rows.begin(), g.rows.end());
     if (std::all_of(g.gflops.begin(), g.gflops.end(), [](double r) { return r > 0; }))
       return rate_at_rows(at, g.gflops, rows) * 1e9;
   }
   return gemm_flops(d, threads, m.weight_format, rows);
+}
+
+// The per-row work between prefill's GEMMs over `rows` rows (ModelProfile::prefill's seconds per element; 0 where
+// not probed): per layer and row four passes over the hidden state (two norms, two residual adds) and, in a dense
+// MLP, the gate over the intermediate, spread over the pool's threads (Forward::per_row); in an MoE layer, per row
+// and routed expert, the gate over the expert's intermediate and the gather and weighted scatter-add of the row,
+// on the calling thread alone (MoeBlock::run_expert): at 16 threads that serial part is what MoE prefill's experts
+// do not scale.
+double row_work_seconds(const ModelProfile& m, int threads, double rows) {
+  const PrefillRates& r = m.prefill;
+  if (r.gate_seconds <= 0) return 0;
+  const double H = double(m.hidden), moe_layers = double(m.moe() ? m.moe_layers : 0);
+  const double dense_layers = double(m.layers) - moe_layers;
+  const double parallel = rows * (double(m.layers) * 4 * H * r.row_seconds +
+                                  dense_layers * double(m.intermediate) * r.gate_seconds);
+  const double serial =
+      rows * moe_layers * double(m.top_k) * (double(m.moe_intermediate) * r.gate_seconds + 2 * H * r.row_seconds);
+  return parallel / double(std::max(threads, 1)) + serial;
 }
 
 // Seconds of every layer's dense matrices over `rows` activation rows, each shape at its own rate.
@@ -643,6 +661,7 @@ PrefillCost prefill_cost(const DeviceProfile& d, const ModelProfile& m, const Pl
     cost.dense += std::max(dense_gemm_seconds(d, m, p.threads, double(rows)), layer_bytes / dense_bw);
     cost.attention += attention_flops(m, start, rows) / gemm_flops(d, p.threads, "f32", double(rows));
     cost.head += double(head) / dense_bw;
+    cost.rows += row_work_seconds(m, p.threads, double(rows));
     if (!m.moe()) continue;
     for (size_t l = 0; l < m.expert_frequency.size(); ++l) {
       std::vector<double> f = m.expert_frequency[l];

@@ -16,6 +16,7 @@
 
 #include "calibrate/probes.h"
 #include "runtime/engine/kv_cache.h"
+#include "runtime/engine/ops.h"
 #include "runtime/kernels/bandwidth.h"
 #include "runtime/kv/codec.h"
 #include "runtime/model/config.h"
@@ -370,7 +371,7 @@ std::vector<ComputeSample> probe_compute(const Topology& topology, const ProbeOp
   return result;
 }
 
-std::vector<PrefillGemm> probe_prefill_gemms(const ModelProfile& m, int threads, const ProbeOptions& options) {
+PrefillRates probe_prefill(const ModelProfile& m, int threads, const ProbeOptions& options) {
   using kernels::WeightFormat;
   WeightFormat format = WeightFormat::f32;
   for (WeightFormat f : {WeightFormat::f16, WeightFormat::bf16, WeightFormat::q8_0, WeightFormat::q4,
@@ -408,7 +409,7 @@ std::vector<PrefillGemm> probe_prefill_gemms(const ModelProfile& m, int threads,
   const int blas_threads = openblas_get_num_threads();
   openblas_set_num_threads(threads);  // f32 weights go through OpenBLAS
   const double slice = options.seconds_per_probe / double(shapes.size() * std::size(kPrefillShapeRows));
-  std::vector<PrefillGemm> result;
+  PrefillRates result;
   for (size_t i = 0; i < shapes.size(); ++i) {
     const GemmShape& s = shapes[i];
     const kernels::Weight w = probe_weight(format, source.as<float>(), codes.as<uint32_t>(), outs[i], s.in, ledger);
@@ -418,9 +419,21 @@ std::vector<PrefillGemm> probe_prefill_gemms(const ModelProfile& m, int threads,
       g.gflops.push_back(best_rate(slice, 2.0 * double(rows) * double(outs[i]) * double(s.in) / 1e9,
                                    [&] { kernels::matmul(w.view, x, rows, y, pool); }));
     }
-    result.push_back(std::move(g));
+    result.gemms.push_back(std::move(g));
   }
   openblas_set_num_threads(blas_threads);
+  // The per-row work on one thread, on rows of the model's intermediate (the gate) and hidden width (a pass), from
+  // the activations already in cache: what each element costs, not the RAM.
+  const int64_t I = std::max<int64_t>(std::max(m.intermediate, m.moe_intermediate), 1), H = std::max<int64_t>(m.hidden, 1);
+  std::vector<float> gate_up(size_t(2 * I), 0.5f), act(size_t(I), 0.0f), weight(size_t(H), 1.0f), row(size_t(H), 0.0f);
+  for (int64_t i = 0; i < 2 * I; ++i) gate_up[size_t(i)] = float((i * 7) % 13) * 0.125f - 0.75f;
+  std::vector<float> hidden(gate_up.begin(), gate_up.begin() + std::min<int64_t>(2 * I, H));
+  hidden.resize(size_t(H), 0.25f);
+  const double rows_slice = std::max(0.02, options.seconds_per_probe / 20);
+  result.gate_seconds = 1.0 / best_rate(rows_slice, double(I), [&] { engine::silu_gate(gate_up.data(), I, act.data()); });
+  result.row_seconds = 1.0 / best_rate(rows_slice, double(H), [&] {
+    engine::rms_norm(hidden.data(), weight.data(), H, 1e-6, row.data());
+  });
   return result;
 }
 

@@ -85,7 +85,7 @@ void fit(const FitOptions& o) {
   std::optional<calibrate::DeviceProfile> device;
   std::vector<double> budgets = o.budgets_gib.empty() ? std::vector<double>{o.budget_gib} : o.budgets_gib;
   std::vector<calibrate::FitAnswer> answers;
-  std::vector<calibrate::PrefillGemm> prefill_gemms;
+  calibrate::PrefillRates prefill;
   for (double budget : budgets) {
     if (!device) {
       // An unsupported architecture needs no rates: say so before probing anything.
@@ -100,7 +100,7 @@ void fit(const FitOptions& o) {
     }
     calibrate::FitRequest request = request_for(o, budget);
     // This machine's rates (not a --device file's): the model's prefill shapes are timed here, once per thread count.
-    if (o.device.empty()) request.prefill_gemms = &prefill_gemms;
+    if (o.device.empty()) request.prefill = &prefill;
     answers.push_back(calibrate::fit_model(shape, *device, request));
   }
   const calibrate::FitAnswer& first = answers.front();

@@ -359,7 +359,7 @@ TEST(ProbeLimits, ComputeAndBandwidthProbesStayWithinTheirBudget) {
   EXPECT_LE(peak_rss_bytes(), before + o.memory_budget + (32ull << 20));
 }
 
-// The model's own prefill shapes (probe_prefill_gemms): one entry per dense shape of the model, keyed by its kind,
+// The model's own prefill shapes (probe_prefill): one entry per dense shape of the model, keyed by its kind,
 // input width, format and threads, at 16 and 128 rows; a weight whose f32 source would take more than a quarter of
 // the memory budget is probed as a slice of its rows; the whole probe stays near the seconds it is given.
 TEST(ProbeLimits, PrefillShapeProbeIsKeyedByShapeAndBounded) {
@@ -379,7 +379,8 @@ TEST(ProbeLimits, PrefillShapeProbeIsKeyedByShapeAndBounded) {
   o.seconds_per_probe = 0.4;
   o.memory_budget = 8ull << 20;
   const auto start = std::chrono::steady_clock::now();
-  const std::vector<PrefillGemm> gemms = probe_prefill_gemms(m, 2, o);
+  const PrefillRates rates = probe_prefill(m, 2, o);
+  const std::vector<PrefillGemm>& gemms = rates.gemms;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const std::vector<GemmShape> shapes = m.dense_gemm_shapes();
   ASSERT_EQ(shapes.size(), 4u);  // qkv, o, gate_up, down
@@ -399,6 +400,8 @@ TEST(ProbeLimits, PrefillShapeProbeIsKeyedByShapeAndBounded) {
   EXPECT_EQ(gemms[2].kind, "gate_up");
   EXPECT_LT(gemms[2].out, shapes[2].out);  // [8192 x 512] in f32 is 16 MiB: sliced
   EXPECT_EQ(gemms[0].out, shapes[0].out);  // qkv [768 x 512]: whole
+  EXPECT_GT(rates.gate_seconds, 0);  // the per-row work, seconds per element
+  EXPECT_GT(rates.row_seconds, 0);
   EXPECT_LT(seconds, 3.0);  // 0.4 s of timing, at least two calls a cell (slack for a loaded 2-core VM)
 }
 

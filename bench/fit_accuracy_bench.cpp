@@ -32,6 +32,7 @@
 #include "calibrate/probes.h"
 #include "runtime/engine/forward.h"
 #include "runtime/engine/generator.h"
+#include "runtime/engine/kv_cache.h"
 #include "runtime/kv/codec.h"
 #include "runtime/model/model.h"
 #include "runtime/model/synthetic.h"
@@ -96,11 +97,29 @@ Measured generate(model::ModelWeights& w, tiering::Ledger& ledger, const calibra
 // the chunk's rows on the plan's threads (best of 5; summed over the layers by kind), and the output head's one row,
 // against fit's terms for the same chunk (calibrate::prefill_cost). The rest of the measured chunk is attention,
 // norms, RoPE, KV stores and the pool's barriers between them.
-void breakdown(const std::string& name, model::ModelWeights& w, const calibrate::DeviceProfile& device,
-               const calibrate::ModelProfile& profile, const calibrate::Plan& plan, int64_t prompt,
-               double measured_seconds) {
+void breakdown(const std::string& name, model::ModelWeights& w, tiering::Ledger& ledger,
+               const calibrate::DeviceProfile& device, const calibrate::ModelProfile& profile,
+               const calibrate::Plan& plan, int64_t prompt, double measured_seconds) {
   kernels::ThreadPool pool(plan.threads);
   const int64_t rows = std::min<int64_t>(prompt, plan.prefill_chunk);
+  // The chunk through Forward::run alone (no Generator around it), at position 0 of one cache, best of 4 after one.
+  double forward_best = 1e30;
+  {
+    engine::Forward forward(w, pool, ledger, plan.prefill_chunk, plan.context);
+    engine::KVCacheOptions kv;
+    kv.codec = kv::parse_codec(plan.kv_codec);
+    kv.max_chunk = plan.prefill_chunk;
+    engine::KVCache cache(w.config, plan.context, ledger, kv);
+    std::vector<int32_t> tokens(size_t(rows), 0);
+    for (int64_t i = 0; i < rows; ++i) tokens[size_t(i)] = int32_t((i * 7919 + 13) % w.config.vocab_size);
+    std::vector<float> logits(size_t(w.config.vocab_size), 0.0f);
+    for (int i = 0; i < 5; ++i) {
+      const auto t = std::chrono::steady_clock::now();
+      forward.run(tokens, 0, cache, logits.data());
+      if (i > 0)
+        forward_best = std::min(forward_best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
+    }
+  }
   int64_t widest = 0;
   for (auto& L : w.layers)
     for (const auto* m : {&L.qkv, &L.o, &L.gate_up, &L.down}) widest = std::max({widest, m->view.rows, m->view.cols});
@@ -134,6 +153,8 @@ void breakdown(const std::string& name, model::ModelWeights& w, const calibrate:
   }
   std::printf("  %-20s %8.2f ms\n  %-20s %8.2f ms\n  %-20s %8.2f ms (attention, norms, RoPE, KV stores, MoE, barriers)\n",
               "GEMMs alone", gemms * 1e3, "head (1 row)", head * 1e3, "rest", (measured_seconds - gemms - head) * 1e3);
+  std::printf("  %-20s %8.2f ms (the chunk through Forward::run alone, best of 4; rest %.2f ms)\n", "forward alone",
+              forward_best * 1e3, (forward_best - gemms - head) * 1e3);
   {
     calibrate::ProbeOptions po;
     po.seconds_per_probe = 0.3;
@@ -306,7 +327,7 @@ int main(int argc, char** argv) {
       report_square(square, m);
       report_shapes(gemms);
       if (with_breakdown)
-        breakdown(name, w, device, a.profile, *a.plan, prompt,
+        breakdown(name, w, ledger, device, a.profile, *a.plan, prompt,
                   double(std::min<int64_t>(prompt, a.plan->prefill_chunk)) / m.prefill);
     }
 
@@ -363,7 +384,7 @@ int main(int argc, char** argv) {
       report_square(square, measured);
       if (share >= 1) report_shapes(moe_gemms);
       if (with_breakdown && share >= 1)
-        breakdown("moe " + label, w, device, a.profile, *a.plan, prompt,
+        breakdown("moe " + label, w, ledger, device, a.profile, *a.plan, prompt,
                   double(std::min<int64_t>(prompt, a.plan->prefill_chunk)) / measured.prefill);
       if (!with_calibrate) continue;
       // Both ways of judging a plan on the trace: on the tokens its resident set was chosen on (the planner before

@@ -9,7 +9,8 @@
 // For the MoE budgets it also asks calibrate's planner (the model profiled with router traces and its own decode
 // timings, as `tierlm calibrate --quick` does; hit rates replayed on the trace) and runs that plan the same way.
 // Usage: fit_accuracy_bench [--dir D] [--keep] [--prompt N] [--decode N] [--only dense|moe] [--no-calibrate]
-//        [--breakdown]   (a prefill chunk's measured parts against fit's terms, after the dense and in-RAM rows)
+//        [--breakdown [--forward-repeats N]]   (a prefill chunk's measured parts against fit's terms, after the dense
+//        and in-RAM rows; the chunk through Forward::run alone N times, 4 unless told: many for a profiler)
 //        [--no-shapes]   (fit without the model's own prefill GEMM probe: only the square-weight one)
 // Each fit row is followed by fit's prefill on the device's square-weight GEMM probe alone (no shape probe: the
 // cost model before the shapes were probed), against the same measured run.
@@ -99,10 +100,11 @@ Measured generate(model::ModelWeights& w, tiering::Ledger& ledger, const calibra
 // norms, RoPE, KV stores and the pool's barriers between them.
 void breakdown(const std::string& name, model::ModelWeights& w, tiering::Ledger& ledger,
                const calibrate::DeviceProfile& device, const calibrate::ModelProfile& profile,
-               const calibrate::Plan& plan, int64_t prompt, double measured_seconds) {
+               const calibrate::Plan& plan, int64_t prompt, double measured_seconds, int forward_repeats) {
   kernels::ThreadPool pool(plan.threads);
   const int64_t rows = std::min<int64_t>(prompt, plan.prefill_chunk);
-  // The chunk through Forward::run alone (no Generator around it), at position 0 of one cache, best of 4 after one.
+  // The chunk through Forward::run alone (no Generator around it), at position 0 of one cache, best of
+  // forward_repeats after one (many: a profiler's view of Forward alone).
   double forward_best = 1e30;
   {
     engine::Forward forward(w, pool, ledger, plan.prefill_chunk, plan.context);
@@ -113,7 +115,7 @@ void breakdown(const std::string& name, model::ModelWeights& w, tiering::Ledger&
     std::vector<int32_t> tokens(size_t(rows), 0);
     for (int64_t i = 0; i < rows; ++i) tokens[size_t(i)] = int32_t((i * 7919 + 13) % w.config.vocab_size);
     std::vector<float> logits(size_t(w.config.vocab_size), 0.0f);
-    for (int i = 0; i < 5; ++i) {
+    for (int i = 0; i < 1 + forward_repeats; ++i) {
       const auto t = std::chrono::steady_clock::now();
       forward.run(tokens, 0, cache, logits.data());
       if (i > 0)
@@ -153,8 +155,8 @@ void breakdown(const std::string& name, model::ModelWeights& w, tiering::Ledger&
   }
   std::printf("  %-20s %8.2f ms\n  %-20s %8.2f ms\n  %-20s %8.2f ms (attention, norms, RoPE, KV stores, MoE, barriers)\n",
               "GEMMs alone", gemms * 1e3, "head (1 row)", head * 1e3, "rest", (measured_seconds - gemms - head) * 1e3);
-  std::printf("  %-20s %8.2f ms (the chunk through Forward::run alone, best of 4; rest %.2f ms)\n", "forward alone",
-              forward_best * 1e3, (forward_best - gemms - head) * 1e3);
+  std::printf("  %-20s %8.2f ms (the chunk through Forward::run alone, best of %d; rest %.2f ms)\n", "forward alone",
+              forward_best * 1e3, forward_repeats, (forward_best - gemms - head) * 1e3);
   {
     calibrate::ProbeOptions po;
     po.seconds_per_probe = 0.3;
@@ -237,6 +239,7 @@ int main(int argc, char** argv) {
   int64_t prompt = 256, decode = 32;
   std::string only;
   bool with_calibrate = true, with_breakdown = false, with_shapes = true;
+  int forward_repeats = 4;
   int64_t trace_tokens = 24, trace_prompts = 0;  // calibrate --quick's trace: 24 tokens of every prompt
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -247,6 +250,7 @@ int main(int argc, char** argv) {
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--no-calibrate") with_calibrate = false;
     else if (a == "--breakdown") with_breakdown = true;
+    else if (a == "--forward-repeats" && i + 1 < argc) forward_repeats = std::stoi(argv[++i]);
     else if (a == "--no-shapes") with_shapes = false;
     else if (a == "--trace-tokens" && i + 1 < argc) trace_tokens = std::stoll(argv[++i]);
     else if (a == "--trace-prompts" && i + 1 < argc) trace_prompts = std::stoll(argv[++i]);
@@ -328,7 +332,7 @@ int main(int argc, char** argv) {
       report_shapes(gemms);
       if (with_breakdown)
         breakdown(name, w, ledger, device, a.profile, *a.plan, prompt,
-                  double(std::min<int64_t>(prompt, a.plan->prefill_chunk)) / m.prefill);
+                  double(std::min<int64_t>(prompt, a.plan->prefill_chunk)) / m.prefill, forward_repeats);
     }
 
   if (only != "dense") {
@@ -385,7 +389,7 @@ int main(int argc, char** argv) {
       if (share >= 1) report_shapes(moe_gemms);
       if (with_breakdown && share >= 1)
         breakdown("moe " + label, w, ledger, device, a.profile, *a.plan, prompt,
-                  double(std::min<int64_t>(prompt, a.plan->prefill_chunk)) / measured.prefill);
+                  double(std::min<int64_t>(prompt, a.plan->prefill_chunk)) / measured.prefill, forward_repeats);
       if (!with_calibrate) continue;
       // Both ways of judging a plan on the trace: on the tokens its resident set was chosen on (the planner before
       // the held-out split), and on the held-out half (make_plan's default).

@@ -27,6 +27,10 @@ void ExpertTierCounters::refresh() {
   c.read_stall_seconds = t.read_stall_seconds;
   c.conversions = t.conversions;
   c.conversion_seconds = t.conversion_seconds;
+  c.inline_conversions = t.inline_conversions;
+  c.inline_conversion_seconds = t.inline_conversion_seconds;
+  c.conversion_wait_seconds = t.conversion_wait_seconds;
+  c.expert_read_errors = t.read_errors;
   c.bytes_by_tier["disk"] = disk_bytes_;
   std::lock_guard lock(mutex_);
   copy_ = std::move(c);

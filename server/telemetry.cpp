@@ -170,6 +170,12 @@ json::object Telemetry::health() const {
   // Per miss besides the read wait: converting the read bytes into the slot format (0 for a packed expert file).
   tier["conversions"] = t.conversions;
   tier["conversion_seconds"] = t.conversion_seconds;
+  // The forward thread's share: conversions it did itself, their time, and its wait for the worker's.
+  tier["inline_conversions"] = t.inline_conversions;
+  tier["inline_conversion_seconds"] = t.inline_conversion_seconds;
+  tier["conversion_wait_seconds"] = t.conversion_wait_seconds;
+  // Expert loads that failed: a demand load fails its request (HTTP 500 naming the expert), a prefetch is dropped.
+  tier["expert_read_errors"] = t.expert_read_errors;
   // Lookahead prefetch (runtime/engine/moe.cpp): reads started, requests they served, reads evicted unused.
   tier["prefetches"] = t.prefetches;
   tier["prefetch_hits"] = t.prefetch_hits;
@@ -286,6 +292,17 @@ std::string Telemetry::metrics() const {
   e.family("tierlm_expert_conversion_seconds_total", "counter",
            "Time the forward pass spent converting read experts into the slot format.");
   e.sample("tierlm_expert_conversion_seconds_total", t.conversion_seconds);
+  e.family("tierlm_expert_inline_conversions_total", "counter",
+           "Expert conversions the forward thread did itself (the rest ran on the cache's worker).");
+  e.sample("tierlm_expert_inline_conversions_total", double(t.inline_conversions));
+  e.family("tierlm_expert_inline_conversion_seconds_total", "counter", "Time those inline conversions took.");
+  e.sample("tierlm_expert_inline_conversion_seconds_total", t.inline_conversion_seconds);
+  e.family("tierlm_expert_conversion_wait_seconds_total", "counter",
+           "Time the forward pass waited for the worker to finish converting an expert it needed.");
+  e.sample("tierlm_expert_conversion_wait_seconds_total", t.conversion_wait_seconds);
+  e.family("tierlm_expert_read_errors_total", "counter",
+           "Expert loads that failed (a demand load fails its request; a failed prefetch is dropped).");
+  e.sample("tierlm_expert_read_errors_total", double(t.expert_read_errors));
 
   const auto g = gpu();
   e.family("tierlm_gpu_layers", "gauge", "Model layers running on the GPU (0: CPU only; the GPU metrics are absent).");

@@ -34,8 +34,12 @@ struct TieringCounters {
   uint64_t prefetches = 0, prefetch_hits = 0, evictions = 0;
   uint64_t prefetch_wasted = 0;     // prefetched experts evicted before any use
   double read_stall_seconds = 0;
-  uint64_t conversions = 0;        // expert reads converted into the slot format on the forward thread
+  uint64_t conversions = 0;        // expert reads converted into the slot format (worker or forward thread)
   double conversion_seconds = 0;   // ... and the time that took
+  uint64_t inline_conversions = 0;        // ... of them done by the forward thread itself
+  double inline_conversion_seconds = 0;   // ... and the time those took
+  double conversion_wait_seconds = 0;     // time the forward thread waited for the worker's conversions
+  uint64_t expert_read_errors = 0;  // expert loads that failed (demand: the request failed; prefetch: dropped)
   std::map<std::string, uint64_t> bytes_by_tier;  // bytes held per tier beyond the ledger's RAM, e.g. {"disk": n}
   double hit_rate() const { return cache_hits + cache_misses ? double(cache_hits) / double(cache_hits + cache_misses) : 0; }
 };

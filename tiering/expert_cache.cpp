@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 namespace tierlm::tiering {
 
@@ -178,7 +180,8 @@ void ExpertCache::load(int64_t index, int64_t k, bool prefetch) {
   if (state_of(s) == State::loading) {  // an unused prefetch still in flight
     try {
       reader_.wait(s.ticket);
-    } catch (const ReaderError&) {  // its bytes are thrown away anyway
+    } catch (const ReaderError&) {  // its bytes are thrown away anyway; it failed all the same
+      ++counters_.read_errors;
     }
     in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), int32_t(index)));
   }
@@ -189,16 +192,38 @@ void ExpertCache::load(int64_t index, int64_t k, bool prefetch) {
     ++counters_.evictions;
     if (s.prefetched) ++counters_.prefetch_wasted;
   }
-  const int64_t layer = k / store_.experts(), expert = k % store_.experts();
   s.key = k;
   s.prefetched = prefetch;
+  s.guess = prefetch;
   s.state = State::loading;
   s.error.clear();
   lock.unlock();
   s.last_use = clock_;
   slot_of_[size_t(k)] = int32_t(index);
-  s.ticket = reader_.submit(store_.plan(layer, expert, s.block.data(), s.staging.data()));
-  in_flight_.push_back(int32_t(index));
+  start_read(int32_t(index));
+}
+
+void ExpertCache::start_read(int32_t index) {
+  Slot& s = slots_[size_t(index)];
+  s.ticket = reader_.submit(
+      store_.plan(s.key / store_.experts(), s.key % store_.experts(), s.block.data(), s.staging.data()));
+  in_flight_.push_back(index);
+}
+
+// Nothing of a failed load stays behind: the next request of the expert misses and reads it again (the error may
+// have been transient), and the slot is the next victim. Forward thread, mutex_ held; the slot is neither loading
+// nor converting.
+void ExpertCache::drop(Slot& s) {
+  if (s.key >= 0) slot_of_[size_t(s.key)] = -1;
+  s.key = -1;
+  s.state = State::empty;
+  s.pins = 0;
+  s.prefetched = s.guess = false;
+  s.error.clear();
+}
+
+std::string ExpertCache::load_error(const Slot& s, const std::string& what) const {
+  return fmt::format("expert {}.{} could not be loaded: {}", s.key / store_.experts(), s.key % store_.experts(), what);
 }
 
 void ExpertCache::request(int64_t layer, std::span<const int32_t> experts) {
@@ -219,6 +244,12 @@ void ExpertCache::request(int64_t layer, std::span<const int32_t> experts) {
     }
     if (const int32_t i = slot_of_[size_t(k)]; i >= 0) {
       Slot& s = slots_[size_t(i)];
+      if (s.pins == 0 && state_of(s) == State::failed) {  // a failed conversion not yet dropped: a miss
+        std::lock_guard lock(mutex_);
+        drop(s);
+        missing.push_back(k);
+        continue;
+      }
       ++per_layer.hits;
       if (s.prefetched) {
         ++per_layer.prefetch_hits;
@@ -267,8 +298,17 @@ void ExpertCache::dispatch() {
     }
     std::lock_guard lock(mutex_);
     if (!error.empty()) {
-      s.state = State::failed;
-      s.error = std::move(error);
+      ++counters_.read_errors;
+      if (s.pins == 0) {  // a prefetch nobody has asked for yet: it fails nothing but itself
+        // Logged at the 1st, 2nd, 4th, ... error, so a failing disk cannot flood the log.
+        if (std::has_single_bit(counters_.read_errors))
+          spdlog::warn("[tiering] prefetch dropped: {} ({} expert read errors so far)", load_error(s, error),
+                       counters_.read_errors);
+        drop(s);
+      } else {
+        s.state = State::failed;
+        s.error = load_error(s, error);
+      }
     } else if (store_.encoding() == ExpertEncoding::packed) {
       s.state = State::ready;
     } else {
@@ -298,12 +338,13 @@ void ExpertCache::convert(Slot& s, bool on_worker) {
   std::lock_guard lock(mutex_);
   ++conversions_;
   conversion_seconds_ += seconds;
+  conversion_errors_ += !error.empty();
   if (!on_worker) {
     ++inline_conversions_;
     inline_conversion_seconds_ += seconds;
   }
   s.state = error.empty() ? State::ready : State::failed;
-  s.error = std::move(error);
+  s.error = error.empty() ? std::string() : load_error(s, error);
 }
 
 void ExpertCache::worker_loop() {
@@ -342,8 +383,20 @@ ExpertViews ExpertCache::acquire(int64_t layer, int32_t expert) {
     switch (s.state) {
       case State::ready:
         return store_.layout().views(s.block.data());
-      case State::failed:
-        throw ReaderError(s.error);
+      case State::failed: {
+        if (s.guess) {  // it failed while only a prefetch: this request reads it again
+          s.guess = false;
+          s.state = State::loading;
+          s.error.clear();
+          lock.unlock();
+          start_read(i);
+          lock.lock();
+          break;
+        }
+        const std::string error = std::move(s.error);
+        drop(s);  // thrown once, to this request; the next one reads the expert again
+        throw ReaderError(error);
+      }
       case State::staged:  // landed, not yet started by the worker: convert it here rather than wait behind others
         unqueue(i);
         s.state = State::converting;
@@ -375,7 +428,11 @@ void ExpertCache::release(int64_t layer, int32_t expert) {
   const int64_t k = key(layer, expert);
   if (resident_of_[size_t(k)] >= 0) return;
   const int32_t i = slot_of_[size_t(k)];
-  if (i >= 0 && slots_[size_t(i)].pins > 0) --slots_[size_t(i)].pins;
+  if (i < 0 || slots_[size_t(i)].pins == 0) return;  // (an expert whose acquire threw has no slot any more)
+  Slot& s = slots_[size_t(i)];
+  if (--s.pins > 0) return;
+  std::lock_guard lock(mutex_);
+  if (s.state == State::failed) drop(s);  // requested, never acquired, and its load failed
 }
 
 void ExpertCache::prefetch(int64_t layer, std::span<const int32_t> experts) {
@@ -417,6 +474,7 @@ ExpertTierTelemetry ExpertCache::telemetry() const {
     t.inline_conversions = inline_conversions_;
     t.inline_conversion_seconds = inline_conversion_seconds_;
     t.conversion_wait_seconds = conversion_wait_seconds_;
+    t.read_errors += conversion_errors_;
   }
   t.resident_experts = int64_t(resident_blocks_.size());
   t.cache_slots = int64_t(slots_.size());
@@ -438,7 +496,7 @@ void ExpertCache::reset_counters() {
   counters_.layers.resize(layers);
   {
     std::lock_guard lock(mutex_);
-    conversions_ = inline_conversions_ = 0;
+    conversions_ = inline_conversions_ = conversion_errors_ = 0;
     conversion_seconds_ = inline_conversion_seconds_ = conversion_wait_seconds_ = 0;
   }
   reader_base_ = reader_.stats();

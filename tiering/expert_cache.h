@@ -59,12 +59,16 @@ class ExpertCache {
   // cannot hold the misses (ask for at most available_slots() distinct new experts at once).
   void request(int64_t layer, std::span<const int32_t> experts);
   // Waits for a requested expert's read (counted as read stall) and its conversion (conversion wait, or done right
-  // here if it has not started), and returns its weights; valid until release(). Throws ReaderError if its read
-  // failed.
+  // here if it has not started), and returns its weights; valid until release(). If its read (or conversion)
+  // failed, throws ReaderError naming the expert (layer.expert), the file and the offset, once: the slot is dropped
+  // (unpinned, its key forgotten), so a later request of the expert reads it again. A read that failed while it was
+  // only a prefetch is read again here instead (the failure belongs to the guess, not to this request).
   ExpertViews acquire(int64_t layer, int32_t expert);
-  // Unpins; also hands reads that have landed meanwhile to the worker (never blocks).
+  // Unpins; also hands reads that have landed meanwhile to the worker (never blocks). Releasing an expert whose
+  // acquire threw is a no-op; an unpinned slot whose load failed is dropped.
   void release(int64_t layer, int32_t expert);
   // Starts reads of likely experts into slots that hold nothing pinned; never blocks, never evicts a pinned expert.
+  // A prefetch whose read fails is dropped and counted (read_errors), never thrown into a request.
   void prefetch(int64_t layer, std::span<const int32_t> experts);
   bool resident(int64_t layer, int32_t expert) const;
   bool cached(int64_t layer, int32_t expert) const;  // resident or in a slot (ready or loading)
@@ -87,6 +91,7 @@ class ExpertCache {
     uint64_t ticket = 0;
     uint64_t last_use = 0;
     bool prefetched = false;
+    bool guess = false;  // the read in flight (or failed) was started by prefetch(), even if requested since
     std::string error;
   };
   int64_t key(int64_t layer, int64_t expert) const { return layer * store_.experts() + expert; }
@@ -94,6 +99,9 @@ class ExpertCache {
   // own loads).
   int64_t choose_victim(bool for_prefetch, std::span<const int64_t> fresh = {});
   void load(int64_t slot, int64_t key, bool prefetch);
+  void start_read(int32_t slot);                   // submits the slot's reads (state already loading)
+  void drop(Slot& s);                              // a failed load: forget its key, unpin, empty (under mutex_)
+  std::string load_error(const Slot& s, const std::string& what) const;  // names the expert
   void dispatch();                                 // slots whose reads have landed -> staged (and to the worker)
   void settle(Slot& s, std::unique_lock<std::mutex>& lock);  // waits out a conversion the worker holds
   void convert(Slot& s, bool on_worker);           // ExpertStore::finish into the slot; counts it
@@ -127,7 +135,7 @@ class ExpertCache {
   std::deque<int32_t> queue_;       // staged slots for the worker, in arrival order
   bool stopping_ = false;
   // Conversion counters, written by both threads under mutex_: all conversions, and the forward thread's share.
-  uint64_t conversions_ = 0, inline_conversions_ = 0;
+  uint64_t conversions_ = 0, inline_conversions_ = 0, conversion_errors_ = 0;
   double conversion_seconds_ = 0, inline_conversion_seconds_ = 0, conversion_wait_seconds_ = 0;
   std::thread worker_;  // last: started once the slots exist, joined first
 };

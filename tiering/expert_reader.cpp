@@ -109,18 +109,21 @@ void ExpertReader::complete(Ticket ticket) {
   complete_empty(ticket);
 }
 
+void ExpertReader::fail(Ticket ticket, std::string error) { errors_.try_emplace(ticket, std::move(error)); }
+
 void ExpertReader::read_buffered(const Chunk& c) {
   uint64_t done = 0;
   while (done < c.length) {
     const ssize_t n = ::pread(fds_[size_t(c.file)], c.dest + done, c.length - done, off_t(c.offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      error_ = fmt::format("{}: read at {} failed: {}", paths_[size_t(c.file)], c.offset + done, std::strerror(errno));
+      fail(c.ticket,
+           fmt::format("{}: read at {} failed: {}", paths_[size_t(c.file)], c.offset + done, std::strerror(errno)));
       break;
     }
     if (n == 0) {
       if (c.offset + done < sizes_[size_t(c.file)])
-        error_ = fmt::format("{}: unexpected end of file at {}", paths_[size_t(c.file)], c.offset + done);
+        fail(c.ticket, fmt::format("{}: unexpected end of file at {}", paths_[size_t(c.file)], c.offset + done));
       break;
     }
     done += uint64_t(n);
@@ -179,7 +182,7 @@ void ExpertReader::pump(bool block) {
       direct_[size_t(c->file)] = false;
       pending_.push_front(*c);
     } else if (res < 0) {
-      error_ = fmt::format("{}: read at {} failed: {}", path, c->offset, std::strerror(-res));
+      fail(c->ticket, fmt::format("{}: read at {} failed: {}", path, c->offset, std::strerror(-res)));
       ++stats_.reads;
       complete(c->ticket);
     } else {
@@ -188,7 +191,7 @@ void ExpertReader::pump(bool block) {
       const uint64_t got = uint64_t(res);
       if (got < c->length && c->offset + got < sizes_[size_t(c->file)]) {
         if (got == 0) {
-          error_ = fmt::format("{}: unexpected end of file at {}", path, c->offset);
+          fail(c->ticket, fmt::format("{}: unexpected end of file at {}", path, c->offset));
           complete(c->ticket);
         } else {  // short read inside the file: read the rest
           pending_.push_front({c->ticket, c->file, c->offset + got, c->length - got, c->dest + got});
@@ -213,10 +216,10 @@ void ExpertReader::wait(Ticket ticket) {
     stats_.stall_ns += uint64_t(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
   }
-  if (!error_.empty()) {
-    std::string e = std::move(error_);
-    error_.clear();
-    throw ReaderError(e);
+  if (const auto it = errors_.find(ticket); it != errors_.end()) {
+    const std::string error = std::move(it->second);
+    errors_.erase(it);
+    throw ReaderError(error);
   }
 }
 

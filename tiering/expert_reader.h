@@ -14,6 +14,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace tierlm::tiering {
@@ -59,11 +60,13 @@ class ExpertReader {
   // True once every read of the ticket has completed (makes progress on the queue; never blocks).
   bool done(Ticket ticket);
   // Blocks until every read of the ticket has completed; the time blocked is counted as read stall.
-  // Throws ReaderError on an I/O error or a short file.
+  // Throws ReaderError (file and offset) if one of this ticket's reads failed (an I/O error or a file shorter than
+  // when it was opened), once: errors belong to their ticket, so other tickets complete normally and the reader
+  // keeps working.
   void wait(Ticket ticket);
   // Blocks until at least one read in flight completes (returns at once when nothing is queued), counted as read
-  // stall: for a caller that has other completed reads to hand on while it waits for a particular one. Errors are
-  // reported by the next wait().
+  // stall: for a caller that has other completed reads to hand on while it waits for a particular one. An error is
+  // reported by wait() of the ticket it belongs to.
   void wait_any();
   // Blocks until nothing is in flight.
   void drain();
@@ -87,6 +90,7 @@ class ExpertReader {
   void complete(Ticket ticket);
   void complete_empty(Ticket ticket);
   void read_buffered(const Chunk& c);
+  void fail(Ticket ticket, std::string error);  // keeps the ticket's first error
 
   ReaderOptions options_;
   std::vector<std::string> paths_;
@@ -102,7 +106,8 @@ class ExpertReader {
   std::deque<uint32_t> outstanding_;
   Ticket first_live_ = 1;
   ReaderStats stats_;
-  std::string error_;
+  // Failed tickets, until wait() reports them: the first error of each.
+  std::unordered_map<Ticket, std::string> errors_;
 };
 
 }  // namespace tierlm::tiering

@@ -24,6 +24,9 @@ struct ExpertTierTelemetry {
   uint64_t bytes_read = 0;    // bytes returned by the device for expert reads
   uint64_t reads = 0;         // read operations (after splitting into blocks)
   double read_stall_seconds = 0;  // time the forward pass waited for expert reads
+  // Expert loads that failed (a read error or a short file; or, rarely, the conversion threw), demand and prefetch
+  // alike: a demand load's failure failed the request that needed it, a prefetch's failed nothing but itself.
+  uint64_t read_errors = 0;
   // Turning a read's bytes into the slot format (ExpertStore::finish): every conversion and the time it took, on the
   // cache's worker or the forward thread. Zero for a packed file (the read lands in the slot as is).
   uint64_t conversions = 0;

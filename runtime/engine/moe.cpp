@@ -251,10 +251,19 @@ void MoeBlock::accumulate(int64_t layer, const float* x, int64_t n, float* hidde
       cache_.prefetch(expert_layer_[size_t(next_layer)], lookahead_ids_);
     }
     prefetched = true;
-    for (int32_t e : batch) {
-      const tiering::ExpertViews views = cache_.acquire(el, e);
-      run_expert(views, expert_rows_[size_t(e)], expert_weights_[size_t(e)], x, hidden);
-      cache_.release(el, e);
+    size_t done = 0;
+    try {
+      for (; done < batch.size(); ++done) {
+        const int32_t e = batch[done];
+        const tiering::ExpertViews views = cache_.acquire(el, e);
+        run_expert(views, expert_rows_[size_t(e)], expert_weights_[size_t(e)], x, hidden);
+        cache_.release(el, e);
+      }
+    } catch (...) {
+      // An expert that could not be loaded (ReaderError) fails this step; the experts of the batch still pinned
+      // are released, so the cache serves the next step with every slot (the failed one's release is a no-op).
+      for (size_t j = done; j < batch.size(); ++j) cache_.release(el, batch[j]);
+      throw;
     }
   }
   if (w_.layers[size_t(layer)].shared_down.view.rows) shared_expert(w_.layers[size_t(layer)], x, n, hidden);

@@ -326,6 +326,7 @@ bool Scheduler::step() {
   } catch (const std::exception& e) {
     // Forward validates before writing any cache, so the others are intact; fail only this step's sequences.
     spdlog::error("[scheduler] forward failed: {}", e.what());
+    if (options_.after_step) options_.after_step();  // the failure's counters (e.g. expert read errors) go out first
     for (Sequence* seq : owners) {
       seq->slot->tokens.clear();
       finish(*seq, "error", e.what());

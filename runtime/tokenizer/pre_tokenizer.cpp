@@ -146,7 +146,7 @@ class ByteLevelPreTokenizer final : public PreTokenizer {
   void pre_tokenize(std::vector<Piece>& pieces) const override {
     if (add_prefix_space_)
       for (auto& piece : pieces)
-        if (piece.text.empty() || piece.text[0] != ' ') piece.text.insert(0, " ");
+        if (piece.text.empty() || piece.text[0] != ' ') piece.text = ' ' + piece.text;  // not insert(0, ...): GCC 12's false -Wrestrict
     if (regex_)
       split_pieces(pieces, [this](const std::string& text) {
         return split_ranges(text.size(), regex_->find_all(text), Behavior::Isolated, false);

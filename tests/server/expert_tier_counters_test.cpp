@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <future>
+#include <string>
+#include <utility>
 #include <optional>
 #include <stdexcept>
 
@@ -92,6 +94,22 @@ TEST(ExpertTierCounters, MoeTierCountersReachHealthAndMetrics) {
   EXPECT_EQ(h.at("tiering").at("conversion_seconds").as_double(), t.conversion_seconds);
   EXPECT_NE(metrics.find("tierlm_expert_conversion_seconds_total " + fmt::format("{}", t.conversion_seconds)),
             std::string::npos);
+  // The forward thread's share of the conversions, and expert read errors (none here), as the tier counted them.
+  const tiering::ExpertTierTelemetry direct = served.weights->experts->telemetry();
+  EXPECT_EQ(t.inline_conversions, direct.inline_conversions);
+  EXPECT_EQ(t.inline_conversion_seconds, direct.inline_conversion_seconds);
+  EXPECT_EQ(t.conversion_wait_seconds, direct.conversion_wait_seconds);
+  EXPECT_LE(t.inline_conversions, t.conversions);
+  EXPECT_EQ(h.at("tiering").at("inline_conversions").to_number<double>(), double(direct.inline_conversions));
+  EXPECT_EQ(h.at("tiering").at("inline_conversion_seconds").as_double(), direct.inline_conversion_seconds);
+  EXPECT_EQ(h.at("tiering").at("conversion_wait_seconds").as_double(), direct.conversion_wait_seconds);
+  EXPECT_EQ(h.at("tiering").at("expert_read_errors").to_number<double>(), 0.0);
+  for (const auto& [name, value] :
+       {std::pair<std::string, double>{"tierlm_expert_inline_conversions_total", double(direct.inline_conversions)},
+        {"tierlm_expert_inline_conversion_seconds_total", direct.inline_conversion_seconds},
+        {"tierlm_expert_conversion_wait_seconds_total", direct.conversion_wait_seconds},
+        {"tierlm_expert_read_errors_total", 0.0}})
+    EXPECT_NE(metrics.find(fmt::format("{} {}", name, value)), std::string::npos) << name;
   TelemetryCursor cursor;
   auto snap = telemetry.snapshot(cursor);
   EXPECT_TRUE(snap.at("tiering_available").as_bool());

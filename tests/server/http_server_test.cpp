@@ -38,16 +38,6 @@ std::string chat_body(const std::string& content, int max_tokens, const std::str
   return s;
 }
 
-// data: payloads of an SSE body, in order.
-std::vector<std::string> sse_events(const std::string& body) {
-  std::vector<std::string> out;
-  std::istringstream in(body);
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("data: ", 0) == 0) out.push_back(line.substr(6));
-  return out;
-}
-
 void expect_error(const HttpResponse& r, int status, const std::string& code = {}, const std::string& param = {}) {
   EXPECT_EQ(r.status, status) << r.body;
   json::value v;

@@ -9,10 +9,14 @@
 
 #include <cerrno>
 #include <chrono>
+#include <filesystem>
 #include <memory>
+#include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <boost/json.hpp>
 
@@ -21,6 +25,7 @@
 #include "runtime/model/synthetic.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "server/chat_prompt.h"
+#include "server/expert_tier_counters.h"
 #include "server/http_server.h"
 #include "server/service.h"
 #include "server/telemetry.h"
@@ -112,6 +117,16 @@ inline HttpResponse parse_response(const std::string& raw) {
   return r;
 }
 
+// data: payloads of an SSE body, in order.
+inline std::vector<std::string> sse_events(const std::string& body) {
+  std::vector<std::string> out;
+  std::istringstream in(body);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("data: ", 0) == 0) out.push_back(line.substr(6));
+  return out;
+}
+
 // One request on a fresh connection ("Connection: close").
 inline HttpResponse request(uint16_t port, const std::string& method, const std::string& target,
                             const std::string& body = {}, const std::string& extra_headers = {}) {
@@ -143,6 +158,11 @@ struct ServerOptions {
   // instead of the folder's weights, for benchmarks that need weights larger than the CPU caches. Its vocabulary is
   // larger than the tokenizer's: ids the tokenizer lacks decode to nothing, so only token counts are meaningful.
   int64_t synthetic_layers = 0;
+  // The expert tier (MoE models): a packed expert file to read instead of the folder's, its cache slots (0: the
+  // loader's default), and its counters in /health and /metrics (refreshed after every step, as `serve` does).
+  std::optional<std::filesystem::path> packed_experts;
+  int64_t expert_slots = 0;
+  bool expert_tier_counters = false;
   ServerOptions() {
     scheduler.threads = 1;
     scheduler.pin_threads = false;
@@ -161,6 +181,8 @@ class TestServer {
     model::LoadOptions load;
     load.ledger = &ledger_;
     if (!o.weight_format.empty()) load.weight_format = kernels::parse_format(o.weight_format);
+    load.packed_experts = o.packed_experts;
+    if (o.expert_slots > 0) load.experts.cache.slots = o.expert_slots;
     if (o.synthetic_layers > 0) {
       model::ModelConfig config = model::llama_1b_config();
       config.num_layers = o.synthetic_layers;
@@ -170,7 +192,13 @@ class TestServer {
     } else {
       weights_ = std::make_unique<model::ModelWeights>(model::load_model(o.model_dir, load));
     }
-    scheduler_ = std::make_unique<engine::Scheduler>(*weights_, ledger_, o.scheduler);
+    engine::SchedulerOptions scheduler = o.scheduler;
+    std::shared_ptr<ExpertTierCounters> tier_counters;
+    if (o.expert_tier_counters && weights_->experts) {
+      tier_counters = std::make_shared<ExpertTierCounters>(weights_->experts);
+      scheduler.after_step = [tier_counters] { tier_counters->refresh(); };
+    }
+    scheduler_ = std::make_unique<engine::Scheduler>(*weights_, ledger_, scheduler);
     ServerInfo info;
     info.model_id = "tierlm-tiny";
     info.model_path = o.model_dir;
@@ -184,6 +212,7 @@ class TestServer {
                                    *tokenizer_);
     info.chat_template = prompt.description();
     telemetry_ = std::make_unique<Telemetry>(info, ledger_, *scheduler_);
+    if (tier_counters) telemetry_->set_tiering(tier_counters);
     service_ = std::make_unique<Service>("tierlm-tiny", *tokenizer_, std::move(prompt), *scheduler_, *telemetry_);
     http_ = std::make_unique<HttpServer>(*service_, o.http);
     http_->start();

@@ -14,23 +14,14 @@
 
 #include "runtime/model/moe_model.h"
 #include "tests/runtime/model/safetensors_writer.h"
+#include "tests/tiering/packed_experts_fixture.h"
 #include "tiering/expert_cache.h"
 
 using namespace tierlm;
 
 namespace {
 
-std::string random_bytes(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string s(n, '\0');
-  for (auto& c : s) c = char(rng());
-  return s;
-}
-
-void write(const std::filesystem::path& p, const std::string& bytes) {
-  std::ofstream out(p, std::ios::binary);
-  out.write(bytes.data(), std::streamsize(bytes.size()));
-}
+using test::random_bytes;
 
 void check_reads(const std::filesystem::path& file, const std::string& bytes, bool expect_direct) {
   tiering::ReaderOptions o;
@@ -56,7 +47,7 @@ void check_reads(const std::filesystem::path& file, const std::string& bytes, bo
 TEST(ExpertReader, DirectReadsSplitIntoBlocks) {
   test::TempDir dir;
   const std::string bytes = random_bytes(60 * 4096 + 1000, 1);
-  write(dir / "f.bin", bytes);
+  test::write_file(dir / "f.bin", bytes);
   check_reads(dir / "f.bin", bytes, true);
 }
 
@@ -68,14 +59,14 @@ TEST(ExpertReader, FallsBackToBufferedWhereODirectIsRefused) {
   if (mount("ramfs", mount_point.c_str(), "ramfs", 0, nullptr) != 0)
     GTEST_SKIP() << "skipped: cannot mount ramfs here (" << std::strerror(errno) << ")";
   const std::string bytes = random_bytes(60 * 4096 + 1000, 2);
-  write(mount_point / "f.bin", bytes);
+  test::write_file(mount_point / "f.bin", bytes);
   check_reads(mount_point / "f.bin", bytes, false);
   umount(mount_point.c_str());
 }
 
 TEST(ExpertReader, RejectsUnalignedDirectReads) {
   test::TempDir dir;
-  write(dir / "f.bin", random_bytes(8192, 3));
+  test::write_file(dir / "f.bin", random_bytes(8192, 3));
   tiering::ExpertReader reader({(dir / "f.bin").string()});
   ASSERT_TRUE(reader.direct(0));
   tiering::Ledger ledger;
@@ -263,27 +254,7 @@ TEST(ExpertStore, Mxfp4ReservationIsWhatTheMissPathCharges) {
   }
 }
 
-// A packed store of 1 layer x 6 tiny f32 experts, and a cache of 2 slots.
-struct CacheFixture {
-  test::TempDir dir;
-  std::unique_ptr<tiering::ExpertStore> store;
-  std::unique_ptr<tiering::ExpertReader> reader;
-  tiering::Ledger ledger;
-  CacheFixture() {
-    tiering::PackedHeader h{1, 6, tiering::ExpertLayout::make(kernels::WeightFormat::f32, 32, 32)};
-    tiering::write_packed_experts(dir / "e.tierlm", h, [](int64_t, int64_t e, void* block) {
-      static_cast<float*>(block)[0] = float(e);
-    });
-    store = std::make_unique<tiering::ExpertStore>(tiering::ExpertStore::open_packed(dir / "e.tierlm"));
-    reader = std::make_unique<tiering::ExpertReader>(store->files());
-  }
-  void use(tiering::ExpertCache& c, int32_t e) {
-    c.request(0, std::span(&e, 1));
-    const auto v = c.acquire(0, e);
-    EXPECT_EQ(static_cast<const float*>(v.gate_up.data)[0], float(e));
-    c.release(0, e);
-  }
-};
+using CacheFixture = test::PackedExperts;
 
 TEST(ExpertCache, LruEvictsTheLeastRecentlyUsed) {
   CacheFixture f;

@@ -1,6 +1,7 @@
 // calibrate/speed_probes.cpp — RAM bandwidth per NUMA node (runtime/kernels/bandwidth.h on a pool bound to the node)
 // and compute by thread count: OpenBLAS SGEMM, our q8_0/q4/f16/bf16 matvec (decode) and the engine's own matmul per
-// weight format (prefill).
+// weight format (prefill); for a model, its own prefill shapes and per-row work (probe_prefill) and its attention as
+// the KV cache runs it (probe_prefill_attention).
 #include <cblas.h>
 #include <malloc.h>
 #include <numa.h>
@@ -18,9 +19,9 @@
 #include "runtime/engine/kv_cache.h"
 #include "runtime/engine/ops.h"
 #include "runtime/kernels/bandwidth.h"
+#include "runtime/kernels/weights.h"
 #include "runtime/kv/codec.h"
 #include "runtime/model/config.h"
-#include "runtime/kernels/weights.h"
 
 namespace tierlm::calibrate {
 
@@ -378,7 +379,8 @@ PrefillRates probe_prefill(const ModelProfile& m, int threads, const ProbeOption
                          WeightFormat::mlx_q4, WeightFormat::mlx_q8, WeightFormat::mxfp4})
     if (m.weight_format == kernels::format_name(f)) format = f;
   if (format == WeightFormat::mlx_q8) format = WeightFormat::mlx_q4;  // one affine kernel for both (probe_weight: 4-bit)
-  const std::vector<GemmShape> shapes = m.dense_gemm_shapes();
+  std::vector<GemmShape> shapes = m.dense_gemm_shapes();
+  std::erase_if(shapes, [](const GemmShape& s) { return s.out <= 0 || s.in <= 0; });  // a shape the model lacks
   const int64_t most_rows = std::end(kPrefillShapeRows)[-1];
   const uint64_t budget = options.memory_budget ? options.memory_budget : ~uint64_t(0);
   // Each shape's rows: all of them, or a slice (a multiple of 64) whose f32 source fits a quarter of the budget and
@@ -408,7 +410,7 @@ PrefillRates probe_prefill(const ModelProfile& m, int threads, const ProbeOption
   kernels::ThreadPool pool(threads);
   const int blas_threads = openblas_get_num_threads();
   openblas_set_num_threads(threads);  // f32 weights go through OpenBLAS
-  const double slice = options.seconds_per_probe / double(shapes.size() * std::size(kPrefillShapeRows));
+  const double slice = options.seconds_per_probe / double(std::max<size_t>(shapes.size(), 1) * std::size(kPrefillShapeRows));
   PrefillRates result;
   for (size_t i = 0; i < shapes.size(); ++i) {
     const GemmShape& s = shapes[i];

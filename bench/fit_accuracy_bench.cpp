@@ -9,6 +9,11 @@
 // For the MoE budgets it also asks calibrate's planner (the model profiled with router traces and its own decode
 // timings, as `tierlm calibrate --quick` does; hit rates replayed on the trace) and runs that plan the same way.
 // Usage: fit_accuracy_bench [--dir D] [--keep] [--prompt N] [--decode N] [--only dense|moe] [--no-calibrate]
+//        [--breakdown [--forward-repeats N]]   (a prefill chunk's measured parts against fit's terms, after the dense
+//        and in-RAM rows; the chunk through Forward::run alone N times, 4 unless told: many for a profiler)
+//        [--no-shapes]   (fit without the model's own prefill GEMM probe: only the square-weight one)
+// Each fit row is followed by fit's prefill on the device's square-weight GEMM probe alone (no shape probe: the
+// cost model before the shapes were probed), against the same measured run.
 //        [--trace-tokens N] [--trace-prompts N]   (calibrate's router trace: tokens per prompt, prompts; 0: all)
 #include <sys/resource.h>
 
@@ -16,6 +21,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -27,6 +33,7 @@
 #include "calibrate/probes.h"
 #include "runtime/engine/forward.h"
 #include "runtime/engine/generator.h"
+#include "runtime/engine/kv_cache.h"
 #include "runtime/kv/codec.h"
 #include "runtime/model/model.h"
 #include "runtime/model/synthetic.h"
@@ -87,6 +94,83 @@ Measured generate(model::ModelWeights& w, tiering::Ledger& ledger, const calibra
   return m;
 }
 
+// Where a prefill chunk's time goes (--breakdown): the model's own matrices, each timed alone by kernels::matmul at
+// the chunk's rows on the plan's threads (best of 5; summed over the layers by kind), and the output head's one row,
+// against fit's terms for the same chunk (calibrate::prefill_cost). The rest of the measured chunk is attention,
+// norms, RoPE, KV stores and the pool's barriers between them.
+void breakdown(const std::string& name, model::ModelWeights& w, tiering::Ledger& ledger,
+               const calibrate::DeviceProfile& device, const calibrate::ModelProfile& profile,
+               const calibrate::Plan& plan, int64_t prompt, double measured_seconds, int forward_repeats) {
+  kernels::ThreadPool pool(plan.threads);
+  const int64_t rows = std::min<int64_t>(prompt, plan.prefill_chunk);
+  // The chunk through Forward::run alone (no Generator around it), at position 0 of one cache, best of
+  // forward_repeats after one (many: a profiler's view of Forward alone).
+  double forward_best = 1e30;
+  {
+    engine::Forward forward(w, pool, ledger, plan.prefill_chunk, plan.context);
+    engine::KVCacheOptions kv;
+    kv.codec = kv::parse_codec(plan.kv_codec);
+    kv.max_chunk = plan.prefill_chunk;
+    engine::KVCache cache(w.config, plan.context, ledger, kv);
+    std::vector<int32_t> tokens(size_t(rows), 0);
+    for (int64_t i = 0; i < rows; ++i) tokens[size_t(i)] = int32_t((i * 7919 + 13) % w.config.vocab_size);
+    std::vector<float> logits(size_t(w.config.vocab_size), 0.0f);
+    for (int i = 0; i < 1 + forward_repeats; ++i) {
+      const auto t = std::chrono::steady_clock::now();
+      forward.run(tokens, 0, cache, logits.data());
+      if (i > 0)
+        forward_best = std::min(forward_best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
+    }
+  }
+  int64_t widest = 0;
+  for (auto& L : w.layers)
+    for (const auto* m : {&L.qkv, &L.o, &L.gate_up, &L.down}) widest = std::max({widest, m->view.rows, m->view.cols});
+  std::vector<float> x(size_t(rows * widest), 0.25f), y(size_t(rows * widest));
+  std::map<std::string, std::pair<double, double>> kinds;  // seconds, flops over the layers
+  auto time = [&](const kernels::WeightView& v, int64_t n) {
+    double best = 1e30;
+    for (int i = 0; i < 6; ++i) {
+      const auto t = std::chrono::steady_clock::now();
+      if (n == 1) kernels::matvec(v, x.data(), y.data(), pool);
+      else kernels::matmul(v, x.data(), n, y.data(), pool);
+      if (i > 0) best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
+    }
+    return best;
+  };
+  for (auto& L : w.layers)
+    for (auto [kind, m] : {std::pair{"qkv", &L.qkv}, {"o", &L.o}, {"gate_up", &L.gate_up}, {"down", &L.down}}) {
+      if (m->view.rows == 0) continue;
+      auto& [seconds, flops] = kinds[fmt::format("{} {}x{}", kind, m->view.rows, m->view.cols)];
+      seconds += time(m->view, rows);
+      flops += 2.0 * double(rows) * double(m->view.rows) * double(m->view.cols);
+    }
+  const double head = time(w.output(), 1);
+  const calibrate::PrefillCost cost = calibrate::prefill_cost(device, profile, plan, rows);
+  double gemms = 0;
+  std::printf("breakdown %s: one chunk of %lld rows, %d threads; measured %.2f ms (the prompt's chunks averaged)\n",
+              name.c_str(), (long long)rows, plan.threads, measured_seconds * 1e3);
+  for (auto& [kind, sf] : kinds) {
+    gemms += sf.first;
+    std::printf("  %-20s %8.2f ms  %7.1f GFLOP/s\n", kind.c_str(), sf.first * 1e3, sf.second / sf.first / 1e9);
+  }
+  std::printf("  %-20s %8.2f ms\n  %-20s %8.2f ms\n  %-20s %8.2f ms (attention, norms, RoPE, KV stores, MoE, barriers)\n",
+              "GEMMs alone", gemms * 1e3, "head (1 row)", head * 1e3, "rest", (measured_seconds - gemms - head) * 1e3);
+  std::printf("  %-20s %8.2f ms (the chunk through Forward::run alone, best of %d; rest %.2f ms)\n", "forward alone",
+              forward_best * 1e3, forward_repeats, (forward_best - gemms - head) * 1e3);
+  {
+    calibrate::ProbeOptions po;
+    po.seconds_per_probe = 0.3;
+    const double per = calibrate::probe_prefill_attention(profile, plan.threads, plan.kv_codec, po);
+    const double seen = double(profile.heads) * double(profile.layers) * double(rows) * double(rows + 1) / 2;
+    std::printf("  %-20s %8.2f ms (probe_prefill_attention: %.2f ns per head-position, %s KV)\n", "attention probe",
+                per * seen * 1e3, per * 1e9, plan.kv_codec.c_str());
+  }
+  std::printf("  fit: dense %.2f ms, attention %.2f ms, head %.2f ms, rows %.2f ms, experts %.2f ms = %.2f ms\n",
+              cost.dense * 1e3, cost.attention * 1e3, cost.head * 1e3, cost.rows * 1e3, cost.experts * 1e3,
+              cost.total() * 1e3);
+  std::fflush(stdout);
+}
+
 // One row: a plan's predicted decode and prefill (the prompt's time to first token, not a full chunk's rate)
 // against the measured run.
 void report(const std::string& name, const calibrate::Plan& plan, double streamed_fraction, int64_t prompt_tokens,
@@ -110,6 +194,24 @@ void report(const std::string& name, const calibrate::Plan& plan, double streame
 
 void report(const std::string& name, const calibrate::FitAnswer& a, const Measured& m) {
   report(name, *a.plan, a.streamed_expert_fraction, a.prompt_tokens, a.time_to_first_token_seconds, m);
+}
+
+// fit's prefill without the model's shapes probed (the square-weight probe's rates) against the same run.
+void report_square(const calibrate::FitAnswer& square, const Measured& m) {
+  if (!square.plan) return;
+  const double predicted = double(square.prompt_tokens) / square.time_to_first_token_seconds;
+  std::printf("%-24s   square-probe prefill: predicted %.1f, ratio %.2f\n", "", predicted, m.prefill / predicted);
+}
+
+void report_shapes(const calibrate::PrefillRates& rates) {
+  std::printf("%-24s   per-row work: gate %.2f ns, row pass %.2f ns per element\n", "", rates.gate_seconds * 1e9,
+              rates.row_seconds * 1e9);
+  for (auto& g : rates.gemms) {
+    std::printf("%-24s   shape probe %s %s [%lld x %lld] %d threads GFLOP/s:", "", g.kind.c_str(), g.format.c_str(),
+                (long long)g.out, (long long)g.in, g.threads);
+    for (size_t i = 0; i < g.rows.size(); ++i) std::printf(" %lld rows %.1f", (long long)g.rows[i], g.gflops[i]);
+    std::printf("\n");
+  }
 }
 
 std::string load_average() {
@@ -136,7 +238,8 @@ int main(int argc, char** argv) {
   bool keep = false;
   int64_t prompt = 256, decode = 32;
   std::string only;
-  bool with_calibrate = true;
+  bool with_calibrate = true, with_breakdown = false, with_shapes = true;
+  int forward_repeats = 4;
   int64_t trace_tokens = 24, trace_prompts = 0;  // calibrate --quick's trace: 24 tokens of every prompt
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -146,6 +249,9 @@ int main(int argc, char** argv) {
     else if (a == "--decode" && i + 1 < argc) decode = std::stoll(argv[++i]);
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--no-calibrate") with_calibrate = false;
+    else if (a == "--breakdown") with_breakdown = true;
+    else if (a == "--forward-repeats" && i + 1 < argc) forward_repeats = std::stoi(argv[++i]);
+    else if (a == "--no-shapes") with_shapes = false;
     else if (a == "--trace-tokens" && i + 1 < argc) trace_tokens = std::stoll(argv[++i]);
     else if (a == "--trace-prompts" && i + 1 < argc) trace_prompts = std::stoll(argv[++i]);
   }
@@ -208,6 +314,9 @@ int main(int argc, char** argv) {
       request.context = context;
       request.prompt_tokens = prompt;
       request.largest_context = false;
+      const calibrate::FitAnswer square = calibrate::fit_model(shape, device, request);
+      calibrate::PrefillRates gemms;
+      if (with_shapes) request.prefill = &gemms;
       const calibrate::FitAnswer a = calibrate::fit_model(shape, device, request);
       if (!a.plan) {
         std::printf("dense %s: no plan: %s\n", dtype.c_str(), a.reason.c_str());
@@ -216,8 +325,14 @@ int main(int argc, char** argv) {
       tiering::Ledger ledger(a.plan->budget_bytes);
       const model::ModelConfig config = model::parse_config(shape.config_json, "dense config");
       model::ModelWeights w = model::synthetic_model(config, a.weight_format, ledger);
-      report(fmt::format("dense llama {}", kernels::format_name(a.weight_format)), a,
-             generate(w, ledger, *a.plan, prompt, decode));
+      const std::string name = fmt::format("dense llama {}", kernels::format_name(a.weight_format));
+      const Measured m = generate(w, ledger, *a.plan, prompt, decode);
+      report(name, a, m);
+      report_square(square, m);
+      report_shapes(gemms);
+      if (with_breakdown)
+        breakdown(name, w, ledger, device, a.profile, *a.plan, prompt,
+                  double(std::min<int64_t>(prompt, a.plan->prefill_chunk)) / m.prefill, forward_repeats);
     }
 
   if (only != "dense") {
@@ -244,6 +359,7 @@ int main(int argc, char** argv) {
       calibrated = calibrate::measure_model_profile(dir, mo);
       std::printf("calibrate's model profile: %s\n", calibrated.frequency_source.c_str());
     }
+    calibrate::PrefillRates moe_gemms;
     // In RAM (every expert resident), then budgets that leave about half and a quarter of the experts resident.
     for (const double share : {1.3, 0.5, 0.25}) {
       calibrate::FitRequest request;
@@ -253,6 +369,8 @@ int main(int argc, char** argv) {
       calibrate::FitAnswer probe = calibrate::fit_model(shape, device, request);
       const uint64_t dense = probe.profile.dense_bytes();
       request.budget_bytes = dense + uint64_t(share * experts_gib * GiB) + (96ull << 20);
+      const calibrate::FitAnswer square = calibrate::fit_model(shape, device, request);
+      if (with_shapes) request.prefill = &moe_gemms;
       const calibrate::FitAnswer a = calibrate::fit_model(shape, device, request);
       if (!a.plan) {
         std::printf("moe share %.2f: no plan: %s\n", share, a.reason.c_str());
@@ -265,7 +383,13 @@ int main(int argc, char** argv) {
       model::ModelWeights w = model::load_model(dir, lo);
       const std::string label =
           share >= 1 ? "in RAM" : fmt::format("streamed {:.0f}%", 100 * a.streamed_expert_fraction);
-      report("moe " + label, a, generate(w, ledger, *a.plan, prompt, decode));
+      const Measured measured = generate(w, ledger, *a.plan, prompt, decode);
+      report("moe " + label, a, measured);
+      report_square(square, measured);
+      if (share >= 1) report_shapes(moe_gemms);
+      if (with_breakdown && share >= 1)
+        breakdown("moe " + label, w, ledger, device, a.profile, *a.plan, prompt,
+                  double(std::min<int64_t>(prompt, a.plan->prefill_chunk)) / measured.prefill, forward_repeats);
       if (!with_calibrate) continue;
       // Both ways of judging a plan on the trace: on the tokens its resident set was chosen on (the planner before
       // the held-out split), and on the held-out half (make_plan's default).
@@ -275,6 +399,7 @@ int main(int argc, char** argv) {
         r.context = context;
         r.trace = &trace;
         r.hold_out_trace = held_out;
+        calibrated.prefill = moe_gemms;  // fit's shapes (where the plan's threads match fit's)
         const calibrate::Plan plan = calibrate::make_plan(device, calibrated, r);
         const double total = double(calibrated.moe_layers * calibrated.experts);
         const double streamed = 1.0 - double(plan.resident_count()) / total;

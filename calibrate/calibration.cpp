@@ -7,6 +7,7 @@
 #include <boost/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "calibrate/probe_limits.h"
 #include "calibrate/probes.h"
 
 namespace tierlm::calibrate {
@@ -45,6 +46,13 @@ WisdomEntry calibrate_model(const CalibrateOptions& o) {
   request.batch = o.batch;
   request.fit_batch = o.fit_batch;
   if (trace.tokens() > 0) request.trace = &trace;
+  entry.plan = make_plan(entry.device, entry.model, request);
+  // The model's dense prefill shapes at the plan's threads, then the plan again with them (prefill decides nothing
+  // in it; its prediction moves from the device's square-weight probe to the shapes' own rates).
+  ProbeOptions shapes;
+  shapes.seconds_per_probe = kPrefillProbeSeconds;
+  shapes.memory_budget = probe_memory_budget(probe_memory());
+  entry.model.prefill = probe_prefill(entry.model, entry.plan.threads, shapes);
   entry.plan = make_plan(entry.device, entry.model, request);
   const std::time_t now = std::time(nullptr);
   char stamp[32];

@@ -6,6 +6,8 @@
 
 #include <boost/json.hpp>
 
+#include "calibrate/probe_limits.h"
+#include "calibrate/probes.h"
 #include "runtime/model/config.h"
 #include "runtime/model/safetensors.h"
 
@@ -80,6 +82,22 @@ FitAnswer fit_model(const FitModelShape& shape, const DeviceProfile& device, con
     a.plan = make_plan(device, a.profile, base);
   } catch (const PlanError& e) {
     a.reason = e.what();
+  }
+  if (a.plan && request.prefill) {
+    PrefillRates& rates = *request.prefill;
+    if (std::none_of(rates.gemms.begin(), rates.gemms.end(), [&](const PrefillGemm& g) {
+          return g.threads == a.plan->threads && g.format == a.profile.weight_format;
+        })) {
+      ProbeOptions probe;
+      probe.seconds_per_probe = kPrefillProbeSeconds;
+      probe.memory_budget = probe_memory_budget(probe_memory());
+      PrefillRates probed = probe_prefill(a.profile, a.plan->threads, probe);
+      for (PrefillGemm& g : probed.gemms) rates.gemms.push_back(std::move(g));
+      rates.gate_seconds = probed.gate_seconds;
+      rates.row_seconds = probed.row_seconds;
+    }
+    a.profile.prefill = rates;
+    a.plan = make_plan(device, a.profile, base);  // the same plan (prefill decides nothing), its prediction on them
   }
   if (a.plan) {
     a.time_to_first_token_seconds = prefill_seconds(device, a.profile, *a.plan, a.prompt_tokens);

@@ -35,6 +35,11 @@ struct FitRequest {
   int64_t prompt_tokens = 512;  // for the time to first token
   std::optional<std::string> kv_codec;
   bool largest_context = true;  // search the largest context that fits (a few dozen plans)
+  // The model's prefill timed on this machine (ModelProfile::prefill), kept by the caller across answers: where it
+  // holds no shape at the plan's threads, fit_model probes them (probe_prefill: random weights, kPrefillProbeSeconds)
+  // and adds them. nullptr: no probe (a device profile of another machine), the prefill prediction takes the
+  // device's square-weight GEMM probe.
+  PrefillRates* prefill = nullptr;
 };
 
 struct FitAnswer {

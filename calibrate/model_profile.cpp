@@ -23,6 +23,18 @@ uint64_t ModelProfile::dense_bytes() const {
   return b;
 }
 
+std::vector<GemmShape> ModelProfile::dense_gemm_shapes() const {
+  const int64_t q = heads * head_dim, kv = kv_heads * head_dim;
+  std::vector<GemmShape> shapes{{"qkv", q + 2 * kv, hidden}, {"o", hidden, q}};
+  if (moe()) {
+    shapes.push_back({"router", experts, hidden});
+  } else {
+    shapes.push_back({"gate_up", 2 * intermediate, hidden});
+    shapes.push_back({"down", hidden, intermediate});
+  }
+  return shapes;
+}
+
 uint64_t ModelProfile::dense_read_per_token() const {
   uint64_t b = 0;
   for (auto& c : classes)
@@ -236,6 +248,16 @@ bj::value to_json(const ModelProfile& p) {
                                  {"miss_seconds", t.miss_seconds},
                                  {"miss_batch_seconds", t.miss_batch_seconds}});
   o["timings"] = timings;
+  if (!p.prefill.gemms.empty()) {
+    bj::array gemms;
+    for (auto& g : p.prefill.gemms)
+      gemms.push_back(bj::object{{"kind", g.kind}, {"format", g.format}, {"out", g.out}, {"in", g.in},
+                                 {"threads", g.threads}, {"rows", bj::value_from(g.rows)},
+                                 {"gflops", bj::value_from(g.gflops)}});
+    o["prefill_gemms"] = gemms;
+  }
+  if (p.prefill.gate_seconds > 0)
+    o["prefill_row_seconds"] = bj::object{{"gate", p.prefill.gate_seconds}, {"row", p.prefill.row_seconds}};
   bj::array classes;
   for (auto& c : p.classes) classes.push_back(bj::object{{"name", c.name}, {"bytes", c.bytes}, {"read_per_token", c.read_per_token}});
   o["weight_classes"] = classes;
@@ -372,6 +394,27 @@ ModelProfile model_profile_from_json(const bj::value& v) {
       x.miss_batch_seconds = number(to, "miss_batch_seconds", what);
       p.timings.push_back(x);
     }
+  if (o.contains("prefill_gemms"))  // optional: profiles written before the shape probe lack it
+    for (auto& g : array(o, "prefill_gemms", what)) {
+      const std::string at = what + ".prefill_gemms[]";
+      const auto& go = object(g, at);
+      PrefillGemm x;
+      x.kind = string(go, "kind", at);
+      x.format = string(go, "format", at);
+      x.out = integer(go, "out", at);
+      x.in = integer(go, "in", at);
+      x.threads = int(integer(go, "threads", at));
+      for (auto& r : array(go, "rows", at)) x.rows.push_back(integer_value(r, at + ".rows"));
+      for (auto& f : array(go, "gflops", at)) x.gflops.push_back(number_value(f, at + ".gflops"));
+      if (x.rows.size() != x.gflops.size() || x.rows.empty())
+        throw std::runtime_error(at + ": rows and gflops must be non-empty and of one length");
+      p.prefill.gemms.push_back(std::move(x));
+    }
+  if (o.contains("prefill_row_seconds")) {  // optional, as prefill_gemms
+    const auto& r = object(field(o, "prefill_row_seconds", what), what + ".prefill_row_seconds");
+    p.prefill.gate_seconds = number(r, "gate", what + ".prefill_row_seconds");
+    p.prefill.row_seconds = number(r, "row", what + ".prefill_row_seconds");
+  }
   for (auto& c : array(o, "weight_classes", what)) {
     const auto& co = object(c, what + ".weight_classes[]");
     p.classes.push_back({string(co, "name", what), unsigned_integer(co, "bytes", what),

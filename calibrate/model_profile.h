@@ -46,6 +46,34 @@ struct ModelTiming {
   double miss_batch_seconds = 0;  // per expert when top_k missing experts of one layer are requested together
 };
 
+// One of the model's dense prefill matrices as kernels::matmul runs it on this machine (calibrate's
+// probe_prefill: random weights of the model's format and shape): GFLOP/s at each probed activation-row count,
+// rows ascending. `out` may be a slice of a taller weight (a probe's memory and time bound); the rate is the shape's.
+struct PrefillGemm {
+  std::string kind;             // qkv | o | gate_up | down | router (dense_gemm_shapes)
+  std::string format;           // the weight's format name
+  int64_t out = 0, in = 0;      // the weight's [out x in] as probed
+  int threads = 0;
+  std::vector<int64_t> rows;    // activation rows probed
+  std::vector<double> gflops;   // at each of them
+};
+
+// What prefill costs on this machine beyond the device profile (calibrate's probe_prefill, at the plan's threads):
+// the model's dense shapes, and the per-row work between the GEMMs, seconds per element on one thread: the MLP's
+// gate (silu_gate: an exp per element) and a pass over a row (rms_norm; the MoE block's gather and weighted
+// scatter-add are passes like it). 0: not probed.
+struct PrefillRates {
+  std::vector<PrefillGemm> gemms;
+  double gate_seconds = 0, row_seconds = 0;
+};
+
+// A dense matrix every layer applies in prefill, as the engine fuses them (Forward: one qkv projection, o, one
+// gate_up, down; an MoE layer's router instead of the MLP): [out x in], one of each per layer.
+struct GemmShape {
+  std::string kind;
+  int64_t out = 0, in = 0;
+};
+
 struct ModelProfile {
   static constexpr int kSchemaVersion = 1;
   std::string path, name, model_type, fingerprint;
@@ -100,6 +128,10 @@ struct ModelProfile {
   std::vector<int32_t> trace_selections;
   RouterTrace router_trace() const { return {moe_layers, experts, top_k, trace_selections}; }
   std::vector<ModelTiming> timings;  // empty: the planner falls back to its constants
+  // Prefill timed on this machine by the model's shapes (probe_prefill at the plan's threads); empty (a profile
+  // written before them, or fit on another machine's device profile): the planner takes the device's square-weight
+  // GEMM probe and charges no per-row work.
+  PrefillRates prefill;
   // KV codec quality measured on this model (measure_kv_quality): each lossy codec's perplexity increase over the
   // exact f32 cache on profiles/text/kv-quality.txt (0.008 = +0.8%). The planner picks a turbo codec by itself only
   // where it is measured at most kKvMaxPerplexityIncrease; empty: not measured (a config-only profile, --quick).
@@ -107,6 +139,9 @@ struct ModelProfile {
   int64_t kv_quality_tokens = 0;      // tokens the perplexities were measured on
 
   bool moe() const { return experts > 0; }
+  // The dense matrices each layer multiplies in prefill (attention projections, then the MLP or the router), in the
+  // uniform shape of the model-wide heads and sizes; the experts and the output head are apart.
+  std::vector<GemmShape> dense_gemm_shapes() const;
   // Everything held in memory whatever the plan (all classes but the routed experts).
   uint64_t dense_bytes() const;
   uint64_t dense_read_per_token() const;

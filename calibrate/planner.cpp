@@ -88,15 +88,6 @@ uint64_t scratch_bytes(const ModelProfile& m, int64_t chunk, int64_t batch) {
   return std::max(runtime_scratch_bytes(m, chunk, batch), m.load_scratch_bytes);
 }
 
-// Flops of one token in the layers' dense matrices: 2 per weight of the attention projections and the dense MLP
-// (an MoE layer: its router). The experts and the output head are counted apart.
-double layer_flops_per_token(const ModelProfile& m) {
-  const double q = double(m.heads * m.head_dim), kv = double(m.kv_heads * m.head_dim), H = double(m.hidden);
-  double per_layer = (q + 2 * kv) * H + H * q;
-  per_layer += m.moe() ? double(m.experts) * H : 3 * H * double(m.intermediate);
-  return 2.0 * per_layer * double(m.layers);
-}
-
 // Flops of one token's k experts in one MoE layer.
 double expert_flops_per_token(const ModelProfile& m) {
   return 2.0 * double(m.top_k) * 3 * double(m.hidden) * double(m.moe_intermediate);
@@ -124,19 +115,69 @@ double expert_read_bw(const DeviceProfile& d, const ModelProfile& m, const Plan&
 // The probes' key for a weight format: mlx_q8 runs the mlx_q4 kernel (one affine kernel for both).
 std::string probe_key(const std::string& format) { return format == "mlx_q8" ? "mlx_q4" : format; }
 
+// A rate probed at activation-row counts `at` (ascending, rates > 0) at `rows`: interpolated in log(rows) between
+// the neighbouring counts, flat outside them. GFLOP/s in, GFLOP/s out.
+double rate_at_rows(const std::vector<double>& at, const std::vector<double>& gflops, double rows) {
+  if (rows <= at.front()) return gflops.front();
+  for (size_t i = 1; i < at.size(); ++i)
+    if (rows <= at[i]) {
+      const double t = std::log(rows / at[i - 1]) / std::log(at[i] / at[i - 1]);
+      return std::exp(std::log(gflops[i - 1]) * (1 - t) + std::log(gflops[i]) * t);
+    }
+  return gflops.back();
+}
+
 double gemm_flops(const DeviceProfile& d, int threads, const std::string& format, double rows) {
   const ComputeSample* c = sample_for_threads(d, threads);
   if (c) {
     const std::string key = probe_key(format);
     const auto many = c->matmul_gflops.find(key), few = c->matmul16_gflops.find(key);
     if (many != c->matmul_gflops.end() && many->second > 0) {
-      if (few == c->matmul16_gflops.end() || few->second <= 0 || rows >= 128) return many->second * 1e9;
-      if (rows <= 16) return few->second * 1e9;
-      const double t = std::log(rows / 16) / std::log(128.0 / 16);
-      return std::exp(std::log(few->second) * (1 - t) + std::log(many->second) * t) * 1e9;
+      if (few == c->matmul16_gflops.end() || few->second <= 0) return many->second * 1e9;
+      return rate_at_rows({16, 128}, {few->second, many->second}, rows) * 1e9;
     }
   }
   return sgemm_flops(d, threads);
+}
+
+// One of the model's dense shapes at `rows`, flops/s: its own probe at the plan's threads (ModelProfile::
+// prefill.gemms: the shape's kind and input width in the model's format), else the device's square-weight probe for
+// the format (gemm_flops). The model's 2048-wide projections ran at 40-60% of the 4096 x 4096 probe's rate on an idle
+// 16-core Xeon (bench/results/fit-accuracy.md).
+double shape_gemm_flops(const DeviceProfile& d, const ModelProfile& m, int threads, const GemmShape& s, double rows) {
+  for (const PrefillGemm& g : m.prefill.gemms) {
+    if (g.threads != threads || g.kind != s.kind || g.in != s.in || g.format != m.weight_format) continue;
+    const std::vector<double> at(g.rows.begin(), g.rows.end());
+    if (std::all_of(g.gflops.begin(), g.gflops.end(), [](double r) { return r > 0; }))
+      return rate_at_rows(at, g.gflops, rows) * 1e9;
+  }
+  return gemm_flops(d, threads, m.weight_format, rows);
+}
+
+// The per-row work between prefill's GEMMs over `rows` rows (ModelProfile::prefill's seconds per element; 0 where
+// not probed): per layer and row four passes over the hidden state (two norms, two residual adds) and, in a dense
+// MLP, the gate over the intermediate, spread over the pool's threads (Forward::per_row); in an MoE layer, per row
+// and routed expert, the gate over the expert's intermediate and the gather and weighted scatter-add of the row,
+// on the calling thread alone (MoeBlock::run_expert): at 16 threads that serial part is what MoE prefill's experts
+// do not scale.
+double row_work_seconds(const ModelProfile& m, int threads, double rows) {
+  const PrefillRates& r = m.prefill;
+  if (r.gate_seconds <= 0) return 0;
+  const double H = double(m.hidden), moe_layers = double(m.moe() ? m.moe_layers : 0);
+  const double dense_layers = double(m.layers) - moe_layers;
+  const double parallel = rows * (double(m.layers) * 4 * H * r.row_seconds +
+                                  dense_layers * double(m.intermediate) * r.gate_seconds);
+  const double serial =
+      rows * moe_layers * double(m.top_k) * (double(m.moe_intermediate) * r.gate_seconds + 2 * H * r.row_seconds);
+  return parallel / double(std::max(threads, 1)) + serial;
+}
+
+// Seconds of every layer's dense matrices over `rows` activation rows, each shape at its own rate.
+double dense_gemm_seconds(const DeviceProfile& d, const ModelProfile& m, int threads, double rows) {
+  double seconds = 0;
+  for (const GemmShape& s : m.dense_gemm_shapes())
+    seconds += 2.0 * rows * double(s.out) * double(s.in) / shape_gemm_flops(d, m, threads, s, rows);
+  return seconds * double(m.layers);
 }
 
 // MoE prefill's expert GEMMs, flops/s: the expert probe's rate for the format (ComputeSample::expert_gemm_gflops:
@@ -585,6 +626,10 @@ std::string mib(uint64_t b) { return fmt::format("{:.1f} MiB", double(b) / kMiB)
 }  // namespace
 
 double prefill_seconds(const DeviceProfile& d, const ModelProfile& m, const Plan& p, int64_t tokens) {
+  return prefill_cost(d, m, p, tokens).total();
+}
+
+PrefillCost prefill_cost(const DeviceProfile& d, const ModelProfile& m, const Plan& p, int64_t tokens) {
   // Chunks of the plan's prefill chunk. Per chunk of R rows: the layers' dense matrices at the engine's GEMM rate for
   // their format at R rows, or, for a few rows, the time to stream them at the matvec rate, whichever is longer;
   // attention over the positions each row sees (at the f32 rate); the output head for the chunk's last row only (the
@@ -593,7 +638,8 @@ double prefill_seconds(const DeviceProfile& d, const ModelProfile& m, const Plan
   // meanwhile, so a layer costs the longer of the two. Every touched non-resident expert is read (a chunk touching
   // more experts than the cache holds sweeps an LRU cache: no reuse assumed); reads at the reader's block size and
   // queue depth.
-  if (tokens <= 0) return 0;
+  PrefillCost cost;
+  if (tokens <= 0) return cost;
   const std::string expert_format = m.moe() ? m.expert_format : m.weight_format;
   const double dense_bw = matvec_gbs(d, p.threads, m.weight_format) * 1e9;
   const double expert_bw = matvec_gbs(d, p.threads, expert_format) * 1e9;
@@ -610,13 +656,12 @@ double prefill_seconds(const DeviceProfile& d, const ModelProfile& m, const Plan
   const uint64_t head = gpu_head_bytes(m);
   const double layer_bytes = std::max(0.0, double(m.dense_read_per_token()) - double(head));
   const int64_t chunk = std::max<int64_t>(p.prefill_chunk, 1);
-  double seconds = 0;
   for (int64_t start = 0; start < tokens; start += chunk) {
     const int64_t rows = std::min(chunk, tokens - start);
-    seconds += std::max(double(rows) * layer_flops_per_token(m) / gemm_flops(d, p.threads, m.weight_format, double(rows)),
-                        layer_bytes / dense_bw);
-    seconds += attention_flops(m, start, rows) / gemm_flops(d, p.threads, "f32", double(rows));
-    seconds += double(head) / dense_bw;
+    cost.dense += std::max(dense_gemm_seconds(d, m, p.threads, double(rows)), layer_bytes / dense_bw);
+    cost.attention += attention_flops(m, start, rows) / gemm_flops(d, p.threads, "f32", double(rows));
+    cost.head += double(head) / dense_bw;
+    cost.rows += row_work_seconds(m, p.threads, double(rows));
     if (!m.moe()) continue;
     for (size_t l = 0; l < m.expert_frequency.size(); ++l) {
       std::vector<double> f = m.expert_frequency[l];
@@ -626,10 +671,10 @@ double prefill_seconds(const DeviceProfile& d, const ModelProfile& m, const Plan
         for (int32_t e : p.resident_experts[l]) f[size_t(e)] = 0;
       const double missing = distinct_experts(f, rows);
       const double reads = missing * double(m.expert_read_bytes) / expert_read_bw(d, m, p, missing);
-      seconds += std::max(compute, reads);
+      cost.experts += std::max(compute, reads);
     }
   }
-  return seconds;
+  return cost;
 }
 
 // GPU layers and the VRAM expert set, on top of the host plan (the host keeps every weight: GpuLayers copies them).

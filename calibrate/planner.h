@@ -122,6 +122,14 @@ Plan make_plan(const DeviceProfile& device, const ModelProfile& model, const Pla
 // Seconds to prefill a prompt of `tokens` with the plan (chunks of plan.prefill_chunk; the cost model of
 // Prediction::prefill_tokens_per_second, which is one full chunk's rate; calibrate/README.md).
 double prefill_seconds(const DeviceProfile& device, const ModelProfile& model, const Plan& plan, int64_t tokens);
+// prefill_seconds by term, seconds over the whole prompt: the layers' dense matrices, attention over the positions
+// each row sees, the output head (one row per chunk), the per-row work between the GEMMs (norms, RoPE, KV stores,
+// activations, residuals), and the MoE layers' experts (the longer of their compute and their reads, per layer).
+struct PrefillCost {
+  double dense = 0, attention = 0, head = 0, rows = 0, experts = 0;
+  double total() const { return dense + attention + head + rows + experts; }
+};
+PrefillCost prefill_cost(const DeviceProfile& device, const ModelProfile& model, const Plan& plan, int64_t tokens);
 
 // KV bytes per token (all full-attention layers, one sequence) of a codec for a model shape; throws
 // std::invalid_argument for an unknown codec or one the head_dim cannot use.

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "calibrate/device_profile.h"
+#include "calibrate/model_profile.h"
 
 namespace tierlm::calibrate {
 
@@ -42,6 +43,23 @@ StorageInfo probe_storage(const ProbeOptions& options);
 std::vector<NodeBandwidth> probe_bandwidth(const Topology& topology, const ProbeOptions& options);
 // OpenBLAS SGEMM GFLOP/s and our q8_0/q4 matvec GB/s for thread counts 1, 2, 4, ... up to the cores.
 std::vector<ComputeSample> probe_compute(const Topology& topology, const ProbeOptions& options);
+// The model's own dense prefill matrices (ModelProfile::dense_gemm_shapes, random weights in its format) timed by
+// kernels::matmul at kPrefillShapeRows activation rows on a pool of `threads`: the rates prefill_seconds charges each
+// shape. Within options.memory_budget (each weight and its f32 source at most a quarter; a taller weight is probed as
+// a slice of its rows, as it is for more than kPrefillShapeFlops a call) and about options.seconds_per_probe in all.
+inline constexpr int64_t kPrefillShapeRows[] = {16, 128};
+inline constexpr double kPrefillShapeFlops = 8e9;
+inline constexpr double kPrefillProbeSeconds = 1.0;  // fit's and calibrate's seconds_per_probe for it
+// With them, the per-row work's seconds per element on one thread (PrefillRates::gate_seconds, row_seconds).
+PrefillRates probe_prefill(const ModelProfile& model, int threads, const ProbeOptions& options);
+
+// Prefill attention as the engine runs it (Forward::attention: KVCache::attend per row and kv head on the pool) for
+// one layer of the model's heads in KV `codec`: a chunk of 128 rows at positions [0, 128), each seeing its own and
+// every earlier position. Seconds per query head and position seen, on a pool of `threads`; within
+// options.seconds_per_probe.
+double probe_prefill_attention(const ModelProfile& model, int threads, const std::string& codec,
+                               const ProbeOptions& options);
+
 // The GPU hook: a CUDA build fills memory and host-to-device bandwidth; this build reports why there is none.
 GpuInfo probe_gpu(const ProbeOptions& options);
 

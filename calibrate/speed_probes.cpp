@@ -1,6 +1,7 @@
 // calibrate/speed_probes.cpp — RAM bandwidth per NUMA node (runtime/kernels/bandwidth.h on a pool bound to the node)
 // and compute by thread count: OpenBLAS SGEMM, our q8_0/q4/f16/bf16 matvec (decode) and the engine's own matmul per
-// weight format (prefill).
+// weight format (prefill); for a model, its own prefill shapes and per-row work (probe_prefill) and its attention as
+// the KV cache runs it (probe_prefill_attention).
 #include <cblas.h>
 #include <malloc.h>
 #include <numa.h>
@@ -15,8 +16,12 @@
 #include <spdlog/spdlog.h>
 
 #include "calibrate/probes.h"
+#include "runtime/engine/kv_cache.h"
+#include "runtime/engine/ops.h"
 #include "runtime/kernels/bandwidth.h"
 #include "runtime/kernels/weights.h"
+#include "runtime/kv/codec.h"
+#include "runtime/model/config.h"
 
 namespace tierlm::calibrate {
 
@@ -365,6 +370,113 @@ std::vector<ComputeSample> probe_compute(const Topology& topology, const ProbeOp
     progress();
   });
   return result;
+}
+
+PrefillRates probe_prefill(const ModelProfile& m, int threads, const ProbeOptions& options) {
+  using kernels::WeightFormat;
+  WeightFormat format = WeightFormat::f32;
+  for (WeightFormat f : {WeightFormat::f16, WeightFormat::bf16, WeightFormat::q8_0, WeightFormat::q4,
+                         WeightFormat::mlx_q4, WeightFormat::mlx_q8, WeightFormat::mxfp4})
+    if (m.weight_format == kernels::format_name(f)) format = f;
+  if (format == WeightFormat::mlx_q8) format = WeightFormat::mlx_q4;  // one affine kernel for both (probe_weight: 4-bit)
+  std::vector<GemmShape> shapes = m.dense_gemm_shapes();
+  std::erase_if(shapes, [](const GemmShape& s) { return s.out <= 0 || s.in <= 0; });  // a shape the model lacks
+  const int64_t most_rows = std::end(kPrefillShapeRows)[-1];
+  const uint64_t budget = options.memory_budget ? options.memory_budget : ~uint64_t(0);
+  // Each shape's rows: all of them, or a slice (a multiple of 64) whose f32 source fits a quarter of the budget and
+  // whose largest call stays under kPrefillShapeFlops.
+  std::vector<int64_t> outs;
+  int64_t widest_in = 1, widest_out = 1, most_values = 1;
+  for (const GemmShape& s : shapes) {
+    const int64_t fit = std::min<int64_t>(int64_t(budget / 4 / (uint64_t(s.in) * sizeof(float))),
+                                          int64_t(kPrefillShapeFlops / (2.0 * double(most_rows) * double(s.in))));
+    const int64_t out = fit >= s.out ? s.out : std::max<int64_t>(fit / 64 * 64, 64);
+    outs.push_back(out);
+    widest_in = std::max(widest_in, s.in);
+    widest_out = std::max(widest_out, out);
+    most_values = std::max(most_values, out * s.in);
+  }
+  tiering::Ledger ledger;
+  const char* scratch = tiering::accounts::scratch;
+  tiering::LedgerBuffer source(ledger, scratch, size_t(most_values) * sizeof(float));
+  tiering::LedgerBuffer codes(ledger, scratch, size_t(most_values) / 2 + 4);  // 4 bits per weight
+  uint32_t state = 4242;
+  fill_random(std::span(source.as<float>(), size_t(most_values)), state);
+  fill_codes(std::span(codes.as<uint32_t>(), size_t(most_values) / 8), state);
+  tiering::LedgerBuffer activations(ledger, scratch, size_t(most_rows) * size_t(widest_in + widest_out) * sizeof(float));
+  float* x = activations.as<float>();
+  float* y = x + most_rows * widest_in;
+  for (int64_t i = 0; i < most_rows * widest_in; ++i) x[i] = float((i * 7) % 13) * 0.125f - 0.75f;
+  kernels::ThreadPool pool(threads);
+  const int blas_threads = openblas_get_num_threads();
+  openblas_set_num_threads(threads);  // f32 weights go through OpenBLAS
+  const double slice = options.seconds_per_probe / double(std::max<size_t>(shapes.size(), 1) * std::size(kPrefillShapeRows));
+  PrefillRates result;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const GemmShape& s = shapes[i];
+    const kernels::Weight w = probe_weight(format, source.as<float>(), codes.as<uint32_t>(), outs[i], s.in, ledger);
+    PrefillGemm g{s.kind, m.weight_format, outs[i], s.in, threads, {}, {}};
+    for (int64_t rows : kPrefillShapeRows) {
+      g.rows.push_back(rows);
+      g.gflops.push_back(best_rate(slice, 2.0 * double(rows) * double(outs[i]) * double(s.in) / 1e9,
+                                   [&] { kernels::matmul(w.view, x, rows, y, pool); }));
+    }
+    result.gemms.push_back(std::move(g));
+  }
+  openblas_set_num_threads(blas_threads);
+  // The per-row work on one thread, on rows of the model's intermediate (the gate) and hidden width (a pass), from
+  // the activations already in cache: what each element costs, not the RAM.
+  const int64_t I = std::max<int64_t>(std::max(m.intermediate, m.moe_intermediate), 1), H = std::max<int64_t>(m.hidden, 1);
+  std::vector<float> gate_up(size_t(2 * I), 0.5f), act(size_t(I), 0.0f), weight(size_t(H), 1.0f), row(size_t(H), 0.0f);
+  for (int64_t i = 0; i < 2 * I; ++i) gate_up[size_t(i)] = float((i * 7) % 13) * 0.125f - 0.75f;
+  std::vector<float> hidden(gate_up.begin(), gate_up.begin() + std::min<int64_t>(2 * I, H));
+  hidden.resize(size_t(H), 0.25f);
+  const double rows_slice = std::max(0.02, options.seconds_per_probe / 20);
+  result.gate_seconds = 1.0 / best_rate(rows_slice, double(I), [&] { engine::silu_gate(gate_up.data(), I, act.data()); });
+  result.row_seconds = 1.0 / best_rate(rows_slice, double(H), [&] {
+    engine::rms_norm(hidden.data(), weight.data(), H, 1e-6, row.data());
+  });
+  return result;
+}
+
+double probe_prefill_attention(const ModelProfile& m, int threads, const std::string& codec,
+                               const ProbeOptions& options) {
+  constexpr int64_t rows = 128;
+  model::ModelConfig config;
+  config.model_type = "llama";
+  config.arch = *model::find_architecture("llama");
+  config.num_layers = 1;
+  config.num_heads = m.heads;
+  config.num_kv_heads = m.kv_heads;
+  config.head_dim = m.head_dim;
+  config.hidden_size = m.heads * m.head_dim;
+  config.vocab_size = 1;
+  config.max_position_embeddings = rows;
+  tiering::Ledger ledger;
+  engine::KVCacheOptions kv;
+  kv.codec = kv::parse_codec(codec);
+  engine::KVCache cache(config, rows, ledger, kv);
+  const int64_t q_rows = m.heads * m.head_dim, kv_rows = m.kv_heads * m.head_dim, group = m.heads / m.kv_heads;
+  tiering::LedgerBuffer buffers(ledger, tiering::accounts::scratch, size_t(rows) * size_t(2 * q_rows + 2 * kv_rows) * 4);
+  float* q = buffers.as<float>();
+  float* out = q + rows * q_rows;
+  float* k = out + rows * q_rows;
+  float* v = k + rows * kv_rows;
+  uint32_t state = 99;
+  fill_random(std::span(q, size_t(rows * (2 * q_rows + 2 * kv_rows))), state);
+  cache.will_write(rows);
+  for (int64_t pos = 0; pos < rows; ++pos) cache.store(0, pos, k + pos * kv_rows, v + pos * kv_rows);
+  kernels::ThreadPool pool(threads);
+  const double head_positions = double(m.heads) * double(rows) * double(rows + 1) / 2;
+  const double rate = best_rate(options.seconds_per_probe, head_positions, [&] {
+    pool.parallel_for(rows * m.kv_heads, [&](int64_t begin, int64_t end, int) {
+      for (int64_t item = begin; item < end; ++item) {
+        const int64_t i = item / m.kv_heads, g = item % m.kv_heads;
+        cache.attend(0, g, q + i * q_rows + g * group * m.head_dim, group, i + 1, out + i * q_rows + g * group * m.head_dim);
+      }
+    });
+  });
+  return 1.0 / rate;
 }
 
 }  // namespace tierlm::calibrate

@@ -85,6 +85,7 @@ void fit(const FitOptions& o) {
   std::optional<calibrate::DeviceProfile> device;
   std::vector<double> budgets = o.budgets_gib.empty() ? std::vector<double>{o.budget_gib} : o.budgets_gib;
   std::vector<calibrate::FitAnswer> answers;
+  calibrate::PrefillRates prefill;
   for (double budget : budgets) {
     if (!device) {
       // An unsupported architecture needs no rates: say so before probing anything.
@@ -97,7 +98,10 @@ void fit(const FitOptions& o) {
       }
       device = fit_device(o.device, device_source);
     }
-    answers.push_back(calibrate::fit_model(shape, *device, request_for(o, budget)));
+    calibrate::FitRequest request = request_for(o, budget);
+    // This machine's rates (not a --device file's): the model's prefill shapes are timed here, once per thread count.
+    if (o.device.empty()) request.prefill = &prefill;
+    answers.push_back(calibrate::fit_model(shape, *device, request));
   }
   const calibrate::FitAnswer& first = answers.front();
   bj::object out{{"model", o.model}, {"bytes_fetched", shape.bytes_fetched}, {"stored_bytes", shape.stored_bytes}};

@@ -582,5 +582,100 @@ TEST(Planner, MoePrefillTakesTheExpertProbesRateForTheExpertFormat) {
   EXPECT_NEAR(prefill_seconds(d, m, p, rows), without, 1e-12 * without);
 }
 
+// With the model's own dense shapes probed (ModelProfile::prefill at the plan's threads, in its format), each
+// shape's flops run at that shape's rate, not the square-weight probe's: at the square probe's rate nothing moves;
+// one shape (down) at a quarter of it adds exactly its flops at the new rate minus the old; a probe at another
+// thread count or of another format is not taken; between the probed row counts the rate is interpolated in
+// log(rows).
+TEST(Planner, PrefillChargesEachDenseShapeAtItsOwnProbedRate) {
+  DeviceProfile d = device("server-64gb");
+  const ModelProfile m = llama_8b();
+  PlanRequest r;
+  r.budget_bytes = 16ull << 30;
+  const Plan p = make_plan(d, m, r);
+  for (auto& c : d.compute) {
+    c.matmul_gflops[m.weight_format] = c.matmul16_gflops[m.weight_format] = 1000;
+    c.matmul_gflops["f32"] = 1000;
+  }
+  const int64_t rows = 128;
+  const double square = prefill_seconds(d, m, p, rows);
+  auto with = [&](double down_gflops, int threads, const std::string& format, double few = 0) {
+    ModelProfile x = m;
+    for (const GemmShape& s : m.dense_gemm_shapes()) {
+      const double g = s.kind == "down" ? down_gflops : 1000;
+      x.prefill.gemms.push_back({s.kind, format, s.out, s.in, threads, {16, 128}, {few > 0 ? few : g, g}});
+    }
+    return x;
+  };
+  EXPECT_NEAR(prefill_seconds(d, with(1000, p.threads, m.weight_format), p, rows), square, 1e-9 * square);
+  const double down_flops = 2.0 * double(rows) * double(m.hidden) * double(m.intermediate) * double(m.layers);
+  const double slow = prefill_seconds(d, with(250, p.threads, m.weight_format), p, rows);
+  EXPECT_NEAR(slow - square, down_flops / 250e9 - down_flops / 1000e9, 1e-9 * slow);
+  EXPECT_NEAR(prefill_seconds(d, with(250, p.threads + 1, m.weight_format), p, rows), square, 1e-9 * square);
+  EXPECT_NEAR(prefill_seconds(d, with(250, p.threads, "f16"), p, rows), square, 1e-9 * square);
+  // 64 rows, every shape probed at 100 (16 rows) and 400 (128 rows): 100^(1/3) * 400^(2/3) GFLOP/s.
+  ModelProfile x = with(400, p.threads, m.weight_format, 100);
+  for (auto& g : x.prefill.gemms) g.gflops = {100, 400};
+  double flops = 0;
+  for (const GemmShape& s : m.dense_gemm_shapes()) flops += 2.0 * 64 * double(s.out) * double(s.in) * double(m.layers);
+  const double rate = std::cbrt(100.0) * std::cbrt(400.0 * 400.0) * 1e9;
+  EXPECT_NEAR(prefill_cost(d, x, p, 64).dense, flops / rate, 1e-9 * flops / rate);
+}
+
+// The per-row work between the GEMMs (ModelProfile::prefill's seconds per element on one thread): per dense layer
+// and row, four passes over the hidden state and the gate over the intermediate, spread over the plan's threads;
+// per MoE layer, row and routed expert, the gate over the expert's intermediate and two passes (gather, weighted
+// scatter-add) on one thread: MoE prefill's part that more threads do not shorten. Unprobed: nothing charged.
+TEST(Planner, PrefillChargesThePerRowWorkSpreadOrSerial) {
+  const DeviceProfile d = device("server-64gb");
+  auto rows_term = [&](ModelProfile m, int threads) {
+    PlanRequest r;
+    r.budget_bytes = 64ull << 30;
+    Plan p = make_plan(d, m, r);
+    p.threads = threads;
+    const double without = prefill_seconds(d, m, p, 128);
+    EXPECT_EQ(prefill_cost(d, m, p, 128).rows, 0.0);
+    m.prefill.gate_seconds = 2e-9;
+    m.prefill.row_seconds = 1e-9;
+    const double with = prefill_seconds(d, m, p, 128);
+    EXPECT_NEAR(with - without, prefill_cost(d, m, p, 128).rows, 1e-12 * with);
+    return prefill_cost(d, m, p, 128).rows;
+  };
+  const ModelProfile dense = llama_8b();
+  const double H = double(dense.hidden), I = double(dense.intermediate), L = double(dense.layers);
+  EXPECT_NEAR(rows_term(dense, 4), 128 * L * (4 * H * 1e-9 + I * 2e-9) / 4, 1e-15);
+  const ModelProfile moe = qwen3_moe_30b();
+  const double mH = double(moe.hidden), mL = double(moe.moe_layers), k = double(moe.top_k);
+  const double serial = 128 * mL * k * (double(moe.moe_intermediate) * 2e-9 + 2 * mH * 1e-9);
+  const double spread = 128 * double(moe.layers) * 4 * mH * 1e-9;
+  EXPECT_NEAR(rows_term(moe, 16), spread / 16 + serial, 1e-15);
+  EXPECT_NEAR(rows_term(moe, 1), spread + serial, 1e-15);
+}
+
+// The probed shapes travel with the model profile (the wisdom file); a profile written before them has none.
+TEST(Planner, PrefillShapesRoundTripAndAreOptional) {
+  ModelProfile m = llama_8b();
+  m.prefill.gemms.push_back({"gate_up", "q4", 2048, 4096, 8, {16, 128}, {120.5, 480.25}});
+  m.prefill.gate_seconds = 3.5e-9;
+  m.prefill.row_seconds = 0.25e-9;
+  const ModelProfile back = model_profile_from_json(to_json(m));
+  EXPECT_EQ(back.prefill.gate_seconds, 3.5e-9);
+  EXPECT_EQ(back.prefill.row_seconds, 0.25e-9);
+  ASSERT_EQ(back.prefill.gemms.size(), 1u);
+  const PrefillGemm& g = back.prefill.gemms[0];
+  EXPECT_EQ(g.kind, "gate_up");
+  EXPECT_EQ(g.format, "q4");
+  EXPECT_EQ(g.out, 2048);
+  EXPECT_EQ(g.in, 4096);
+  EXPECT_EQ(g.threads, 8);
+  EXPECT_EQ(g.rows, (std::vector<int64_t>{16, 128}));
+  EXPECT_EQ(g.gflops, (std::vector<double>{120.5, 480.25}));
+  boost::json::value old = to_json(m);
+  old.as_object().erase("prefill_gemms");
+  old.as_object().erase("prefill_row_seconds");
+  EXPECT_TRUE(model_profile_from_json(old).prefill.gemms.empty());
+  EXPECT_EQ(model_profile_from_json(old).prefill.gate_seconds, 0.0);
+}
+
 }  // namespace
 }  // namespace tierlm::calibrate

@@ -15,6 +15,7 @@
 #include "calibrate/model_profile.h"
 #include "calibrate/probe_limits.h"
 #include "calibrate/probes.h"
+#include "runtime/model/config.h"
 #include "runtime/gpu/gpu_probe.h"
 #include "server/process_stats.h"
 
@@ -356,6 +357,52 @@ TEST(ProbeLimits, ComputeAndBandwidthProbesStayWithinTheirBudget) {
   std::printf("peak RSS %.1f MiB before the probes, %.1f MiB after (budget %.0f MiB)\n", before / 1048576.0,
               peak_rss_bytes() / 1048576.0, o.memory_budget / 1048576.0);
   EXPECT_LE(peak_rss_bytes(), before + o.memory_budget + (32ull << 20));
+}
+
+// The model's own prefill shapes (probe_prefill): one entry per dense shape of the model, keyed by its kind,
+// input width, format and threads, at 16 and 128 rows; a weight whose f32 source would take more than a quarter of
+// the memory budget is probed as a slice of its rows; the whole probe stays near the seconds it is given.
+TEST(ProbeLimits, PrefillShapeProbeIsKeyedByShapeAndBounded) {
+  model::ModelConfig c;
+  c.model_type = "llama";
+  c.arch = *model::find_architecture("llama");
+  c.vocab_size = 1000;
+  c.hidden_size = 512;
+  c.intermediate_size = 4096;
+  c.num_layers = 2;
+  c.num_heads = 8;
+  c.num_kv_heads = 2;
+  c.head_dim = 64;
+  c.max_position_embeddings = 4096;
+  const ModelProfile m = model_profile_from_config(c, kernels::WeightFormat::f16, kernels::WeightFormat::f16);
+  ProbeOptions o;
+  o.seconds_per_probe = 0.4;
+  o.memory_budget = 8ull << 20;
+  const auto start = std::chrono::steady_clock::now();
+  const PrefillRates rates = probe_prefill(m, 2, o);
+  const std::vector<PrefillGemm>& gemms = rates.gemms;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::vector<GemmShape> shapes = m.dense_gemm_shapes();
+  ASSERT_EQ(shapes.size(), 4u);  // qkv, o, gate_up, down
+  ASSERT_EQ(gemms.size(), shapes.size());
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const PrefillGemm& g = gemms[i];
+    EXPECT_EQ(g.kind, shapes[i].kind);
+    EXPECT_EQ(g.in, shapes[i].in);
+    EXPECT_EQ(g.format, "f16");
+    EXPECT_EQ(g.threads, 2);
+    EXPECT_EQ(g.rows, (std::vector<int64_t>{16, 128}));
+    for (double r : g.gflops) EXPECT_GT(r, 0) << g.kind;
+    EXPECT_LE(uint64_t(g.out * g.in) * 4, o.memory_budget / 4) << g.kind;
+    if (uint64_t(shapes[i].out * shapes[i].in) * 4 <= o.memory_budget / 4) EXPECT_EQ(g.out, shapes[i].out) << g.kind;
+    else EXPECT_LT(g.out, shapes[i].out) << g.kind;
+  }
+  EXPECT_EQ(gemms[2].kind, "gate_up");
+  EXPECT_LT(gemms[2].out, shapes[2].out);  // [8192 x 512] in f32 is 16 MiB: sliced
+  EXPECT_EQ(gemms[0].out, shapes[0].out);  // qkv [768 x 512]: whole
+  EXPECT_GT(rates.gate_seconds, 0);  // the per-row work, seconds per element
+  EXPECT_GT(rates.row_seconds, 0);
+  EXPECT_LT(seconds, 3.0);  // 0.4 s of timing, at least two calls a cell (slack for a loaded 2-core VM)
 }
 
 }  // namespace

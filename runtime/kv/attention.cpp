@@ -102,7 +102,7 @@ void accumulate_scalar(const CodecLayout& L, const uint8_t* values, int tokens, 
 
 float exp_sum_scalar(float* x, int n, float max) {
   float sum = 0;
-  for (int i = 0; i < n; ++i) sum += (x[i] = std::exp(x[i] - max));
+  for (int i = 0; i < n; ++i) sum += (x[i] = softmax_exp(x[i] - max));
   return sum;
 }
 
@@ -174,7 +174,7 @@ void attend(const CodecLayout& L, const uint8_t* const* pages, int64_t ring, siz
         float* s = scores + h * kBlockTokens;
         const float block_max = *std::max_element(s + skip, s + tokens);
         if (block_max > m[h]) {
-          const float correction = std::exp(m[h] - block_max);  // 0 for the first block (m = -inf)
+          const float correction = softmax_exp(m[h] - block_max);  // 0 for the first block (m = -inf)
           if (l[h] > 0) {
             float* acch = acc + size_t(h) * d;
             for (int j = 0; j < d; ++j) acch[j] *= correction;

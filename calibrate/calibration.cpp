@@ -47,13 +47,13 @@ WisdomEntry calibrate_model(const CalibrateOptions& o) {
   request.fit_batch = o.fit_batch;
   if (trace.tokens() > 0) request.trace = &trace;
   entry.plan = make_plan(entry.device, entry.model, request);
-  // The model's dense prefill shapes at the plan's threads, then the plan again with them (prefill decides nothing
-  // in it; its prediction moves from the device's square-weight probe to the shapes' own rates).
+  // The model's dense prefill shapes at the plan's threads: the plan's prefill prediction moves from the device's
+  // square-weight probe to the shapes' own rates (nothing else in the plan depends on them).
   ProbeOptions shapes;
   shapes.seconds_per_probe = kPrefillProbeSeconds;
   shapes.memory_budget = probe_memory_budget(probe_memory());
   entry.model.prefill = probe_prefill(entry.model, entry.plan.threads, shapes);
-  entry.plan = make_plan(entry.device, entry.model, request);
+  entry.plan.prediction.prefill_tokens_per_second = predicted_prefill_rate(entry.device, entry.model, entry.plan);
   const std::time_t now = std::time(nullptr);
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));

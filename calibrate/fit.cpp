@@ -97,7 +97,7 @@ FitAnswer fit_model(const FitModelShape& shape, const DeviceProfile& device, con
       rates.row_seconds = probed.row_seconds;
     }
     a.profile.prefill = rates;
-    a.plan = make_plan(device, a.profile, base);  // the same plan (prefill decides nothing), its prediction on them
+    a.plan->prediction.prefill_tokens_per_second = predicted_prefill_rate(device, a.profile, *a.plan);
   }
   if (a.plan) {
     a.time_to_first_token_seconds = prefill_seconds(device, a.profile, *a.plan, a.prompt_tokens);

@@ -590,7 +590,7 @@ StepCost evaluate(const DeviceProfile& d, const ModelProfile& m, const Plan& p, 
   for (auto& [_, s] : t) c.step += s;
   pr.decode_tokens_per_second = double(B) / c.step;
 
-  pr.prefill_tokens_per_second = double(p.prefill_chunk) / prefill_seconds(d, m, p, p.prefill_chunk);
+  pr.prefill_tokens_per_second = predicted_prefill_rate(d, m, p);
 
   auto& mem = pr.memory;
   mem["weights"] = m.dense_bytes();
@@ -624,6 +624,10 @@ uint64_t vram_total(const Prediction& pr) {
 std::string mib(uint64_t b) { return fmt::format("{:.1f} MiB", double(b) / kMiB); }
 
 }  // namespace
+
+double predicted_prefill_rate(const DeviceProfile& d, const ModelProfile& m, const Plan& p) {
+  return double(p.prefill_chunk) / prefill_seconds(d, m, p, p.prefill_chunk);
+}
 
 double prefill_seconds(const DeviceProfile& d, const ModelProfile& m, const Plan& p, int64_t tokens) {
   return prefill_cost(d, m, p, tokens).total();

@@ -118,6 +118,10 @@ struct Plan {
 };
 
 Plan make_plan(const DeviceProfile& device, const ModelProfile& model, const PlanRequest& request);
+// A full chunk's prefill rate with the plan (Prediction::prefill_tokens_per_second). Nothing make_plan chooses
+// depends on the model's prefill rates, so once they change (probe_prefill) this alone moves: plan.prediction's
+// prefill_tokens_per_second = predicted_prefill_rate(device, model, plan), without planning again.
+double predicted_prefill_rate(const DeviceProfile& device, const ModelProfile& model, const Plan& plan);
 
 // Seconds to prefill a prompt of `tokens` with the plan (chunks of plan.prefill_chunk; the cost model of
 // Prediction::prefill_tokens_per_second, which is one full chunk's rate; calibrate/README.md).

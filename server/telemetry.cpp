@@ -290,7 +290,7 @@ std::string Telemetry::metrics() const {
   e.family("tierlm_expert_read_stall_seconds_total", "counter", "Time the forward pass waited for expert reads.");
   e.sample("tierlm_expert_read_stall_seconds_total", t.read_stall_seconds);
   e.family("tierlm_expert_conversion_seconds_total", "counter",
-           "Time the forward pass spent converting read experts into the slot format.");
+           "Time spent converting read experts into the slot format, on the cache's worker or the forward thread.");
   e.sample("tierlm_expert_conversion_seconds_total", t.conversion_seconds);
   e.family("tierlm_expert_inline_conversions_total", "counter",
            "Expert conversions the forward thread did itself (the rest ran on the cache's worker).");

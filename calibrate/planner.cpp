@@ -108,10 +108,6 @@ double expert_read_bw(const DeviceProfile& d, const ModelProfile& m, const Plan&
   return storage_gbs(d, p.reader_block_size, depth) * 1e9;
 }
 
-// Prefill's GEMM rate for a weight format at `rows` activation rows, flops/s: the engine's matmul as calibrate
-// probed it at 16 and 128 rows (ComputeSample::matmul16_gflops, matmul_gflops), interpolated in log(rows) between
-// them and flat outside; a profile without that probe, or a format it lacks, takes the SGEMM probe at
-// kGemmEfficiency.
 // The probes' key for a weight format: mlx_q8 runs the mlx_q4 kernel (one affine kernel for both).
 std::string probe_key(const std::string& format) { return format == "mlx_q8" ? "mlx_q4" : format; }
 
@@ -127,6 +123,10 @@ double rate_at_rows(const std::vector<double>& at, const std::vector<double>& gf
   return gflops.back();
 }
 
+// Prefill's GEMM rate for a weight format at `rows` activation rows, flops/s: the engine's matmul as calibrate
+// probed it at 16 and 128 rows (ComputeSample::matmul16_gflops, matmul_gflops), interpolated in log(rows) between
+// them and flat outside; a profile without that probe, or a format it lacks, takes the SGEMM probe at
+// kGemmEfficiency.
 double gemm_flops(const DeviceProfile& d, int threads, const std::string& format, double rows) {
   const ComputeSample* c = sample_for_threads(d, threads);
   if (c) {
@@ -142,8 +142,8 @@ double gemm_flops(const DeviceProfile& d, int threads, const std::string& format
 
 // One of the model's dense shapes at `rows`, flops/s: its own probe at the plan's threads (ModelProfile::
 // prefill.gemms: the shape's kind and input width in the model's format), else the device's square-weight probe for
-// the format (gemm_flops). The model's 2048-wide projections ran at 40-60% of the 4096 x 4096 probe's rate on an idle
-// 16-core Xeon (bench/results/fit-accuracy.md).
+// the format (gemm_flops). On the 2-core VM the model's 2048-wide projections ran below the 4096 x 4096 probe's rate;
+// on the device's idle 16-core Xeon about at it (bench/results/fit-accuracy.md).
 double shape_gemm_flops(const DeviceProfile& d, const ModelProfile& m, int threads, const GemmShape& s, double rows) {
   for (const PrefillGemm& g : m.prefill.gemms) {
     if (g.threads != threads || g.kind != s.kind || g.in != s.in || g.format != m.weight_format) continue;

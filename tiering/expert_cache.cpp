@@ -323,14 +323,14 @@ void ExpertCache::dispatch() {
   if (queued) work_cv_.notify_one();
 }
 
-void ExpertCache::convert(Slot& s, bool on_worker) {
+void ExpertCache::convert(Slot& s, bool on_worker, kernels::ThreadPool* pool) {
   const auto start = std::chrono::steady_clock::now();
   std::string error;
   try {
     std::unique_lock scratch(scratch_mutex_, std::defer_lock);
     if (reservation_) scratch.lock();
     store_.finish(s.key / store_.experts(), s.key % store_.experts(), s.staging.data(), s.block.data(),
-                  scratch_ledger_);
+                  scratch_ledger_, pool);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -369,7 +369,7 @@ void ExpertCache::worker_loop() {
   }
 }
 
-ExpertViews ExpertCache::acquire(int64_t layer, int32_t expert) {
+ExpertViews ExpertCache::acquire(int64_t layer, int32_t expert, kernels::ThreadPool* pool) {
   const int64_t k = key(layer, expert);
   if (mapping_) return store_.layout().views(mapping_ + store_.extents(layer, expert)[0].offset);
   if (const int32_t r = resident_of_[size_t(k)]; r >= 0) return store_.layout().views(resident_blocks_[size_t(r)].data());
@@ -401,7 +401,7 @@ ExpertViews ExpertCache::acquire(int64_t layer, int32_t expert) {
         unqueue(i);
         s.state = State::converting;
         lock.unlock();
-        convert(s, /*on_worker=*/false);
+        convert(s, /*on_worker=*/false, pool);
         lock.lock();
         break;
       case State::converting: {

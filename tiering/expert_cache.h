@@ -63,7 +63,9 @@ class ExpertCache {
   // failed, throws ReaderError naming the expert (layer.expert), the file and the offset, once: the slot is dropped
   // (unpinned, its key forgotten), so a later request of the expert reads it again. A read that failed while it was
   // only a prefetch is read again here instead (the failure belongs to the guess, not to this request).
-  ExpertViews acquire(int64_t layer, int32_t expert);
+  // `pool`: the caller's compute pool, idle while it waits here (never from inside its parallel_for); a conversion
+  // done here is split over it (ExpertStore::finish).
+  ExpertViews acquire(int64_t layer, int32_t expert, kernels::ThreadPool* pool = nullptr);
   // Unpins; also hands reads that have landed meanwhile to the worker (never blocks). Releasing an expert whose
   // acquire threw is a no-op; an unpinned slot whose load failed is dropped.
   void release(int64_t layer, int32_t expert);
@@ -104,7 +106,7 @@ class ExpertCache {
   std::string load_error(const Slot& s, const std::string& what) const;  // names the expert
   void dispatch();                                 // slots whose reads have landed -> staged (and to the worker)
   void settle(Slot& s, std::unique_lock<std::mutex>& lock);  // waits out a conversion the worker holds
-  void convert(Slot& s, bool on_worker);           // ExpertStore::finish into the slot; counts it
+  void convert(Slot& s, bool on_worker, kernels::ThreadPool* pool = nullptr);  // ExpertStore::finish; counts it
   void worker_loop();
   void unqueue(int32_t slot);                      // drops a staged slot from the worker's queue (under mutex_)
   State state_of(const Slot& s);

@@ -33,6 +33,10 @@
 #include "tiering/expert_reader.h"
 #include "tiering/ledger.h"
 
+namespace tierlm::kernels {
+class ThreadPool;
+}
+
 namespace tierlm::tiering {
 
 // dense: per projection one extent of source_type elements; mlx: weight, scales, biases per projection; fp8_blocks:
@@ -73,7 +77,12 @@ class ExpertStore {
   // The reads that fill `slot` (packed) or `staging` (others).
   std::vector<ReadRequest> plan(int64_t layer, int64_t expert, void* slot, void* staging) const;
   // After the reads: converts staging into the slot; no-op for packed. Temporaries go through `scratch_ledger`.
-  void finish(int64_t layer, int64_t expert, const void* staging, void* slot, Ledger& scratch_ledger) const;
+  // `pool`: the calling thread's compute pool, idle meanwhile (not inside its parallel_for): the MLX repack is split
+  // over it by panels (the same bytes as alone). Other encodings convert on the calling thread.
+  void finish(int64_t layer, int64_t expert, const void* staging, void* slot, Ledger& scratch_ledger,
+              kernels::ThreadPool* pool = nullptr) const;
+  // Below this slot size the repack stays on the calling thread (fork/join would cost more than it saves).
+  static constexpr uint64_t kSplitConversionBytes = 1 << 20;
 
  private:
   std::vector<std::string> files_;

@@ -255,7 +255,7 @@ void MoeBlock::accumulate(int64_t layer, const float* x, int64_t n, float* hidde
     try {
       for (; done < batch.size(); ++done) {
         const int32_t e = batch[done];
-        const tiering::ExpertViews views = cache_.acquire(el, e);
+        const tiering::ExpertViews views = cache_.acquire(el, e, &pool_);
         run_expert(views, expert_rows_[size_t(e)], expert_weights_[size_t(e)], x, hidden);
         cache_.release(el, e);
       }

@@ -18,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include "runtime/kernels/thread_pool.h"
 #include "tiering/expert_cache.h"
 
 using namespace tierlm;
@@ -123,6 +124,7 @@ void check_worker_matches_inline(tiering::ExpertEncoding encoding) {
     o.convert_on_worker = worker;
     tiering::ExpertCache cache(store, reader, ledger, o);
     EXPECT_EQ(ledger.used("expert_staging"), store.conversion_bytes());  // one conversion's scratch, either way
+    kernels::ThreadPool pool(3, /*pin=*/false);  // the acquiring thread's pool: its own conversions split over it
     std::mt19937 rng(7);
     auto pick = [&](int n) {
       std::vector<int32_t> out;
@@ -143,7 +145,7 @@ void check_worker_matches_inline(tiering::ExpertEncoding encoding) {
       cache.request(0, batch);
       cache.prefetch(0, guess);
       for (int32_t e : batch) {
-        const tiering::ExpertViews v = cache.acquire(0, e);
+        const tiering::ExpertViews v = cache.acquire(0, e, &pool);
         // Every part's bytes (the alignment padding between parts is never written, so it is not compared).
         const char* slot = static_cast<const char*>(v.gate_up.data) - store.layout().parts[0].offset;
         for (const tiering::ExpertLayout::Part& part : store.layout().parts)
@@ -188,6 +190,32 @@ void check_worker_matches_inline(tiering::ExpertEncoding encoding) {
   EXPECT_EQ(inline_run.conversion_wait_seconds, 0.0);
   // With it, the unused prefetches at least were converted off the acquiring thread.
   EXPECT_LT(worker_run.inline_conversions, worker_run.conversions);
+}
+
+// The MLX repack split over a pool by panels (the three pieces' panels numbered in a row, so a thread's range can
+// straddle gate, up and down) writes exactly the bytes of the one-thread repack, for every pool size.
+TEST(ExpertConversionWorker, MlxRepackSplitOverAPoolWritesTheSameBytes) {
+  const int64_t E = 2, H = 2080, I = 512;  // panels: gate 32, up 32, down 130; 1.6 MB, so the repack is split
+
+  TempFile file("tierlm-conversion-pool");
+  const tiering::ExpertStore store = write_store(file.path, tiering::ExpertEncoding::mlx, E, H, I);
+  const size_t bytes = store.layout().bytes;
+  ASSERT_GE(bytes, tiering::ExpertStore::kSplitConversionBytes);
+  tiering::Ledger ledger;
+  tiering::ExpertReader reader(store.files());
+  tiering::LedgerBuffer staging(ledger, "t", store.staging_bytes(), 4096), block(ledger, "t", bytes, 4096);
+  for (int64_t e = 0; e < E; ++e) {
+    reader.wait(reader.submit(store.plan(0, e, block.data(), staging.data())));
+    std::memset(block.data(), 0x5A, bytes);
+    store.finish(0, e, staging.data(), block.data(), ledger);
+    const std::string alone(block.as<char>(), bytes);
+    for (int threads : {2, 3, 5, 7, 16}) {
+      kernels::ThreadPool pool(threads, /*pin=*/false);
+      std::memset(block.data(), 0x5A, bytes);  // the same fill: padding between parts compares equal too
+      store.finish(0, e, staging.data(), block.data(), ledger, &pool);
+      EXPECT_EQ(std::memcmp(block.data(), alone.data(), bytes), 0) << "expert " << e << ", " << threads << " threads";
+    }
+  }
 }
 
 TEST(ExpertConversionWorker, MlxSlotsAndCountersMatchConvertingInline) {

@@ -49,6 +49,9 @@ class Sampler {
  private:
   SamplingParams params_;
   std::mt19937_64 rng_;
+  template <class ByLogit>
+  int32_t sample_untruncated(const ByLogit& by_logit);  // no top-k, top-p or min-p: no full sort
+
   std::vector<float> work_;
   std::vector<int32_t> order_;
   std::vector<double> probs_;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -133,4 +134,44 @@ TEST(Sampler, LogitBiasShiftsTheDistribution) {
   SamplingParams bad;
   bad.logit_bias = {{1, 101.0f}};
   EXPECT_THROW(Sampler{bad}, std::invalid_argument);
+}
+
+// Without top-k, top-p or min-p the sampler finds the drawn token by quickselect instead of sorting the vocabulary;
+// it must pick what walking the fully sorted order picks (the earlier algorithm, written out here) for the same draw:
+// the same generator, seeded alike, drawing uniform(0, total) once per token.
+TEST(Sampler, UntruncatedDrawsPickWhatTheSortedWalkPicks) {
+  const size_t n = 151936;  // Qwen3's vocabulary
+  std::mt19937 fill(3);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> logits(n);
+  for (float& l : logits) l = normal(fill);
+  logits[17] = -INFINITY;  // a banned token (logit_bias -100 or a grammar mask) is never drawn
+  for (float temperature : {0.3f, 0.8f, 1.5f}) {
+    SamplingParams p;
+    p.temperature = temperature;
+    p.seed = 11;
+    p.has_seed = true;
+    Sampler s(p);
+    std::mt19937_64 rng(p.seed);
+    std::vector<int32_t> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
+    std::vector<double> probs(n);
+    double total = 0;
+    for (size_t i = 0; i < n; ++i)
+      total += probs[i] = std::exp(double(logits[size_t(order[i])] - logits[size_t(order[0])]) / temperature);
+    int differ = 0;
+    for (int draw = 0; draw < 300; ++draw) {
+      std::uniform_real_distribution<double> uniform(0.0, total);
+      const double r = uniform(rng);
+      double acc = 0;
+      size_t i = 0;
+      while (i + 1 < n && r >= (acc += probs[i])) ++i;
+      const int32_t got = s.sample(logits, {});
+      ASSERT_NE(got, 17);
+      differ += got != order[i];
+    }
+    // Sums taken in another order round differently: a draw within ~1e-16 of a boundary could fall either side.
+    EXPECT_EQ(differ, 0) << "temperature " << temperature;
+  }
 }

@@ -50,6 +50,7 @@ struct ServeOptions {
   std::string on_missing_wisdom = "calibrate";  // or "refuse"
   bool no_wisdom = false;
   int64_t expert_prefetch = -1;  // MoE lookahead prefetch reads in flight (0: off; -1: the plan's)
+  std::string expert_conversion = "worker";  // where a landed expert read is converted: "worker" or "inline"
 };
 
 // As `tierlm run`: the plan for this machine and model fills every setting not given on the command line, and
@@ -137,6 +138,7 @@ void serve(ServeOptions o, const CLI::App& cmd) {
   // A codec the user named holds on the GPU layers too (f32: the exact configuration), or is refused there by name.
   if (cmd.count("--kv-codec") && o.gpu_layers > 0) calibrate::apply_kv_codec_to_gpu(o.kv_codec, o.gpu_plan);
   if (o.expert_prefetch >= 0) load.experts.cache.prefetch_limit = o.expert_prefetch;
+  load.experts.cache.convert_on_worker = o.expert_conversion == "worker";
   kv::set_default_codec(kv::parse_codec(o.kv_codec));  // every slot's KV cache takes the process default
   LoadedModel loaded = load_for_cli(o.model, o.mem_budget_gib, o.weight_format, load);
   tiering::Ledger& ledger = *loaded.ledger;
@@ -262,6 +264,10 @@ void add_serve_command(CLI::App& app) {
                   "MoE: next-layer expert reads started ahead, predicted by that layer's router (0: off; default: the "
                   "plan's)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--expert-conversion", o->expert_conversion,
+                  "MoE: where a streamed expert's landed read is converted to the slot's layout: on the cache's "
+                  "worker thread (default) or inline on the forward thread (for comparison)")
+      ->check(CLI::IsMember({"worker", "inline"}));
   cmd->callback([o, cmd] {
     const std::string given = o->model;
     o->model = resolve_model(given);

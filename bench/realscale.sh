@@ -39,7 +39,7 @@
 # Environment: MODEL=qwen3-30b-a3b|deepseek-v2-lite|gpt-oss-20b PACK=q4|q8_0 WORK=/work/scratch-realscale LIMITS="8 4" TOKENS=128 PROMPTS=3 LLAMA_TOKENS=$TOKENS PORT=5491
 #              DISK_SECONDS=20 (0: no step 1b) ROUTING_LAYERS (a cut of the model's first N layers for the
 #              routing table: its layers are the full model's, the time is not)
-#              REUSE_WISDOM=1 (a rerun keeps an existing wisdom-<limit>g.json) PREFETCH_MODES="on off" LLAMA=0 (no
+#              REUSE_WISDOM=1 (a rerun keeps an existing wisdom-<limit>g.json) PREFETCH_MODES="on off" (also: inline) LLAMA=0 (no
 #              llama.cpp step, for reruns of tierlm rows; deepseek-v2-lite, gpt-oss-20b: always 0)
 #              KEEP=1 (keep the model files; else they are deleted at the end: ~36 GB qwen, ~14 GB gpt-oss) ROUTING_STATS=0 (skip the
 #              routing table, e.g. while one is being made beside)
@@ -62,12 +62,44 @@ case "${MODEL:-qwen3-30b-a3b}" in
   *) echo "realscale: MODEL must be qwen3-30b-a3b, deepseek-v2-lite or gpt-oss-20b" >&2; exit 2 ;;
 esac
 # The openai SDK (the user's client), and node-llama-cpp when llama.cpp runs.
-[ -d "$here/peer/node_modules/openai" ] && { [ "${LLAMA:-1}" = 0 ] || [ -d "$here/peer/node_modules/node-llama-cpp" ]; } ||
-  (cd "$here/peer" && npm install --no-audit --no-fund >&2)
+! command -v node > /dev/null || { [ -d "$here/peer/node_modules/openai" ] && { [ "${LLAMA:-1}" = 0 ] ||
+  [ -d "$here/peer/node_modules/node-llama-cpp" ]; }; } || (cd "$here/peer" && npm install --no-audit --no-fund >&2)
 results="$work/results.jsonl"
 mkdir -p "$work"
 log() { echo "realscale: $*" >&2; }
 load1() { cut -d' ' -f1 /proc/loadavg; }
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }'; }
+# COMMAND's wall time (and max RSS where GNU time exists) on stderr, labelled.
+timed() {
+  local label=$1; shift
+  if [ -x /usr/bin/time ]; then /usr/bin/time -f "$label: %e s, max RSS %M KiB" "$@"
+  else local t0; t0=$(now); "$@"; local rc=$?; echo "$label: $(since "$t0") s" >&2; return $rc; fi
+}
+# The user's client: the openai SDK (realscale_client.mjs) where Node.js is, else the same requests from Python's
+# standard library (realscale_client.py: the device machine has no Node.js).
+client() {
+  if command -v node > /dev/null; then node "$here/peer/realscale_client.mjs" "$@"
+  else python3 "$here/peer/realscale_client.py" "$@"; fi
+}
+# The memory group of one limit: cgroup v1 (memory.limit_in_bytes, max_usage_in_bytes reset by writing 0) where the
+# v1 controller is mounted, else cgroup v2 (memory.max, swap off; memory.peak, which older kernels cannot reset, so a
+# step that needs a fresh peak gets a fresh group: the group is empty between steps).
+cg_v1=/sys/fs/cgroup/memory
+cg_make() {  # cg_make NAME LIMIT_GIB: sets $cg
+  if [ -d "$cg_v1" ]; then
+    cg="$cg_v1/$1"; mkdir "$cg"; echo $(($2 << 30)) > "$cg/memory.limit_in_bytes"
+  else
+    cg="/sys/fs/cgroup/$1"; mkdir "$cg"; echo $(($2 << 30)) > "$cg/memory.max"
+    echo 0 > "$cg/memory.swap.max" 2>/dev/null || true
+  fi
+}
+reset_peak() {
+  if [ -d "$cg_v1" ]; then echo 0 > "$cg/memory.max_usage_in_bytes"
+  else local max; max=$(cat "$cg/memory.max"); rmdir "$cg" && mkdir "$cg" && echo "$max" > "$cg/memory.max"
+    echo 0 > "$cg/memory.swap.max" 2>/dev/null || true; fi
+}
+peak() { if [ -d "$cg_v1" ]; then cat "$cg/memory.max_usage_in_bytes"; else cat "$cg/memory.peak" 2>/dev/null || echo null; fi; }
 
 
 # The model and its GGUF (the commands to remake them; they are deleted at the end unless KEEP=1).
@@ -85,11 +117,11 @@ gptoss_tokenizer() {
 if [ ! -f "$model/model.safetensors.index.json" ]; then
   log "generating $model"
   [ "${MODEL:-}" != gpt-oss-20b ] || gptoss_tokenizer
-  /usr/bin/time -f "generate: %e s" "${generate[@]}" >&2
+  timed "generate" "${generate[@]}" >&2
 fi
 if [ -n "${PACK:-}" ] && [ ! -f "$model/experts.tierlm" ]; then
   log "packing the experts of $model as $PACK"
-  /usr/bin/time -f "pack: %e s, max RSS %M KiB" "$build/tierlm" pack "$model" --format "$PACK" >&2
+  timed "pack" "$build/tierlm" pack "$model" --format "$PACK" >&2
 fi
 log "model: $(du -sb "$model" | cut -f1) bytes on disk"
 # The GGUF is first needed by the first llama.cpp step, so its export may overlap the first tierlm runs' start;
@@ -98,7 +130,7 @@ gguf_ready() {
   while pgrep -f "gguf_export --from-mlx $model" > /dev/null; do sleep 10; done
   if [ ! -f "$gguf.ok" ]; then
     log "exporting $gguf"
-    /usr/bin/time -f "gguf: %e s" "$build/bench/gguf_export" --from-mlx "$model" "$gguf" 2> "$gguf.log" >&2
+    timed "gguf" "$build/bench/gguf_export" --from-mlx "$model" "$gguf" 2> "$gguf.log" >&2
     cat "$gguf.log" >&2
     touch "$gguf.ok"
   fi
@@ -131,21 +163,17 @@ fi
 [ -s "$work/routing.md" ] && echo "{\"routing\": $(python3 -c 'import json,sys; print(json.dumps(open(sys.argv[1]).read()))' "$work/routing.md")}" >> "$results"
 
 for limit in $limits; do
-  cg="/sys/fs/cgroup/memory/tierlm_realscale_${limit}g_$$"
-  mkdir "$cg"
+  cg_make "tierlm_realscale_${limit}g_$$" "$limit"
   trap 'rmdir "$cg" 2>/dev/null || true' EXIT
-  echo $((limit << 30)) > "$cg/memory.limit_in_bytes"
   in_cg() { sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg" "$@"; }
-  reset_peak() { echo 0 > "$cg/memory.max_usage_in_bytes"; }
-  peak() { cat "$cg/memory.max_usage_in_bytes"; }
   wisdom="$work/wisdom-${limit}g.json"
   if [ "${REUSE_WISDOM:-0}" != 1 ] || [ ! -f "$wisdom" ]; then
     rm -f "$wisdom"
     log "${limit} GiB: calibrate"
     drop_caches; reset_peak
-    t0=$(date +%s.%N); l0=$(load1)
+    t0=$(now); l0=$(load1)
     in_cg "$build/tierlm" calibrate --model "$model" --wisdom "$wisdom" > "$work/calibrate-${limit}g.txt" 2> "$work/calibrate-${limit}g.log"
-    echo "{\"limit_gib\": $limit, \"step\": \"calibrate\", \"seconds\": $(echo "$(date +%s.%N) - $t0" | bc), \"cgroup_peak\": $(peak), \"load\": [$l0, $(load1)]}" >> "$results"
+    echo "{\"limit_gib\": $limit, \"step\": \"calibrate\", \"seconds\": $(since "$t0"), \"cgroup_peak\": $(peak), \"load\": [$l0, $(load1)]}" >> "$results"
   fi
   threads=$(python3 -c 'import json,sys; w=json.load(open(sys.argv[1])); e=w["entries"][-1] if "entries" in w else w; print(e["plan"]["threads"])' "$wisdom")
   if [ "${DISK_SECONDS:-20}" != 0 ]; then
@@ -159,7 +187,9 @@ for limit in $limits; do
 
   for prefetch in ${PREFETCH_MODES:-on off}; do
     log "${limit} GiB: serve, prefetch $prefetch"
-    extra=(); [ "$prefetch" = off ] && extra=(--expert-prefetch 0)
+    # on: the plan's prefetch; off: --expert-prefetch 0; inline: prefetch on, landed reads converted on the forward
+    # thread (--expert-conversion inline) instead of the cache's worker: the worker's effect.
+    case "$prefetch" in off) extra=(--expert-prefetch 0) ;; inline) extra=(--expert-conversion inline) ;; *) extra=() ;; esac
     drop_caches; reset_peak
     l0=$(load1)
     # Not through the in_cg function: `fn &` forks a subshell, and $! must be the server itself (sh execs it).
@@ -171,7 +201,7 @@ for limit in $limits; do
       kill -0 "$serve_pid" 2>/dev/null || { log "serve died: see $work/serve-${limit}g-$prefetch.log"; exit 1; }
       sleep 1
     done
-    out=$(node "$here/peer/realscale_client.mjs" "http://127.0.0.1:$port" "$prompt_files" "$tokens")
+    out=$(client "http://127.0.0.1:$port" "$prompt_files" "$tokens")
     kill -TERM "$serve_pid"; wait "$serve_pid" || true
     while [ -n "$(cat "$cg/cgroup.procs")" ]; do sleep 1; done  # the next run starts in an empty group
     echo "{\"limit_gib\": $limit, \"step\": \"serve\", \"prefetch\": \"$prefetch\", \"threads\": $threads, \"cgroup_peak\": $(peak), \"load\": [$l0, $(load1)], \"result\": $out}" >> "$results"

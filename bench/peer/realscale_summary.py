@@ -54,6 +54,11 @@ def reader(wisdom_path):
     return r["queue_depth"], r["block_size"]
 
 
+def gib(n):
+    """A cgroup peak in GiB; "-" where the kernel keeps none (cgroup v2 without memory.peak)."""
+    return "-" if n is None else f"{n / GIB:.2f}"
+
+
 def load_flag(load):
     return f"{load[0]:.1f}/{load[1]:.1f}" + (" (>4)" if max(load) > 4 else "")
 
@@ -96,8 +101,8 @@ def main():
                 + (f"{res['decode_tps'] / llama_tps:.2f}x" if llama_tps else "-") + f" | {bound:.2f} ({compute:.2f} / {disk:.2f}) | "
                 f"{100 * res['decode_tps'] / bound:.0f}% | {per_token / MIB:.1f} | "
                 f"{d['cache_hits'] / lookups if lookups else 0:.3f} | "
-                + (f"{precision:.2f} / {recall:.2f}" if r["prefetch"] == "on" else "-")
-                + f" | {1e3 * d['read_stall_seconds'] / n:.0f} | {r['cgroup_peak'] / GIB:.2f} / {limit} GiB | "
+                + (f"{precision:.2f} / {recall:.2f}" if r["prefetch"] != "off" else "-")
+                + f" | {1e3 * d['read_stall_seconds'] / n:.0f} | {gib(r['cgroup_peak'])} / {limit} GiB | "
                 f"{(mem.get('rss_bytes') or 0) / GIB:.2f} / {mem['ledger_peak_bytes'] / GIB:.2f} / "
                 f"{mem['ledger_budget_bytes'] / GIB:.2f} GiB | "
                 f"{load_flag(r['load'])} |")
@@ -112,7 +117,7 @@ def main():
             res = llama["result"]
             out.append(f"| {limit} GiB | llama.cpp mmap | {res['decode_tps']:.2f} | 1.00x | - | - | "
                        f"{res['decode_disk_bytes_per_token'] / MIB:.1f} | - | - | - | "
-                       f"{llama['cgroup_peak'] / GIB:.2f} / {limit} GiB | - | {load_flag(llama['load'])} |")
+                       f"{gib(llama['cgroup_peak'])} / {limit} GiB | - | {load_flag(llama['load'])} |")
             notes.append(f"{limit} GiB llama.cpp: {res['decode_tokens']} tokens after a {res['prompt_tokens']}-token "
                          f"prompt, threads {res['threads']}, load {res['load_s']} s")
         if measured:
@@ -122,7 +127,7 @@ def main():
                          f"{b['experts_per_s']:.1f} experts/s of {b['bytes_per_expert']} B, cold bound (every routed "
                          f"expert a miss) {b['cold_bound_tok_s']:.3f} tok/s, load {load_flag(measured['load'])}")
         if cal:
-            notes.append(f"{limit} GiB calibrate: {cal['seconds']:.0f} s, cgroup peak {cal['cgroup_peak'] / GIB:.2f} GiB, "
+            notes.append(f"{limit} GiB calibrate: {cal['seconds']:.0f} s, cgroup peak {gib(cal['cgroup_peak'])} GiB, "
                          f"load {load_flag(cal['load'])}")
     print("\n".join(out))
     print()

@@ -25,6 +25,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -155,14 +156,26 @@ class Generator {
     // Codes, scales and biases of one module come from the same row-seeded generator, so each part is written
     // from an independent pass without holding the others.
     const uint64_t module_seed = seed_ ^ std::hash<std::string>()(t.name.substr(0, t.name.rfind('.')));
-    const int64_t chunk_rows = 4096;
+    const int64_t chunk_rows = 16384;
     std::vector<uint32_t> codes(size_t(chunk_rows * words));
     std::vector<uint16_t> scales(size_t(chunk_rows * groups)), biases(size_t(chunk_rows * groups));
-    std::vector<float> row(size_t(t.cols));
+    // Every row has its own generator (row_values), so the rows of a chunk are made on all cores and the bytes do
+    // not depend on the thread count. The router's popularity ranks are the one shared state: made here first.
+    if (t.fill == Fill::router && rank_layer_ != t.layer)
+      rank_ = tierlm::peer::expert_ranks(seed_, t.layer, s_.experts), rank_layer_ = t.layer;
+    const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(std::thread::hardware_concurrency(), 32));
     for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
       const int64_t n = std::min(chunk_rows, rows - r0);
-      for (int64_t i = 0; i < n; ++i) row_values(t, r0 + i, module_seed, row, &codes[size_t(i * words)],
-                                                  &scales[size_t(i * groups)], &biases[size_t(i * groups)]);
+      auto rows_of = [&](int64_t w) {
+        std::vector<float> row(size_t(t.cols));
+        for (int64_t i = w; i < n; i += workers)
+          row_values(t, r0 + i, module_seed, row, &codes[size_t(i * words)], &scales[size_t(i * groups)],
+                     &biases[size_t(i * groups)]);
+      };
+      std::vector<std::thread> pool;
+      for (int64_t w = 1; w < workers; ++w) pool.emplace_back(rows_of, w);
+      rows_of(0);
+      for (auto& th : pool) th.join();
       if (t.part == Tensor::Part::codes) sink(codes.data(), size_t(n * words) * 4);
       else sink((t.part == Tensor::Part::scales ? scales : biases).data(), size_t(n * groups) * 2);
     }
@@ -211,7 +224,6 @@ class Generator {
 
   // Router row of expert e: tools/peer/synthetic_routing.h's, with this layer's popularity ranks.
   void router_row(int64_t layer, int64_t e, Rng& rng, std::vector<float>& row) {
-    if (rank_layer_ != layer) rank_ = tierlm::peer::expert_ranks(seed_, layer, s_.experts), rank_layer_ = layer;
     tierlm::peer::router_row(s_.hidden, layer, rank_[size_t(e)], zipf_, rng, row.data());
   }
 

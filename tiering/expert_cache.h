@@ -71,6 +71,8 @@ class ExpertCache {
   void release(int64_t layer, int32_t expert);
   // Starts reads of likely experts into slots that hold nothing pinned; never blocks, never evicts a pinned expert.
   // A prefetch whose read fails is dropped and counted (read_errors), never thrown into a request.
+  // A guess is for its layer's next request(): one that request does not ask for is counted wasted there and stays
+  // only as a cached expert.
   void prefetch(int64_t layer, std::span<const int32_t> experts);
   bool resident(int64_t layer, int32_t expert) const;
   bool cached(int64_t layer, int32_t expert) const;  // resident or in a slot (ready or loading)

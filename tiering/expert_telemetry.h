@@ -19,7 +19,8 @@ struct ExpertTierTelemetry {
   };
   std::vector<Layer> layers;
   uint64_t hits = 0, misses = 0, resident_hits = 0;
-  uint64_t prefetches = 0, prefetch_hits = 0, prefetch_wasted = 0;  // wasted: evicted before any use
+  // wasted: not asked for by its layer's next routing (or evicted before it)
+  uint64_t prefetches = 0, prefetch_hits = 0, prefetch_wasted = 0;
   uint64_t evictions = 0;
   uint64_t bytes_read = 0;    // bytes returned by the device for expert reads
   uint64_t reads = 0;         // read operations (after splitting into blocks)

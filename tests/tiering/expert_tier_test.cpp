@@ -311,4 +311,33 @@ TEST(ExpertCache, PinnedExpertsAreNeverEvictedAndPrefetchIsCounted) {
   EXPECT_EQ(t.prefetch_hits, 1u);
 }
 
+// A guess is for its layer's next request: one that request passes over is wasted there, stays cached, and frees
+// its place under the prefetch limit (kept as a guess, unused guesses filled the limit and the lookahead stopped).
+TEST(ExpertCache, AGuessItsLayersNextRequestPassesOverIsWastedAndFreesThePrefetchLimit) {
+  CacheFixture f;
+  tiering::ExpertCacheOptions o;
+  o.slots = 4;
+  o.prefetch_limit = 2;
+  tiering::ExpertCache cache(*f.store, *f.reader, f.ledger, o);
+  const int32_t guesses[2] = {1, 2};
+  cache.prefetch(0, guesses);
+  f.use(cache, 1);  // layer 0's next routing asks for 1, not 2
+  auto t = cache.telemetry();
+  EXPECT_EQ(t.prefetch_hits, 1u);
+  EXPECT_EQ(t.prefetch_wasted, 1u);  // 2, passed over
+  EXPECT_TRUE(cache.cached(0, 2));   // still cached, no longer a guess
+  const int32_t next[2] = {3, 4};
+  cache.prefetch(0, next);  // both fit under the limit again
+  t = cache.telemetry();
+  EXPECT_EQ(t.prefetches, 4u);
+  EXPECT_TRUE(cache.cached(0, 3));
+  EXPECT_TRUE(cache.cached(0, 4));
+  f.use(cache, 2);  // a plain hit now, not a prefetch hit
+  t = cache.telemetry();
+  EXPECT_EQ(t.prefetch_hits, 1u);
+  EXPECT_EQ(t.prefetch_wasted, 3u);  // 3 and 4, passed over by this request of layer 0
+  EXPECT_EQ(t.misses, 0u);
+  EXPECT_LE(t.prefetch_hits + t.prefetch_wasted, t.prefetches);
+}
+
 }  // namespace

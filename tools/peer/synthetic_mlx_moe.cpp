@@ -25,12 +25,12 @@
 #include <random>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "runtime/kernels/kernel_isa.h"
+#include "runtime/kernels/thread_pool.h"
 #include "tools/peer/synthetic_routing.h"
 
 namespace {
@@ -163,19 +163,14 @@ class Generator {
     // not depend on the thread count. The router's popularity ranks are the one shared state: made here first.
     if (t.fill == Fill::router && rank_layer_ != t.layer)
       rank_ = tierlm::peer::expert_ranks(seed_, t.layer, s_.experts), rank_layer_ = t.layer;
-    const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(std::thread::hardware_concurrency(), 32));
     for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
       const int64_t n = std::min(chunk_rows, rows - r0);
-      auto rows_of = [&](int64_t w) {
+      pool_.parallel_for(n, [&](int64_t begin, int64_t end, int) {
         std::vector<float> row(size_t(t.cols));
-        for (int64_t i = w; i < n; i += workers)
+        for (int64_t i = begin; i < end; ++i)
           row_values(t, r0 + i, module_seed, row, &codes[size_t(i * words)], &scales[size_t(i * groups)],
                      &biases[size_t(i * groups)]);
-      };
-      std::vector<std::thread> pool;
-      for (int64_t w = 1; w < workers; ++w) pool.emplace_back(rows_of, w);
-      rows_of(0);
-      for (auto& th : pool) th.join();
+      });
       if (t.part == Tensor::Part::codes) sink(codes.data(), size_t(n * words) * 4);
       else sink((t.part == Tensor::Part::scales ? scales : biases).data(), size_t(n * groups) * 2);
     }
@@ -231,6 +226,7 @@ class Generator {
   double zipf_;
   uint64_t seed_;
   int64_t rank_layer_ = -1;
+  tierlm::kernels::ThreadPool pool_{0, /*pin=*/false};  // one thread per core; rows are made in parallel
   std::vector<int32_t> rank_;
 };
 

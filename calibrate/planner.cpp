@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/engine/moe.h"
 #include "runtime/gpu/gpu_layers.h"
 #include "runtime/kv/codec.h"
 
@@ -157,18 +158,22 @@ double shape_gemm_flops(const DeviceProfile& d, const ModelProfile& m, int threa
 // The per-row work between prefill's GEMMs over `rows` rows (ModelProfile::prefill's seconds per element; 0 where
 // not probed): per layer and row four passes over the hidden state (two norms, two residual adds) and, in a dense
 // MLP, the gate over the intermediate, spread over the pool's threads (Forward::per_row); in an MoE layer, per row
-// and routed expert, the gate over the expert's intermediate and the gather and weighted scatter-add of the row,
-// on the calling thread alone (MoeBlock::run_expert): at 16 threads that serial part is what MoE prefill's experts
-// do not scale.
+// and routed expert, the gather and weighted scatter-add of the row on the calling thread alone
+// (MoeBlock::run_expert), and the gate over the expert's intermediate: on the pool where an expert's rows x
+// intermediate reach engine::kParallelGateElements, else on the calling thread too.
 double row_work_seconds(const ModelProfile& m, int threads, double rows) {
   const PrefillRates& r = m.prefill;
   if (r.gate_seconds <= 0) return 0;
   const double H = double(m.hidden), moe_layers = double(m.moe() ? m.moe_layers : 0);
   const double dense_layers = double(m.layers) - moe_layers;
-  const double parallel = rows * (double(m.layers) * 4 * H * r.row_seconds +
-                                  dense_layers * double(m.intermediate) * r.gate_seconds);
-  const double serial =
-      rows * moe_layers * double(m.top_k) * (double(m.moe_intermediate) * r.gate_seconds + 2 * H * r.row_seconds);
+  double parallel = rows * (double(m.layers) * 4 * H * r.row_seconds +
+                            dense_layers * double(m.intermediate) * r.gate_seconds);
+  double serial = rows * moe_layers * double(m.top_k) * 2 * H * r.row_seconds;
+  const double moe_gate = rows * moe_layers * double(m.top_k) * double(m.moe_intermediate) * r.gate_seconds;
+  // The rows an expert gets: the chunk's rows x top_k spread over the experts they touch.
+  const double assignments = rows * double(m.top_k);
+  const double per_expert = assignments / std::max(1.0, std::min(double(std::max<int64_t>(m.experts, 1)), assignments));
+  (per_expert * double(m.moe_intermediate) >= double(engine::kParallelGateElements) ? parallel : serial) += moe_gate;
   return parallel / double(std::max(threads, 1)) + serial;
 }
 
@@ -669,8 +674,9 @@ PrefillCost prefill_cost(const DeviceProfile& d, const ModelProfile& m, const Pl
     if (!m.moe()) continue;
     for (size_t l = 0; l < m.expert_frequency.size(); ++l) {
       std::vector<double> f = m.expert_frequency[l];
+      const double touched = distinct_experts(f, rows);
       double compute = double(rows) * expert_flops_per_token(m) / expert_gemm;
-      if (!expert_probe) compute += distinct_experts(f, rows) * double(m.expert_payload_bytes) / expert_bw;
+      if (!expert_probe) compute += touched * double(m.expert_payload_bytes) / expert_bw;
       if (l < p.resident_experts.size())
         for (int32_t e : p.resident_experts[l]) f[size_t(e)] = 0;
       const double missing = distinct_experts(f, rows);

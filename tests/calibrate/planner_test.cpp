@@ -14,6 +14,7 @@
 
 #include "calibrate/fit.h"
 #include "calibrate/planner.h"
+#include "runtime/engine/moe.h"
 #include "tests/calibrate/planner_profiles.h"
 
 namespace tierlm::calibrate {
@@ -628,28 +629,36 @@ TEST(Planner, PrefillChargesEachDenseShapeAtItsOwnProbedRate) {
 // scatter-add) on one thread: MoE prefill's part that more threads do not shorten. Unprobed: nothing charged.
 TEST(Planner, PrefillChargesThePerRowWorkSpreadOrSerial) {
   const DeviceProfile d = device("server-64gb");
-  auto rows_term = [&](ModelProfile m, int threads) {
+  auto rows_term = [&](ModelProfile m, int threads, int64_t tokens = 128) {
     PlanRequest r;
     r.budget_bytes = 64ull << 30;
     Plan p = make_plan(d, m, r);
     p.threads = threads;
-    const double without = prefill_seconds(d, m, p, 128);
-    EXPECT_EQ(prefill_cost(d, m, p, 128).rows, 0.0);
+    const double without = prefill_seconds(d, m, p, tokens);
+    EXPECT_EQ(prefill_cost(d, m, p, tokens).rows, 0.0);
     m.prefill.gate_seconds = 2e-9;
     m.prefill.row_seconds = 1e-9;
-    const double with = prefill_seconds(d, m, p, 128);
-    EXPECT_NEAR(with - without, prefill_cost(d, m, p, 128).rows, 1e-12 * with);
-    return prefill_cost(d, m, p, 128).rows;
+    const double with = prefill_seconds(d, m, p, tokens);
+    EXPECT_NEAR(with - without, prefill_cost(d, m, p, tokens).rows, 1e-12 * with);
+    return prefill_cost(d, m, p, tokens).rows;
   };
   const ModelProfile dense = llama_8b();
   const double H = double(dense.hidden), I = double(dense.intermediate), L = double(dense.layers);
   EXPECT_NEAR(rows_term(dense, 4), 128 * L * (4 * H * 1e-9 + I * 2e-9) / 4, 1e-15);
   const ModelProfile moe = qwen3_moe_30b();
   const double mH = double(moe.hidden), mL = double(moe.moe_layers), k = double(moe.top_k);
-  const double serial = 128 * mL * k * (double(moe.moe_intermediate) * 2e-9 + 2 * mH * 1e-9);
+  // 128 rows x top-8 over 128 experts: 8 rows an expert, 8 x 768 values reach kParallelGateElements, so the
+  // experts' gate is spread over the pool; the gather and scatter-add stay on the calling thread.
+  const double gather = 128 * mL * k * 2 * mH * 1e-9;
+  const double gate = 128 * mL * k * double(moe.moe_intermediate) * 2e-9;
   const double spread = 128 * double(moe.layers) * 4 * mH * 1e-9;
-  EXPECT_NEAR(rows_term(moe, 16), spread / 16 + serial, 1e-15);
-  EXPECT_NEAR(rows_term(moe, 1), spread + serial, 1e-15);
+  const double threshold = double(tierlm::engine::kParallelGateElements);
+  ASSERT_GE(128 * k / double(moe.experts) * double(moe.moe_intermediate), threshold);
+  EXPECT_NEAR(rows_term(moe, 16), (spread + gate) / 16 + gather, 1e-15);
+  EXPECT_NEAR(rows_term(moe, 1), spread + gate + gather, 1e-15);
+  // 16 rows: one row an expert, below the threshold: its gate runs where the engine runs it, on the calling thread.
+  ASSERT_LT(16 * k / double(moe.experts) * double(moe.moe_intermediate), threshold);
+  EXPECT_NEAR(rows_term(moe, 16, 16), spread / 8 / 16 + gate / 8 + gather / 8, 1e-15);
 }
 
 // The probed shapes travel with the model profile (the wisdom file); a profile written before them has none.

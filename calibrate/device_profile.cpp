@@ -128,6 +128,7 @@ bj::value to_json(const DeviceProfile& p) {
     for (auto& [format, gflops] : c.expert_gemm_gflops) experts[format] = gflops;
     compute.push_back(bj::object{{"threads", c.threads}, {"sgemm_gflops", c.sgemm_gflops}, {"matvec_q8_gbs", c.matvec_q8_gbs}, {"matvec_q4_gbs", c.matvec_q4_gbs},
                                  {"matvec_f16_gbs", c.matvec_f16_gbs}, {"matvec_bf16_gbs", c.matvec_bf16_gbs},
+                                 {"matvec_f32_gbs", c.matvec_f32_gbs},
                                  {"matmul_gflops", matmul}, {"matmul16_gflops", matmul16},
                                  {"expert_gemm_gflops", experts}});
   }
@@ -215,6 +216,7 @@ DeviceProfile device_profile_from_json(const bj::value& v) {
     // Optional: profiles written before the dense-format probes lack them (the planner falls back to q8's rate).
     if (xo.contains("matvec_f16_gbs")) s.matvec_f16_gbs = number(xo, "matvec_f16_gbs", cw);
     if (xo.contains("matvec_bf16_gbs")) s.matvec_bf16_gbs = number(xo, "matvec_bf16_gbs", cw);
+    if (xo.contains("matvec_f32_gbs")) s.matvec_f32_gbs = number(xo, "matvec_f32_gbs", cw);
     for (auto [name, rates] : {std::pair{"matmul_gflops", &s.matmul_gflops}, std::pair{"matmul16_gflops", &s.matmul16_gflops},
                                std::pair{"expert_gemm_gflops", &s.expert_gemm_gflops}})
       if (const bj::value* mm = xo.if_contains(name))  // optional too: profiles before the GEMM / expert probes

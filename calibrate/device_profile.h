@@ -81,7 +81,7 @@ struct ComputeSample {
   double matvec_q8_gbs = 0;  // our q8_0 matvec: weight bytes streamed per second
   double matvec_q4_gbs = 0;  // our q4 matvec
   // Dense formats decode converts on the fly (0: not probed, e.g. an older profile; the planner then takes q8's).
-  double matvec_f16_gbs = 0, matvec_bf16_gbs = 0;
+  double matvec_f16_gbs = 0, matvec_bf16_gbs = 0, matvec_f32_gbs = 0;
   // Prefill's GEMM as the engine runs it (kernels::matmul of 128 activation rows, and of 16: an expert's share of
   // a chunk's rows), flops per second by weight format name ("f32", "f16", "bf16", "q8_0", "q4", "mlx_q4",
   // "mxfp4"). Empty in older profiles: the planner then takes the SGEMM probe at kGemmEfficiency.

@@ -36,6 +36,7 @@ double matvec_gbs(const DeviceProfile& d, int threads, const std::string& format
   if (format == "q4" || format == "mlx_q4") return std::max(c->matvec_q4_gbs, 0.05);
   if (format == "f16" && c->matvec_f16_gbs > 0) return c->matvec_f16_gbs;
   if (format == "bf16" && c->matvec_bf16_gbs > 0) return c->matvec_bf16_gbs;
+  if (format == "f32" && c->matvec_f32_gbs > 0) return c->matvec_f32_gbs;
   return std::max(c->matvec_q8_gbs, 0.05);
 }
 

@@ -47,11 +47,11 @@ std::string render_entry(const WisdomEntry& e) {
                    d.storage.path, d.storage.device.empty() ? "?" : d.storage.device, d.storage.filesystem,
                    d.storage.direct_io ? "yes" : "no", d.storage.io_uring ? "yes" : "no", d.storage.best_gbs(),
                    d.storage.iops_4k(), d.storage.warning.empty() ? "" : "  (" + d.storage.warning + ")"));
-  line(fmt::format("  {:>8} {:>14} {:>14} {:>14} {:>15} {:>16}", "threads", "SGEMM GFLOP/s", "q8 matvec GB/s",
-                   "q4 matvec GB/s", "f16 matvec GB/s", "bf16 matvec GB/s"));
+  line(fmt::format("  {:>8} {:>14} {:>14} {:>14} {:>15} {:>16} {:>15}", "threads", "SGEMM GFLOP/s", "q8 matvec GB/s",
+                   "q4 matvec GB/s", "f16 matvec GB/s", "bf16 matvec GB/s", "f32 matvec GB/s"));
   for (auto& c : d.compute)
-    line(fmt::format("  {:>8} {:>14.1f} {:>14.2f} {:>14.2f} {:>15.2f} {:>16.2f}", c.threads, c.sgemm_gflops,
-                     c.matvec_q8_gbs, c.matvec_q4_gbs, c.matvec_f16_gbs, c.matvec_bf16_gbs));
+    line(fmt::format("  {:>8} {:>14.1f} {:>14.2f} {:>14.2f} {:>15.2f} {:>16.2f} {:>15.2f}", c.threads, c.sgemm_gflops,
+                     c.matvec_q8_gbs, c.matvec_q4_gbs, c.matvec_f16_gbs, c.matvec_bf16_gbs, c.matvec_f32_gbs));
   for (auto& c : d.compute) {
     if (c.matmul_gflops.empty()) continue;
     std::string rates;

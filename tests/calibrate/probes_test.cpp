@@ -342,6 +342,7 @@ TEST(ProbeLimits, ComputeAndBandwidthProbesStayWithinTheirBudget) {
     EXPECT_GT(s.matvec_q4_gbs, 0);
     EXPECT_GT(s.matvec_f16_gbs, 0);
     EXPECT_GT(s.matvec_bf16_gbs, 0);
+    EXPECT_GT(s.matvec_f32_gbs, 0);
     EXPECT_GT(s.sgemm_gflops, 0);
     for (const char* format : {"f32", "f16", "bf16", "q8_0", "q4", "mlx_q4", "mxfp4"}) {
       EXPECT_GT(s.matmul_gflops.count(format) ? s.matmul_gflops.at(format) : 0.0, 0) << format;

@@ -44,6 +44,7 @@ WisdomEntry entry_for(const fs::path& model_dir) {
   e.device.compute.front().matmul_gflops = {{"f16", 250.5}, {"q4", 180.25}};  // the engine's prefill GEMM probe
   e.device.compute.front().matmul16_gflops = {{"f16", 120.5}};
   e.device.compute.front().expert_gemm_gflops = {{"q4", 88.25}, {"mxfp4", 41.5}};
+  e.device.compute.front().matvec_f32_gbs = 33.5;
   model::ModelConfig c;
   c.model_type = "llama";
   c.arch = *model::find_architecture("llama");
@@ -91,6 +92,7 @@ TEST(Wisdom, RoundTripsThroughTheFile) {
             w.entries[0].device.compute.front().matmul16_gflops);
   EXPECT_EQ(back.entries[0].device.compute.front().expert_gemm_gflops,
             w.entries[0].device.compute.front().expert_gemm_gflops);
+  EXPECT_EQ(back.entries[0].device.compute.front().matvec_f32_gbs, 33.5);
   EXPECT_EQ(back.entries[0].model.classes.size(), w.entries[0].model.classes.size());
   // Upsert replaces the entry of the same device and model path.
   Wisdom again = back;

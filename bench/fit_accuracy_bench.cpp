@@ -12,6 +12,7 @@
 //        [--breakdown [--forward-repeats N]]   (a prefill chunk's measured parts against fit's terms, after the dense
 //        and in-RAM rows; the chunk through Forward::run alone N times, 4 unless told: many for a profiler)
 //        [--no-shapes]   (fit without the model's own prefill GEMM probe: only the square-weight one)
+//        [--repeats N]   (measured generations per row, each of its own prompt; the median is reported: 3)
 // Each fit row is followed by fit's prefill on the device's square-weight GEMM probe alone (no shape probe: the
 // cost model before the shapes were probed), against the same measured run.
 //        [--trace-tokens N] [--trace-prompts N]   (calibrate's router trace: tokens per prompt, prompts; 0: all)
@@ -61,7 +62,7 @@ double cpu_seconds() {
 }
 
 Measured generate(model::ModelWeights& w, tiering::Ledger& ledger, const calibrate::Plan& plan, int64_t prompt,
-                  int64_t decode) {
+                  int64_t decode, int repeats) {
   kernels::ThreadPool pool(plan.threads);
   kv::set_default_codec(kv::parse_codec(plan.kv_codec));
   engine::Forward forward(w, pool, ledger, plan.prefill_chunk, plan.context);
@@ -76,21 +77,40 @@ Measured generate(model::ModelWeights& w, tiering::Ledger& ledger, const calibra
   for (size_t i = 0; i < warm.prompt.size(); ++i) warm.prompt[i] = int32_t((i * 104729 + 71) % w.config.vocab_size);
   warm.max_tokens = 4;
   generator.generate(warm, [](int32_t) { return true; });
-  if (w.experts) w.experts->cache().reset_counters();
-  const double cpu_start = cpu_seconds();
-  double cpu_first = 0;
-  const auto stats = generator.generate(request, [&](int32_t) {
-    if (cpu_first == 0) cpu_first = cpu_seconds();
-    return true;
-  });
-  const double cpu_end = cpu_seconds();
+  // `repeats` measured generations, each of its own prompt (other token ids: the expert cache is not handed the
+  // previous one's experts), and the median of each figure: a 128-token prefill and 16 decode steps of a small
+  // model are tens of milliseconds, where one run on a shared machine moved the ratio by 0.3.
+  std::vector<Measured> runs;
+  for (int rep = 0; rep < std::max(repeats, 1); ++rep) {
+    for (int64_t i = 0; i < prompt; ++i)
+      request.prompt[size_t(i)] = int32_t((i * 7919 + 13 + rep * 31337) % w.config.vocab_size);
+    if (w.experts) w.experts->cache().reset_counters();
+    const double cpu_start = cpu_seconds();
+    double cpu_first = 0;
+    const auto stats = generator.generate(request, [&](int32_t) {
+      if (cpu_first == 0) cpu_first = cpu_seconds();
+      return true;
+    });
+    const double cpu_end = cpu_seconds();
+    Measured m;
+    m.prefill_share = (cpu_first - cpu_start) / (stats.prefill_seconds * double(pool.size()));
+    m.decode_share = (cpu_end - cpu_first) / (stats.decode_seconds * double(pool.size()));
+    // generated_tokens counts the first sampled token, which needs no extra forward (as `tierlm bench` counts).
+    m.decode = double(stats.generated_tokens - 1) / stats.decode_seconds;
+    m.prefill = stats.prefill_tokens_per_second();
+    if (w.experts) m.hit_rate = w.experts->telemetry().hit_rate();
+    runs.push_back(m);
+  }
+  auto median = [&](double Measured::*field) {
+    std::vector<double> v;
+    for (auto& r : runs) v.push_back(r.*field);
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
   Measured m;
-  m.prefill_share = (cpu_first - cpu_start) / (stats.prefill_seconds * double(pool.size()));
-  m.decode_share = (cpu_end - cpu_first) / (stats.decode_seconds * double(pool.size()));
-  // generated_tokens counts the first sampled token, which needs no extra forward (as `tierlm bench` counts).
-  m.decode = double(stats.generated_tokens - 1) / stats.decode_seconds;
-  m.prefill = stats.prefill_tokens_per_second();
-  if (w.experts) m.hit_rate = w.experts->telemetry().hit_rate();
+  for (double Measured::*f : {&Measured::decode, &Measured::prefill, &Measured::hit_rate, &Measured::prefill_share,
+                              &Measured::decode_share})
+    m.*f = median(f);
   return m;
 }
 
@@ -236,6 +256,7 @@ std::string dense_config(const std::string& dtype) {
 int main(int argc, char** argv) {
   fs::path dir = "/tmp/fit-accuracy-moe";
   bool keep = false;
+  int repeats = 3;
   int64_t prompt = 256, decode = 32;
   std::string only;
   bool with_calibrate = true, with_breakdown = false, with_shapes = true;
@@ -245,6 +266,7 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--dir" && i + 1 < argc) dir = argv[++i];
     else if (a == "--keep") keep = true;
+    else if (a == "--repeats" && i + 1 < argc) repeats = std::stoi(argv[++i]);
     else if (a == "--prompt" && i + 1 < argc) prompt = std::stoll(argv[++i]);
     else if (a == "--decode" && i + 1 < argc) decode = std::stoll(argv[++i]);
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
@@ -284,8 +306,9 @@ int main(int argc, char** argv) {
   std::printf("device (quick probes, as fit without a calibration): %s; RAM read %.1f GB/s, storage best %.2f GB/s\n",
               device.identity().c_str(), device.read_gbs(), device.storage.best_gbs());
   for (auto& c : device.compute) {
-    std::printf("  %d threads: matvec q8 %.1f GB/s, q4 %.1f GB/s, f16 %.1f GB/s, bf16 %.1f GB/s, SGEMM %.1f GFLOP/s\n",
-                c.threads, c.matvec_q8_gbs, c.matvec_q4_gbs, c.matvec_f16_gbs, c.matvec_bf16_gbs, c.sgemm_gflops);
+    std::printf("  %d threads: matvec q8 %.1f GB/s, q4 %.1f GB/s, f16 %.1f GB/s, bf16 %.1f GB/s, f32 %.1f GB/s, "
+                "SGEMM %.1f GFLOP/s\n", c.threads, c.matvec_q8_gbs, c.matvec_q4_gbs, c.matvec_f16_gbs, c.matvec_bf16_gbs,
+                c.matvec_f32_gbs, c.sgemm_gflops);
     std::printf("             prefill GEMM (engine, 128 rows) GFLOP/s:");
     for (auto& [format, gflops] : c.matmul_gflops) std::printf(" %s %.1f", format.c_str(), gflops);
     std::printf("\n             prefill GEMM (engine, 16 rows) GFLOP/s: ");
@@ -326,7 +349,7 @@ int main(int argc, char** argv) {
       const model::ModelConfig config = model::parse_config(shape.config_json, "dense config");
       model::ModelWeights w = model::synthetic_model(config, a.weight_format, ledger);
       const std::string name = fmt::format("dense llama {}", kernels::format_name(a.weight_format));
-      const Measured m = generate(w, ledger, *a.plan, prompt, decode);
+      const Measured m = generate(w, ledger, *a.plan, prompt, decode, repeats);
       report(name, a, m);
       report_square(square, m);
       report_shapes(gemms);
@@ -383,7 +406,7 @@ int main(int argc, char** argv) {
       model::ModelWeights w = model::load_model(dir, lo);
       const std::string label =
           share >= 1 ? "in RAM" : fmt::format("streamed {:.0f}%", 100 * a.streamed_expert_fraction);
-      const Measured measured = generate(w, ledger, *a.plan, prompt, decode);
+      const Measured measured = generate(w, ledger, *a.plan, prompt, decode, repeats);
       report("moe " + label, a, measured);
       report_square(square, measured);
       if (share >= 1) report_shapes(moe_gemms);
@@ -410,7 +433,7 @@ int main(int argc, char** argv) {
         model::ModelWeights cw = model::load_model(dir, clo);
         report(fmt::format("  calib {} {:.0f}%", held_out ? "held-out" : "same-trace", 100 * streamed), plan, streamed,
                prompt, calibrate::prefill_seconds(device, calibrated, plan, prompt),
-               generate(cw, cledger, plan, prompt, decode));
+               generate(cw, cledger, plan, prompt, decode, repeats));
       }
     }
     std::printf("load average at the end: %s\n", load_average().c_str());

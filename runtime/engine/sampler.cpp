@@ -83,11 +83,8 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   int64_t keep = params_.top_k > 0 ? std::min<int64_t>(params_.top_k, n) : n;
   auto by_logit = [&](int32_t a, int32_t b) { return work_[size_t(a)] > work_[size_t(b)]; };
   if (keep == n && params_.min_p <= 0.0f && params_.top_p >= 1.0f) return sample_untruncated(by_logit);
-  if (keep < n) {
-    std::partial_sort(order_.begin(), order_.begin() + keep, order_.end(), by_logit);
-  } else {
-    std::sort(order_.begin(), order_.end(), by_logit);
-  }
+  if (keep == n) return sample_nucleus(by_logit);
+  std::partial_sort(order_.begin(), order_.begin() + keep, order_.end(), by_logit);
   const float max_logit = work_[size_t(order_[0])];
   probs_.resize(static_cast<size_t>(keep));
   auto& probs = probs_;
@@ -158,6 +155,70 @@ int32_t Sampler::sample_untruncated(const ByLogit& by_logit) {
     if (r < acc) return order_[i];
   }
   return order_[hi - 1];
+}
+
+// Top-p and/or min-p over the whole vocabulary, walked as above (the descending order cut at min-p's floor and at
+// the shortest prefix whose probability reaches top-p, then the draw over what is kept), without sorting all of it:
+// min-p's cut is a count of the tokens at or above the floor, top-p's crossing is found by quickselect by halves
+// (as sample_untruncated), and only the kept tokens are sorted. A 152K vocabulary at top_p 0.9 sorted all 152K
+// tokens for each draw before (~19 ms on the 2-core VM).
+template <class ByLogit>
+int32_t Sampler::sample_nucleus(const ByLogit& by_logit) {
+  const size_t n = work_.size();
+  const float max_logit = *std::max_element(work_.begin(), work_.end());
+  probs_.resize(n);  // by token here
+  double sum = 0;
+  for (size_t t = 0; t < n; ++t) sum += probs_[t] = std::exp(double(work_[t] - max_logit) / params_.temperature);
+  for (double& p : probs_) p /= sum;
+  size_t keep = n, bound = n;  // order_[0, bound) holds the `bound` most likely tokens (in some order)
+  if (params_.min_p > 0.0f) {
+    const double floor = params_.min_p * (1.0 / sum);  // the most likely token's probability is exp(0) / sum
+    keep = size_t(std::count_if(probs_.begin(), probs_.end(), [&](double p) { return p >= floor; }));
+  }
+  if (params_.top_p < 1.0f) {
+    size_t lo = 0, hi = n;  // the crossing's rank is in (lo, hi]; the tokens ranked before lo sum to `before`
+    double before = 0;
+    while (hi - lo > 64) {
+      const size_t mid = lo + (hi - lo) / 2;
+      std::nth_element(order_.begin() + std::ptrdiff_t(lo), order_.begin() + std::ptrdiff_t(mid),
+                       order_.begin() + std::ptrdiff_t(hi), by_logit);
+      double upper = 0;
+      for (size_t i = lo; i < mid; ++i) upper += probs_[size_t(order_[i])];
+      if (before + upper >= params_.top_p) {
+        hi = mid;
+      } else {
+        before += upper;
+        lo = mid;
+      }
+    }
+    std::sort(order_.begin() + std::ptrdiff_t(lo), order_.begin() + std::ptrdiff_t(hi), by_logit);
+    size_t crossing = hi;
+    double cumulative = before;
+    for (size_t i = lo; i < hi; ++i) {
+      cumulative += probs_[size_t(order_[i])];
+      if (cumulative >= params_.top_p) {
+        crossing = i + 1;
+        break;
+      }
+    }
+    keep = std::min(keep, crossing);
+    bound = hi;
+  }
+  keep = std::max<size_t>(keep, 1);
+  // The `keep` most likely tokens first, in descending order.
+  std::nth_element(order_.begin(), order_.begin() + std::ptrdiff_t(keep - 1), order_.begin() + std::ptrdiff_t(bound),
+                   by_logit);
+  std::sort(order_.begin(), order_.begin() + std::ptrdiff_t(keep), by_logit);
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i) total += probs_[size_t(order_[i])];
+  std::uniform_real_distribution<double> uniform(0.0, total);
+  const double r = uniform(rng_);
+  double acc = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    acc += probs_[size_t(order_[i])];
+    if (r < acc) return order_[i];
+  }
+  return order_[keep - 1];
 }
 
 }  // namespace tierlm::engine

@@ -51,6 +51,8 @@ class Sampler {
   std::mt19937_64 rng_;
   template <class ByLogit>
   int32_t sample_untruncated(const ByLogit& by_logit);  // no top-k, top-p or min-p: no full sort
+  template <class ByLogit>
+  int32_t sample_nucleus(const ByLogit& by_logit);  // top-p and/or min-p without top-k: sorts the kept tokens only
 
   std::vector<float> work_;
   std::vector<int32_t> order_;

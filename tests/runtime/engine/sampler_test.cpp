@@ -5,6 +5,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <set>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -174,4 +175,69 @@ TEST(Sampler, UntruncatedDrawsPickWhatTheSortedWalkPicks) {
     // Sums taken in another order round differently: a draw within ~1e-16 of a boundary could fall either side.
     EXPECT_EQ(differ, 0) << "temperature " << temperature;
   }
+}
+
+// Top-p and min-p without top-k (what most clients send) keep what the full sort kept and draw the same token: the
+// oracle is the walk over the whole vocabulary sorted by logit, cut at min-p's floor and at top-p's crossing.
+TEST(Sampler, NucleusDrawsPickWhatTheSortedWalkPicks) {
+  const size_t n = 151936;  // Qwen3's vocabulary
+  std::mt19937 fill(5);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> logits(n);
+  for (float& l : logits) l = normal(fill);
+  logits[23] = -INFINITY;
+  std::vector<int32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
+  for (float temperature : {0.7f})
+    for (float top_p : {0.5f, 0.9f, 0.999f, 1.0f})
+      for (float min_p : {0.0f, 0.02f, 0.2f}) {
+        if (top_p == 1.0f && min_p == 0.0f) continue;  // the untruncated walk (tested above)
+        SamplingParams p;
+        p.temperature = temperature;
+        p.top_p = top_p;
+        p.min_p = min_p;
+        p.seed = 19;
+        p.has_seed = true;
+        Sampler s(p);
+        std::mt19937_64 rng(p.seed);
+        std::vector<double> probs(n);
+        double sum = 0;
+        for (size_t i = 0; i < n; ++i)
+          sum += probs[i] = std::exp(double(logits[size_t(order[i])] - logits[size_t(order[0])]) / temperature);
+        for (double& q : probs) q /= sum;
+        size_t keep = n;
+        if (min_p > 0) {
+          size_t k = 1;
+          while (k < keep && probs[k] >= min_p * probs[0]) ++k;
+          keep = k;
+        }
+        if (top_p < 1) {
+          double cumulative = 0;
+          size_t k = 0;
+          while (k < keep) {
+            cumulative += probs[k++];
+            if (cumulative >= top_p) break;
+          }
+          keep = k;
+        }
+        double total = 0;
+        for (size_t i = 0; i < keep; ++i) total += probs[i];
+        int differ = 0;
+        std::set<int32_t> seen;
+        for (int draw = 0; draw < 60; ++draw) {
+          std::uniform_real_distribution<double> uniform(0.0, total);
+          const double r = uniform(rng);
+          double acc = 0;
+          size_t i = 0;
+          while (i + 1 < keep && r >= (acc += probs[i])) ++i;
+          const int32_t got = s.sample(logits, {});
+          ASSERT_NE(got, 23);
+          differ += got != order[i];
+          seen.insert(got);
+        }
+        EXPECT_EQ(differ, 0) << "temperature " << temperature << " top_p " << top_p << " min_p " << min_p << " keep "
+                             << keep;
+        EXPECT_LE(seen.size(), keep);
+      }
 }

@@ -40,6 +40,10 @@ struct ExpertCacheOptions {
   CachePolicy policy = CachePolicy::lru;
   std::vector<std::pair<int64_t, int64_t>> resident;       // (layer, expert) kept in memory for the whole run
   int64_t prefetch_limit = 8;                              // prefetch reads in flight at most; 0 disables prefetch
+  // Sparse layers ahead whose experts single-sequence decode guesses (engine::MoeBlock: each of them from the
+  // current hidden state through that layer's router). 1: the next one only; more starts reads earlier, so a disk
+  // slower than a layer's compute is kept busy, at more wasted guesses. prefetch_limit bounds them all together.
+  int64_t lookahead_layers = 1;
   // Baseline, not a tier: experts used in place from a read-only mmap of a packed file, so the kernel's page cache
   // decides what stays in memory (no slots, no reads of ours, nothing charged). For comparisons only.
   bool mapped = false;

@@ -50,6 +50,7 @@ struct ServeOptions {
   std::string on_missing_wisdom = "calibrate";  // or "refuse"
   bool no_wisdom = false;
   int64_t expert_prefetch = -1;  // MoE lookahead prefetch reads in flight (0: off; -1: the plan's)
+  int64_t expert_lookahead = 1;  // sparse layers ahead the lookahead guesses
   std::string expert_conversion = "worker";  // where a landed expert read is converted: "worker" or "inline"
 };
 
@@ -137,7 +138,12 @@ void serve(ServeOptions o, const CLI::App& cmd) {
   apply_wisdom(o, cmd, load);
   // A codec the user named holds on the GPU layers too (f32: the exact configuration), or is refused there by name.
   if (cmd.count("--kv-codec") && o.gpu_layers > 0) calibrate::apply_kv_codec_to_gpu(o.kv_codec, o.gpu_plan);
-  if (o.expert_prefetch >= 0) load.experts.cache.prefetch_limit = o.expert_prefetch;
+  // Each layer looked ahead holds its own guesses: the plan's limit (one layer's top-k) per layer, unless given.
+  if (o.expert_prefetch >= 0)
+    load.experts.cache.prefetch_limit = o.expert_prefetch;
+  else
+    load.experts.cache.prefetch_limit *= o.expert_lookahead;
+  load.experts.cache.lookahead_layers = o.expert_lookahead;
   load.experts.cache.convert_on_worker = o.expert_conversion == "worker";
   kv::set_default_codec(kv::parse_codec(o.kv_codec));  // every slot's KV cache takes the process default
   LoadedModel loaded = load_for_cli(o.model, o.mem_budget_gib, o.weight_format, load);
@@ -264,6 +270,10 @@ void add_serve_command(CLI::App& app) {
                   "MoE: next-layer expert reads started ahead, predicted by that layer's router (0: off; default: the "
                   "plan's)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--expert-lookahead", o->expert_lookahead,
+                  "MoE: sparse layers ahead whose experts decode guesses and starts reading (default 1; more keeps a "
+                  "slow disk busy at more wasted reads; the prefetch limit grows with it unless --expert-prefetch)")
+      ->check(CLI::Range(int64_t(1), int64_t(8)));
   cmd->add_option("--expert-conversion", o->expert_conversion,
                   "MoE: where a streamed expert's landed read is converted to the slot's layout: on the cache's "
                   "worker thread (default) or inline on the forward thread (for comparison)")

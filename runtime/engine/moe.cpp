@@ -54,6 +54,7 @@ MoeBlock::MoeBlock(const model::ModelWeights& w, kernels::ThreadPool& pool, tier
   for (int64_t i = 0; i < L; ++i) expert_layer_[size_t(i)] = w.config.layer(i).expert_layer;
   for (int64_t i = L - 2; i >= 0; --i)
     next_sparse_[size_t(i)] = expert_layer_[size_t(i + 1)] >= 0 ? i + 1 : next_sparse_[size_t(i + 1)];
+  lookahead_layers_ = std::max<int64_t>(1, cache_.options().lookahead_layers);
 }
 
 // The router's scores (softmax over all experts, or DeepSeek-V3's sigmoid), then the k best by the choice scores:
@@ -249,15 +250,19 @@ void MoeBlock::accumulate(int64_t layer, const float* x, int64_t n, float* hidde
     }
     cache_.request(el, batch);
     if (!prefetched && prefetch_ && n == 1 && !override_ && next_layer >= 0) {
-      // Lookahead: the residual stream changes slowly, so the next sparse layer's router on this input predicts
-      // its choice.
+      // Lookahead: the residual stream changes slowly, so a later sparse layer's router on this input predicts its
+      // choice: the next one first, then as many more as the cache's lookahead_layers (nearest first, so their
+      // reads queue in the order they are needed).
       float* logits = lookahead_.as<float>();
-      const model::LayerWeights& next = w_.layers[size_t(next_layer)];
-      kernels::matvec(next.router.view, route_x, logits, pool_);
-      add_router_bias(next, logits, 1);
-      top_k(logits, next.score_correction_bias.empty() ? nullptr : next.score_correction_bias.data(),
-            lookahead_ids_.data(), lookahead_weights_.data());
-      cache_.prefetch(expert_layer_[size_t(next_layer)], lookahead_ids_);
+      int64_t ahead = next_layer;
+      for (int64_t d = 0; d < lookahead_layers_ && ahead >= 0; ++d, ahead = next_sparse_[size_t(ahead)]) {
+        const model::LayerWeights& next = w_.layers[size_t(ahead)];
+        kernels::matvec(next.router.view, route_x, logits, pool_);
+        add_router_bias(next, logits, 1);
+        top_k(logits, next.score_correction_bias.empty() ? nullptr : next.score_correction_bias.data(),
+              lookahead_ids_.data(), lookahead_weights_.data());
+        cache_.prefetch(expert_layer_[size_t(ahead)], lookahead_ids_);
+      }
     }
     prefetched = true;
     size_t done = 0;

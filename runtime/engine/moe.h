@@ -75,6 +75,7 @@ class MoeBlock {
   int64_t max_rows_, experts_, k_, hidden_size_, ffn_width_;
   GateFn gate_;  // the experts' activation (SiLU, or Gemma 4's GeLU-tanh)
   bool prefetch_ = true;
+  int64_t lookahead_layers_ = 1;  // the cache's lookahead_layers, at least 1
   RoutingOverride override_;
   RoutingObserver observer_;
   tiering::LedgerBuffer logits_, ids_, weights_, gathered_, ffn_, act_, out_, lookahead_;

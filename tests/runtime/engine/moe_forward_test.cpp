@@ -185,6 +185,39 @@ TEST(MoeForward, GatesSpreadOverThePoolGiveWhatTheSerialGatesGive) {
   for (int64_t i = 0; i < V; ++i) ASSERT_NEAR(whole[size_t(i)], chunked[size_t(i)], 1e-3f) << "logit " << i;
 }
 
+// The lookahead's depth: one decode row through the first sparse layer starts reads for the next sparse layer only,
+// or, with lookahead_layers 2, for the one after it too (each guessed through its own router).
+TEST(MoeForward, LookaheadLayersReachTheSparseLayerAfterNext) {
+  for (int64_t depth : {1, 2}) {
+    tiering::Ledger ledger;
+    model::LoadOptions o = streaming_options("qwen3_5_moe-text");
+    o.ledger = &ledger;
+    o.experts.cache.slots = 8;
+    o.experts.cache.prefetch_limit = 8;
+    o.experts.cache.lookahead_layers = depth;
+    auto w = model::load_model(fixture("qwen3_5_moe-text"), o);
+    std::vector<int64_t> sparse;
+    for (int64_t i = 0; i < w.config.num_layers; ++i)
+      if (w.config.layer(i).expert_layer >= 0) sparse.push_back(i);
+    ASSERT_GE(sparse.size(), 3u);
+    kernels::ThreadPool pool(2);
+    engine::MoeBlock block(w, pool, ledger, 4);
+    const int64_t H = w.config.hidden_size;
+    std::vector<float> x(static_cast<size_t>(H)), hidden(static_cast<size_t>(H), 0.0f);
+    for (int64_t i = 0; i < H; ++i) x[size_t(i)] = float((i * 37) % 17) / 8.0f - 1.0f;
+    w.experts->cache().reset_counters();
+    block.accumulate(sparse[0], x.data(), 1, hidden.data());
+    const tiering::ExpertTierTelemetry t = w.experts->telemetry();
+    const auto next = size_t(w.config.layer(sparse[1]).expert_layer);
+    const auto after = size_t(w.config.layer(sparse[2]).expert_layer);
+    EXPECT_GT(t.layers[next].prefetches, 0u) << "depth " << depth;
+    if (depth == 1)
+      EXPECT_EQ(t.layers[after].prefetches, 0u);
+    else
+      EXPECT_GT(t.layers[after].prefetches, 0u);
+  }
+}
+
 TEST(MoeConfig, RejectsBadExpertCounts) {
   std::string text = R"({"model_type": "qwen3_moe", "vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 1,
     "num_attention_heads": 2, "num_experts": 4, "num_experts_per_tok": 5, "moe_intermediate_size": 8})";

@@ -40,6 +40,8 @@ void route_top_k(const model::ModelConfig& config, float* logits, const float* b
 // An expert's rows x intermediate from which its gate runs on the pool rather than the calling thread (~5 ns an
 // element serial on the device's Xeon: 4096 are ~20 us, several dispatches' worth).
 inline constexpr int64_t kParallelGateElements = 4096;
+// Rows from which a chunk's routing (top-k per row) runs on the pool.
+inline constexpr int64_t kParallelRouteRows = 16;
 
 class MoeBlock {
  public:
@@ -84,6 +86,7 @@ class MoeBlock {
   std::vector<std::vector<float>> expert_weights_;
   std::vector<int32_t> used_, batch_, lookahead_ids_;
   mutable RouteScratch route_scratch_;
+  std::vector<RouteScratch> row_scratch_;  // one per pool thread: a prefill chunk's rows routed in parallel
   std::vector<float> lookahead_weights_;
   std::vector<int64_t> expert_layer_;  // per model layer: its expert-tier index, -1 for dense layers
   std::vector<int64_t> next_sparse_;   // per model layer: the next sparse model layer, -1 when none

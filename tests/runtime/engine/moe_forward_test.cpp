@@ -155,18 +155,20 @@ TEST(MoeForward, BatchOfSequencesEqualsEachAlone) {
 }
 
 // A chunk long enough that each expert's rows x intermediate reach kParallelGateElements (its gate then runs on the
-// pool) gives the logits of the same tokens fed in chunks of 32, whose experts' gates run on the calling thread.
-TEST(MoeForward, GatesSpreadOverThePoolGiveWhatTheSerialGatesGive) {
+// pool) and its rows are routed on the pool gives the logits of the same tokens fed in chunks of 8, whose experts'
+// gates and routing run on the calling thread.
+TEST(MoeForward, GatesAndRoutingSpreadOverThePoolGiveWhatTheSerialOnesGive) {
   tiering::Ledger ledger;
   model::LoadOptions options = streaming_options("qwen2_moe");
   options.ledger = &ledger;
   auto w = model::load_model(fixture("qwen2_moe"), options);
   const int64_t V = w.config.vocab_size, n = 1024;
-  // 1024 rows x top-2 over 8 experts: ~256 rows an expert, 256 x 32 = 8192 values; 32 rows: ~8 x 32 = 256.
+  // 1024 rows x top-2 over 8 experts: ~256 rows an expert, 256 x 32 = 8192 values; 8 rows: at most 8 x 32.
   ASSERT_GE(n * w.config.num_experts_per_tok / w.config.num_experts * w.config.moe_intermediate_size / 2,
             engine::kParallelGateElements);
-  ASSERT_LT(32 * w.config.num_experts_per_tok / w.config.num_experts * w.config.moe_intermediate_size * 2,
-            engine::kParallelGateElements);
+  ASSERT_LT(8 * w.config.moe_intermediate_size, engine::kParallelGateElements);  // an expert gets <= 8 rows
+  ASSERT_LT(8, engine::kParallelRouteRows);
+  ASSERT_GE(n, engine::kParallelRouteRows);
   std::vector<int32_t> tokens(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) tokens[size_t(i)] = int32_t((i * 7919 + 13) % V);
   kernels::ThreadPool pool(4);
@@ -177,10 +179,10 @@ TEST(MoeForward, GatesSpreadOverThePoolGiveWhatTheSerialGatesGive) {
     f.run(tokens, 0, cache, whole.data());
   }
   {
-    engine::Forward f(w, pool, ledger, 32, n);
+    engine::Forward f(w, pool, ledger, 8, n);
     engine::KVCache cache(w.config, n, ledger);
-    for (int64_t s = 0; s < n; s += 32)
-      f.run(std::span<const int32_t>(tokens).subspan(size_t(s), 32), s, cache, chunked.data());
+    for (int64_t s = 0; s < n; s += 8)
+      f.run(std::span<const int32_t>(tokens).subspan(size_t(s), 8), s, cache, chunked.data());
   }
   for (int64_t i = 0; i < V; ++i) ASSERT_NEAR(whole[size_t(i)], chunked[size_t(i)], 1e-3f) << "logit " << i;
 }

@@ -121,19 +121,25 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   return order_[size_t(keep - 1)];
 }
 
-// The whole vocabulary, walked in descending logit order as above (the token where the running sum passes the draw),
-// without sorting it: a quickselect by halves keeps only the part of the order that holds the crossing (the tokens
-// ranked before it are summed, not ordered), so a 152K vocabulary costs two passes instead of a sort (~10 ms a token).
-template <class ByLogit>
-int32_t Sampler::sample_untruncated(const ByLogit& by_logit) {
+// probs_[t] = exp((work_[t] - the largest) / temperature) for every token t; returns their sum.
+double Sampler::weigh_by_token() {
   const size_t n = work_.size();
   const float max_logit = *std::max_element(work_.begin(), work_.end());
-  probs_.resize(n);  // by token here
+  probs_.resize(n);
   double total = 0;
   for (size_t t = 0; t < n; ++t) total += probs_[t] = std::exp(double(work_[t] - max_logit) / params_.temperature);
-  std::uniform_real_distribution<double> uniform(0.0, total);
-  const double r = uniform(rng_);
-  size_t lo = 0, hi = n;  // order_[lo, hi): the undecided ranks; the tokens ranked before lo sum to `before`
+  return total;
+}
+
+// The rank, in descending logit order, at which the running sum of probs_ (by token) first passes `target` (reaches
+// it when `inclusive`), without sorting the whole order: a quickselect by halves keeps only the part of order_ that
+// holds the crossing (the tokens ranked before it are summed, not ordered). On return order_[0, rank] holds the
+// rank + 1 most likely tokens, and the ones around the crossing are sorted. The last rank when rounding never passes.
+template <class ByLogit>
+size_t Sampler::crossing_rank(const ByLogit& by_logit, double target, bool inclusive) {
+  auto passes = [&](double sum) { return inclusive ? sum >= target : sum > target; };
+  // order_[lo, hi): the undecided ranks; the tokens ranked before lo sum to `before`.
+  size_t lo = 0, hi = order_.size();
   double before = 0;
   while (hi - lo > 64) {
     const size_t mid = lo + (hi - lo) / 2;
@@ -141,7 +147,7 @@ int32_t Sampler::sample_untruncated(const ByLogit& by_logit) {
                      order_.begin() + std::ptrdiff_t(hi), by_logit);
     double upper = 0;
     for (size_t i = lo; i < mid; ++i) upper += probs_[size_t(order_[i])];
-    if (r < before + upper) {
+    if (passes(before + upper)) {
       hi = mid;
     } else {
       before += upper;
@@ -152,23 +158,28 @@ int32_t Sampler::sample_untruncated(const ByLogit& by_logit) {
   double acc = before;
   for (size_t i = lo; i < hi; ++i) {
     acc += probs_[size_t(order_[i])];
-    if (r < acc) return order_[i];
+    if (passes(acc)) return i;
   }
-  return order_[hi - 1];
+  return hi - 1;
+}
+
+// The whole vocabulary, walked in descending logit order as above (the token where the running sum passes the draw),
+// without sorting it (crossing_rank): a 152K vocabulary costs two passes instead of a sort (~10 ms a token).
+template <class ByLogit>
+int32_t Sampler::sample_untruncated(const ByLogit& by_logit) {
+  std::uniform_real_distribution<double> uniform(0.0, weigh_by_token());
+  return order_[crossing_rank(by_logit, uniform(rng_), false)];
 }
 
 // Top-p and/or min-p over the whole vocabulary, walked as above (the descending order cut at min-p's floor and at
 // the shortest prefix whose probability reaches top-p, then the draw over what is kept), without sorting all of it:
-// min-p's cut is a count of the tokens at or above the floor, top-p's crossing is found by quickselect by halves
-// (as sample_untruncated), and only the kept tokens are sorted. A 152K vocabulary at top_p 0.9 sorted all 152K
-// tokens for each draw before (~19 ms on the 2-core VM).
+// min-p's cut is a count of the tokens at or above the floor, top-p's crossing is crossing_rank's, and only the kept
+// tokens are sorted. A 152K vocabulary at top_p 0.9 sorted all 152K tokens for each draw before (~11 ms on the
+// 2-core VM).
 template <class ByLogit>
 int32_t Sampler::sample_nucleus(const ByLogit& by_logit) {
   const size_t n = work_.size();
-  const float max_logit = *std::max_element(work_.begin(), work_.end());
-  probs_.resize(n);  // by token here
-  double sum = 0;
-  for (size_t t = 0; t < n; ++t) sum += probs_[t] = std::exp(double(work_[t] - max_logit) / params_.temperature);
+  const double sum = weigh_by_token();
   for (double& p : probs_) p /= sum;
   size_t keep = n, bound = n;  // order_[0, bound) holds the `bound` most likely tokens (in some order)
   if (params_.min_p > 0.0f) {
@@ -176,33 +187,8 @@ int32_t Sampler::sample_nucleus(const ByLogit& by_logit) {
     keep = size_t(std::count_if(probs_.begin(), probs_.end(), [&](double p) { return p >= floor; }));
   }
   if (params_.top_p < 1.0f) {
-    size_t lo = 0, hi = n;  // the crossing's rank is in (lo, hi]; the tokens ranked before lo sum to `before`
-    double before = 0;
-    while (hi - lo > 64) {
-      const size_t mid = lo + (hi - lo) / 2;
-      std::nth_element(order_.begin() + std::ptrdiff_t(lo), order_.begin() + std::ptrdiff_t(mid),
-                       order_.begin() + std::ptrdiff_t(hi), by_logit);
-      double upper = 0;
-      for (size_t i = lo; i < mid; ++i) upper += probs_[size_t(order_[i])];
-      if (before + upper >= params_.top_p) {
-        hi = mid;
-      } else {
-        before += upper;
-        lo = mid;
-      }
-    }
-    std::sort(order_.begin() + std::ptrdiff_t(lo), order_.begin() + std::ptrdiff_t(hi), by_logit);
-    size_t crossing = hi;
-    double cumulative = before;
-    for (size_t i = lo; i < hi; ++i) {
-      cumulative += probs_[size_t(order_[i])];
-      if (cumulative >= params_.top_p) {
-        crossing = i + 1;
-        break;
-      }
-    }
-    keep = std::min(keep, crossing);
-    bound = hi;
+    bound = crossing_rank(by_logit, params_.top_p, true) + 1;
+    keep = std::min(keep, bound);
   }
   keep = std::max<size_t>(keep, 1);
   // The `keep` most likely tokens first, in descending order.

@@ -53,6 +53,9 @@ class Sampler {
   int32_t sample_untruncated(const ByLogit& by_logit);  // no top-k, top-p or min-p: no full sort
   template <class ByLogit>
   int32_t sample_nucleus(const ByLogit& by_logit);  // top-p and/or min-p without top-k: sorts the kept tokens only
+  template <class ByLogit>
+  size_t crossing_rank(const ByLogit& by_logit, double target, bool inclusive);  // see sampler.cpp
+  double weigh_by_token();  // see sampler.cpp
 
   std::vector<float> work_;
   std::vector<int32_t> order_;

@@ -102,13 +102,13 @@ constexpr int64_t kExpertProbeRows = 16;
 constexpr uint64_t kExpertProbeBytes = 512ull << 20;
 constexpr int64_t kExpertsPerCall = 8;  // one timed call: a few layers' worth, as before the ring
 
-// Another weight with `w`'s bytes in its own storage (the probe's experts differ only in where they live: making
-// hundreds by conversion would take seconds).
+// Another weight with `w`'s bytes in its own storage: the probes' streams of copies (a matvec's weight past the
+// caches, the expert ring) differ only in where they live, and making hundreds by conversion would take seconds.
 kernels::Weight copy_weight(const kernels::Weight& w, tiering::Ledger& ledger) {
   kernels::Weight c;
   c.view = w.view;
   auto copy = [&](const tiering::LedgerBuffer& from, tiering::LedgerBuffer& to) {
-    if (from.size() == 0) return;
+    if (from.empty()) return;
     to = tiering::LedgerBuffer(ledger, tiering::accounts::scratch, from.size());
     std::memcpy(to.data(), from.data(), from.size());
   };
@@ -288,19 +288,8 @@ std::vector<ComputeSample> probe_compute(const Topology& topology, const ProbeOp
     const uint64_t each = std::max<uint64_t>(kernels::weight_bytes(first.view), 1);
     copies.reserve(size_t(stream_bytes / each) + 1);
     for (uint64_t total = each; total < stream_bytes; total += each) {
-      kernels::Weight w;
-      w.view = first.view;
-      auto copy = [&](const tiering::LedgerBuffer& from, tiering::LedgerBuffer& to, const void*& pointer) {
-        if (from.empty()) return;
-        to = tiering::LedgerBuffer(ledger, tiering::accounts::scratch, from.size());
-        std::memcpy(to.data(), from.data(), from.size());
-        pointer = static_cast<const char*>(to.data()) + (static_cast<const char*>(pointer) - static_cast<const char*>(from.data()));
-      };
-      copy(first.data, w.data, w.view.data);
-      copy(first.scales, w.scales, w.view.scales);
-      copy(first.biases, w.biases, w.view.biases);
-      views.push_back(w.view);
-      copies.push_back(std::move(w));
+      copies.push_back(copy_weight(first, ledger));
+      views.push_back(copies.back().view);
     }
     return views;
   };

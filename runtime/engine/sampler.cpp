@@ -110,15 +110,23 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
     }
     keep = k;
   }
+  return draw(size_t(keep), [&](size_t i) { return probs[i]; });
+}
+
+// One draw among the `keep` first ranks of order_, rank i weighing prob(i): the rank where the running sum passes a
+// uniform draw below their total.
+template <class Prob>
+int32_t Sampler::draw(size_t keep, const Prob& prob) {
   double total = 0;
-  for (int64_t i = 0; i < keep; ++i) total += probs[size_t(i)];
+  for (size_t i = 0; i < keep; ++i) total += prob(i);
   std::uniform_real_distribution<double> uniform(0.0, total);
-  double r = uniform(rng_), acc = 0;
-  for (int64_t i = 0; i < keep; ++i) {
-    acc += probs[size_t(i)];
-    if (r < acc) return order_[size_t(i)];
+  const double r = uniform(rng_);
+  double acc = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    acc += prob(i);
+    if (r < acc) return order_[i];
   }
-  return order_[size_t(keep - 1)];
+  return order_[keep - 1];
 }
 
 // probs_[t] = exp((work_[t] - the largest) / temperature) for every token t; returns their sum.
@@ -195,16 +203,7 @@ int32_t Sampler::sample_nucleus(const ByLogit& by_logit) {
   std::nth_element(order_.begin(), order_.begin() + std::ptrdiff_t(keep - 1), order_.begin() + std::ptrdiff_t(bound),
                    by_logit);
   std::sort(order_.begin(), order_.begin() + std::ptrdiff_t(keep), by_logit);
-  double total = 0;
-  for (size_t i = 0; i < keep; ++i) total += probs_[size_t(order_[i])];
-  std::uniform_real_distribution<double> uniform(0.0, total);
-  const double r = uniform(rng_);
-  double acc = 0;
-  for (size_t i = 0; i < keep; ++i) {
-    acc += probs_[size_t(order_[i])];
-    if (r < acc) return order_[i];
-  }
-  return order_[keep - 1];
+  return draw(keep, [&](size_t i) { return probs_[size_t(order_[i])]; });
 }
 
 }  // namespace tierlm::engine

@@ -56,6 +56,8 @@ class Sampler {
   template <class ByLogit>
   size_t crossing_rank(const ByLogit& by_logit, double target, bool inclusive);  // see sampler.cpp
   double weigh_by_token();  // see sampler.cpp
+  template <class Prob>
+  int32_t draw(size_t keep, const Prob& prob);  // see sampler.cpp
 
   std::vector<float> work_;
   std::vector<int32_t> order_;

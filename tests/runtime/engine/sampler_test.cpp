@@ -137,107 +137,120 @@ TEST(Sampler, LogitBiasShiftsTheDistribution) {
   EXPECT_THROW(Sampler{bad}, std::invalid_argument);
 }
 
-// Without top-k, top-p or min-p the sampler finds the drawn token by quickselect instead of sorting the vocabulary;
-// it must pick what walking the fully sorted order picks (the earlier algorithm, written out here) for the same draw:
-// the same generator, seeded alike, drawing uniform(0, total) once per token.
-TEST(Sampler, UntruncatedDrawsPickWhatTheSortedWalkPicks) {
-  const size_t n = 151936;  // Qwen3's vocabulary
-  std::mt19937 fill(3);
+namespace {
+
+// Qwen3's vocabulary of random logits with one banned token (logit_bias -100 or a grammar mask: -inf), and its
+// order by logit, highest first: what the samplers before the quickselect walked.
+struct SortedVocabulary {
+  std::vector<float> logits;
+  std::vector<int32_t> order;
+};
+
+SortedVocabulary sorted_vocabulary(unsigned seed, size_t banned) {
+  SortedVocabulary v;
+  const size_t n = 151936;
+  std::mt19937 fill(seed);
   std::normal_distribution<float> normal(0.0f, 3.0f);
-  std::vector<float> logits(n);
-  for (float& l : logits) l = normal(fill);
-  logits[17] = -INFINITY;  // a banned token (logit_bias -100 or a grammar mask) is never drawn
+  v.logits.resize(n);
+  for (float& l : v.logits) l = normal(fill);
+  v.logits[banned] = -INFINITY;
+  v.order.resize(n);
+  std::iota(v.order.begin(), v.order.end(), 0);
+  std::sort(v.order.begin(), v.order.end(),
+            [&](int32_t a, int32_t b) { return v.logits[size_t(a)] > v.logits[size_t(b)]; });
+  return v;
+}
+
+// exp((logit - the largest) / temperature) by rank.
+std::vector<double> ranked_weights(const SortedVocabulary& v, float temperature) {
+  std::vector<double> w(v.order.size());
+  for (size_t i = 0; i < w.size(); ++i)
+    w[i] = std::exp(double(v.logits[size_t(v.order[i])] - v.logits[size_t(v.order[0])]) / temperature);
+  return w;
+}
+
+struct WalkComparison {
+  int differ = 0;               // draws where the sampler picked another token than the walk
+  std::set<int32_t> picked;     // what the sampler picked
+};
+
+// `draws` tokens from `s` against the sorted walk over ranks [0, keep) weighted by `weights`, for the same draws:
+// the same generator, seeded as the sampler is, drawing uniform(0, total) once per token.
+WalkComparison compare_with_sorted_walk(Sampler& s, const SortedVocabulary& v, const std::vector<double>& weights,
+                                        size_t keep, int draws) {
+  std::mt19937_64 rng(s.params().seed);
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i) total += weights[i];
+  WalkComparison c;
+  for (int draw = 0; draw < draws; ++draw) {
+    std::uniform_real_distribution<double> uniform(0.0, total);
+    const double r = uniform(rng);
+    double acc = 0;
+    size_t i = 0;
+    while (i + 1 < keep && r >= (acc += weights[i])) ++i;
+    const int32_t got = s.sample(v.logits, {});
+    c.differ += got != v.order[i];
+    c.picked.insert(got);
+  }
+  return c;
+}
+
+}  // namespace
+
+// Without top-k, top-p or min-p the sampler finds the drawn token by quickselect instead of sorting the vocabulary;
+// it must pick what walking the fully sorted order picks (the earlier algorithm, written out here) for the same draw.
+TEST(Sampler, UntruncatedDrawsPickWhatTheSortedWalkPicks) {
+  const SortedVocabulary v = sorted_vocabulary(3, 17);
   for (float temperature : {0.3f, 0.8f, 1.5f}) {
     SamplingParams p;
     p.temperature = temperature;
     p.seed = 11;
     p.has_seed = true;
     Sampler s(p);
-    std::mt19937_64 rng(p.seed);
-    std::vector<int32_t> order(n);
-    std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
-    std::vector<double> probs(n);
-    double total = 0;
-    for (size_t i = 0; i < n; ++i)
-      total += probs[i] = std::exp(double(logits[size_t(order[i])] - logits[size_t(order[0])]) / temperature);
-    int differ = 0;
-    for (int draw = 0; draw < 300; ++draw) {
-      std::uniform_real_distribution<double> uniform(0.0, total);
-      const double r = uniform(rng);
-      double acc = 0;
-      size_t i = 0;
-      while (i + 1 < n && r >= (acc += probs[i])) ++i;
-      const int32_t got = s.sample(logits, {});
-      ASSERT_NE(got, 17);
-      differ += got != order[i];
-    }
+    const WalkComparison c = compare_with_sorted_walk(s, v, ranked_weights(v, temperature), v.order.size(), 300);
+    EXPECT_EQ(c.picked.count(17), 0u) << "the banned token was drawn";
     // Sums taken in another order round differently: a draw within ~1e-16 of a boundary could fall either side.
-    EXPECT_EQ(differ, 0) << "temperature " << temperature;
+    EXPECT_EQ(c.differ, 0) << "temperature " << temperature;
   }
 }
 
 // Top-p and min-p without top-k (what most clients send) keep what the full sort kept and draw the same token: the
 // oracle is the walk over the whole vocabulary sorted by logit, cut at min-p's floor and at top-p's crossing.
 TEST(Sampler, NucleusDrawsPickWhatTheSortedWalkPicks) {
-  const size_t n = 151936;  // Qwen3's vocabulary
-  std::mt19937 fill(5);
-  std::normal_distribution<float> normal(0.0f, 3.0f);
-  std::vector<float> logits(n);
-  for (float& l : logits) l = normal(fill);
-  logits[23] = -INFINITY;
-  std::vector<int32_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
-  for (float temperature : {0.7f})
-    for (float top_p : {0.5f, 0.9f, 0.999f, 1.0f})
-      for (float min_p : {0.0f, 0.02f, 0.2f}) {
-        if (top_p == 1.0f && min_p == 0.0f) continue;  // the untruncated walk (tested above)
-        SamplingParams p;
-        p.temperature = temperature;
-        p.top_p = top_p;
-        p.min_p = min_p;
-        p.seed = 19;
-        p.has_seed = true;
-        Sampler s(p);
-        std::mt19937_64 rng(p.seed);
-        std::vector<double> probs(n);
-        double sum = 0;
-        for (size_t i = 0; i < n; ++i)
-          sum += probs[i] = std::exp(double(logits[size_t(order[i])] - logits[size_t(order[0])]) / temperature);
-        for (double& q : probs) q /= sum;
-        size_t keep = n;
-        if (min_p > 0) {
-          size_t k = 1;
-          while (k < keep && probs[k] >= min_p * probs[0]) ++k;
-          keep = k;
-        }
-        if (top_p < 1) {
-          double cumulative = 0;
-          size_t k = 0;
-          while (k < keep) {
-            cumulative += probs[k++];
-            if (cumulative >= top_p) break;
-          }
-          keep = k;
-        }
-        double total = 0;
-        for (size_t i = 0; i < keep; ++i) total += probs[i];
-        int differ = 0;
-        std::set<int32_t> seen;
-        for (int draw = 0; draw < 60; ++draw) {
-          std::uniform_real_distribution<double> uniform(0.0, total);
-          const double r = uniform(rng);
-          double acc = 0;
-          size_t i = 0;
-          while (i + 1 < keep && r >= (acc += probs[i])) ++i;
-          const int32_t got = s.sample(logits, {});
-          ASSERT_NE(got, 23);
-          differ += got != order[i];
-          seen.insert(got);
-        }
-        EXPECT_EQ(differ, 0) << "temperature " << temperature << " top_p " << top_p << " min_p " << min_p << " keep "
-                             << keep;
-        EXPECT_LE(seen.size(), keep);
+  const SortedVocabulary v = sorted_vocabulary(5, 23);
+  const float temperature = 0.7f;
+  std::vector<double> probs = ranked_weights(v, temperature);
+  double sum = 0;
+  for (double q : probs) sum += q;
+  for (double& q : probs) q /= sum;
+  for (float top_p : {0.5f, 0.9f, 0.999f, 1.0f})
+    for (float min_p : {0.0f, 0.02f, 0.2f}) {
+      if (top_p == 1.0f && min_p == 0.0f) continue;  // the untruncated walk (tested above)
+      SamplingParams p;
+      p.temperature = temperature;
+      p.top_p = top_p;
+      p.min_p = min_p;
+      p.seed = 19;
+      p.has_seed = true;
+      Sampler s(p);
+      size_t keep = probs.size();
+      if (min_p > 0) {
+        size_t k = 1;
+        while (k < keep && probs[k] >= min_p * probs[0]) ++k;
+        keep = k;
       }
+      if (top_p < 1) {
+        double cumulative = 0;
+        size_t k = 0;
+        while (k < keep) {
+          cumulative += probs[k++];
+          if (cumulative >= top_p) break;
+        }
+        keep = k;
+      }
+      const WalkComparison c = compare_with_sorted_walk(s, v, probs, keep, 60);
+      EXPECT_EQ(c.picked.count(23), 0u) << "the banned token was drawn";
+      EXPECT_EQ(c.differ, 0) << "top_p " << top_p << " min_p " << min_p << " keep " << keep;
+      EXPECT_LE(c.picked.size(), keep);
+    }
 }

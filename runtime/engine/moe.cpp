@@ -55,7 +55,7 @@ MoeBlock::MoeBlock(const model::ModelWeights& w, kernels::ThreadPool& pool, tier
   for (int64_t i = L - 2; i >= 0; --i)
     next_sparse_[size_t(i)] = expert_layer_[size_t(i + 1)] >= 0 ? i + 1 : next_sparse_[size_t(i + 1)];
   lookahead_layers_ = std::max<int64_t>(1, cache_.options().lookahead_layers);
-  row_scratch_.resize(size_t(std::max(pool.size(), 1)));
+  route_scratch_.resize(size_t(std::max(pool.size(), 1)));
 }
 
 // The router's scores (softmax over all experts, or DeepSeek-V3's sigmoid), then the k best by the choice scores:
@@ -132,7 +132,7 @@ void route_top_k(const model::ModelConfig& config, float* logits, const float* b
 }
 
 void MoeBlock::top_k(const float* logits, const float* bias, int32_t* ids, float* weights) const {
-  route_top_k(w_.config, const_cast<float*>(logits), bias, ids, weights, route_scratch_);
+  route_top_k(w_.config, const_cast<float*>(logits), bias, ids, weights, route_scratch_[0]);
 }
 
 void MoeBlock::route(int64_t layer, const float* x, int64_t n) {
@@ -151,15 +151,15 @@ void MoeBlock::route(int64_t layer, const float* x, int64_t n) {
     // A prefill chunk's rows choose their experts on the pool, each thread with its own scratch: route() took
     // 3.7-4.2 ms of a 128-row chunk's ~60 ms at 16 threads on the device's Xeon, its router GEMM already on the
     // pool and the top-k of every row on the calling thread. A few rows choose here.
-    if (n >= kParallelRouteRows) {
-      pool_.parallel_for(n, [&](int64_t begin, int64_t end, int thread) {
-        for (int64_t i = begin; i < end; ++i)
-          route_top_k(w_.config, logits + i * experts_, bias, ids + i * k_, weights + i * k_,
-                      row_scratch_[size_t(thread)]);
-      });
-    } else {
-      for (int64_t i = 0; i < n; ++i) top_k(logits + i * experts_, bias, ids + i * k_, weights + i * k_);
-    }
+    auto choose = [&](int64_t begin, int64_t end, int thread) {
+      for (int64_t i = begin; i < end; ++i)
+        route_top_k(w_.config, logits + i * experts_, bias, ids + i * k_, weights + i * k_,
+                    route_scratch_[size_t(thread)]);
+    };
+    if (n >= kParallelRouteRows)
+      pool_.parallel_for(n, choose);
+    else
+      choose(0, n, 0);
     if (!L.per_expert_scale.empty())
       for (int64_t j = 0; j < n * k_; ++j) weights[j] *= L.per_expert_scale[size_t(ids[j])];
   }

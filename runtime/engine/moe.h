@@ -85,8 +85,8 @@ class MoeBlock {
   std::vector<std::vector<int32_t>> expert_rows_;
   std::vector<std::vector<float>> expert_weights_;
   std::vector<int32_t> used_, batch_, lookahead_ids_;
-  mutable RouteScratch route_scratch_;
-  std::vector<RouteScratch> row_scratch_;  // one per pool thread: a prefill chunk's rows routed in parallel
+  // One per pool thread (a prefill chunk's rows are routed in parallel); the calling thread's own choices use [0].
+  mutable std::vector<RouteScratch> route_scratch_;
   std::vector<float> lookahead_weights_;
   std::vector<int64_t> expert_layer_;  // per model layer: its expert-tier index, -1 for dense layers
   std::vector<int64_t> next_sparse_;   // per model layer: the next sparse model layer, -1 when none

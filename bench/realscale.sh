@@ -39,7 +39,7 @@
 # Environment: MODEL=qwen3-30b-a3b|deepseek-v2-lite|gpt-oss-20b PACK=q4|q8_0 WORK=/work/scratch-realscale LIMITS="8 4" TOKENS=128 PROMPTS=3 LLAMA_TOKENS=$TOKENS PORT=5491
 #              DISK_SECONDS=20 (0: no step 1b) ROUTING_LAYERS (a cut of the model's first N layers for the
 #              routing table: its layers are the full model's, the time is not)
-#              REUSE_WISDOM=1 (a rerun keeps an existing wisdom-<limit>g.json) PREFETCH_MODES="on off" (also: inline) LLAMA=0 (no
+#              REUSE_WISDOM=1 (a rerun keeps an existing wisdom-<limit>g.json) PREFETCH_MODES="on off" (also: inline; "+laN" / "+tN" add --expert-lookahead N / --threads N) LLAMA=0 (no
 #              llama.cpp step, for reruns of tierlm rows; deepseek-v2-lite, gpt-oss-20b: always 0)
 #              KEEP=1 (keep the model files; else they are deleted at the end: ~36 GB qwen, ~14 GB gpt-oss) ROUTING_STATS=0 (skip the
 #              routing table, e.g. while one is being made beside)
@@ -189,7 +189,19 @@ for limit in $limits; do
     log "${limit} GiB: serve, prefetch $prefetch"
     # on: the plan's prefetch; off: --expert-prefetch 0; inline: prefetch on, landed reads converted on the forward
     # thread (--expert-conversion inline) instead of the cache's worker: the worker's effect.
-    case "$prefetch" in off) extra=(--expert-prefetch 0) ;; inline) extra=(--expert-conversion inline) ;; *) extra=() ;; esac
+    # A mode may also join, with "+", laN (--expert-lookahead N: the next N sparse layers guessed) and tN
+    # (--threads N), e.g. "on+la2+t12"; the bound stays the plan's (its threads).
+    extra=()
+    for part in ${prefetch//+/ }; do
+      case "$part" in
+        on) ;;
+        off) extra+=(--expert-prefetch 0) ;;
+        inline) extra+=(--expert-conversion inline) ;;
+        la[0-9]*) extra+=(--expert-lookahead "${part#la}") ;;
+        t[0-9]*) extra+=(--threads "${part#t}") ;;
+        *) log "unknown PREFETCH_MODES part '$part' (on, off, inline, laN, tN)"; exit 2 ;;
+      esac
+    done
     drop_caches; reset_peak
     l0=$(load1)
     # Not through the in_cg function: `fn &` forks a subshell, and $! must be the server itself (sh execs it).

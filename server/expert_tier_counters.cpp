@@ -30,6 +30,8 @@ void ExpertTierCounters::refresh() {
   c.inline_conversions = t.inline_conversions;
   c.inline_conversion_seconds = t.inline_conversion_seconds;
   c.conversion_wait_seconds = t.conversion_wait_seconds;
+  c.moe_seconds = t.moe_seconds;
+  c.expert_compute_seconds = t.expert_compute_seconds;
   c.expert_read_errors = t.read_errors;
   c.bytes_by_tier["disk"] = disk_bytes_;
   std::lock_guard lock(mutex_);

@@ -174,6 +174,10 @@ json::object Telemetry::health() const {
   tier["inline_conversions"] = t.inline_conversions;
   tier["inline_conversion_seconds"] = t.inline_conversion_seconds;
   tier["conversion_wait_seconds"] = t.conversion_wait_seconds;
+  // The forward thread's time in the MoE blocks and, of it, running the experts (the rest of a token: attention,
+  // dense layers, sampling; of the MoE time besides compute: read stall, conversions, routing).
+  tier["moe_seconds"] = t.moe_seconds;
+  tier["expert_compute_seconds"] = t.expert_compute_seconds;
   // Expert loads that failed: a demand load fails its request (HTTP 500 naming the expert), a prefetch is dropped.
   tier["expert_read_errors"] = t.expert_read_errors;
   // Lookahead prefetch (runtime/engine/moe.cpp): reads started, requests they served, reads evicted unused.
@@ -300,6 +304,11 @@ std::string Telemetry::metrics() const {
   e.family("tierlm_expert_conversion_wait_seconds_total", "counter",
            "Time the forward pass waited for the worker to finish converting an expert it needed.");
   e.sample("tierlm_expert_conversion_wait_seconds_total", t.conversion_wait_seconds);
+  e.family("tierlm_moe_seconds_total", "counter",
+           "Time the forward pass spent in the MoE blocks of streamed layers (routing, reads, conversions, experts).");
+  e.sample("tierlm_moe_seconds_total", t.moe_seconds);
+  e.family("tierlm_expert_compute_seconds_total", "counter", "Of that time, running the experts.");
+  e.sample("tierlm_expert_compute_seconds_total", t.expert_compute_seconds);
   e.family("tierlm_expert_read_errors_total", "counter",
            "Expert loads that failed (a demand load fails its request; a failed prefetch is dropped).");
   e.sample("tierlm_expert_read_errors_total", double(t.expert_read_errors));

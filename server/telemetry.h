@@ -39,6 +39,8 @@ struct TieringCounters {
   uint64_t inline_conversions = 0;        // ... of them done by the forward thread itself
   double inline_conversion_seconds = 0;   // ... and the time those took
   double conversion_wait_seconds = 0;     // time the forward thread waited for the worker's conversions
+  double moe_seconds = 0;                 // the forward thread's time in the streamed MoE blocks
+  double expert_compute_seconds = 0;      // ... of it, running the experts
   uint64_t expert_read_errors = 0;  // expert loads that failed (demand: the request failed; prefetch: dropped)
   std::map<std::string, uint64_t> bytes_by_tier;  // bytes held per tier beyond the ledger's RAM, e.g. {"disk": n}
   double hit_rate() const { return cache_hits + cache_misses ? double(cache_hits) / double(cache_hits + cache_misses) : 0; }

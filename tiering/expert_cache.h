@@ -84,6 +84,11 @@ class ExpertCache {
 
   ExpertTierTelemetry telemetry() const;
   void reset_counters();
+  // The caller's (MoE block's) time in one accumulate and its experts' compute: counted with the tier's telemetry.
+  void add_moe_time(double moe_seconds, double expert_compute_seconds) {
+    counters_.moe_seconds += moe_seconds;
+    counters_.expert_compute_seconds += expert_compute_seconds;
+  }
   const ExpertStore& store() const { return store_; }
   const ExpertCacheOptions& options() const { return options_; }
 

@@ -37,6 +37,11 @@ struct ExpertTierTelemetry {
   uint64_t inline_conversions = 0;
   double inline_conversion_seconds = 0;
   double conversion_wait_seconds = 0;
+  // The forward pass's time in the MoE blocks of the tier's layers (routing, lookahead, waiting for reads and
+  // conversions, running the experts) and, of it, running the experts (the expert GEMMs, gates and sums): a token's
+  // time outside moe_seconds is attention, dense layers, sampling.
+  double moe_seconds = 0;
+  double expert_compute_seconds = 0;
   int64_t resident_experts = 0, cache_slots = 0;
   uint64_t expert_bytes = 0;  // one expert block in memory
   std::string policy;         // "lru" | "frequency"

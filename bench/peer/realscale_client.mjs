@@ -16,7 +16,8 @@ const maxTokens = Number(maxTokensArg);
 const client = new OpenAI({baseURL: `${baseURL}/v1`, apiKey: "unused", maxRetries: 0, timeout: 3600 * 1000});
 const health = async () => (await (await fetch(`${baseURL}/health`)).json());
 const counterNames = ["disk_bytes_read", "disk_reads", "cache_hits", "cache_misses", "prefetches", "prefetch_hits",
-    "prefetch_wasted", "read_stall_seconds"];
+    "prefetch_wasted", "read_stall_seconds", "moe_seconds", "expert_compute_seconds", "inline_conversion_seconds",
+    "conversion_wait_seconds"];
 const tierOf = h => Object.fromEntries(counterNames.map(k => [k, Number(h.tiering?.[k] ?? 0)]));
 
 const model = (await client.models.list()).data[0].id;

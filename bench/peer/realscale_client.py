@@ -12,7 +12,8 @@ import time
 import urllib.request
 
 COUNTERS = ["disk_bytes_read", "disk_reads", "cache_hits", "cache_misses", "prefetches", "prefetch_hits",
-            "prefetch_wasted", "read_stall_seconds"]
+            "prefetch_wasted", "read_stall_seconds", "moe_seconds", "expert_compute_seconds",
+            "inline_conversion_seconds", "conversion_wait_seconds"]
 
 
 def get(url):

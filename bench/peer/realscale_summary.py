@@ -101,7 +101,7 @@ def main():
                 + (f"{res['decode_tps'] / llama_tps:.2f}x" if llama_tps else "-") + f" | {bound:.2f} ({compute:.2f} / {disk:.2f}) | "
                 f"{100 * res['decode_tps'] / bound:.0f}% | {per_token / MIB:.1f} | "
                 f"{d['cache_hits'] / lookups if lookups else 0:.3f} | "
-                + (f"{precision:.2f} / {recall:.2f}" if r["prefetch"] != "off" else "-")
+                + (f"{precision:.2f} / {recall:.2f}" if "off" not in r["prefetch"].split("+") else "-")
                 + f" | {1e3 * d['read_stall_seconds'] / n:.0f} | {gib(r['cgroup_peak'])} / {limit} GiB | "
                 f"{(mem.get('rss_bytes') or 0) / GIB:.2f} / {mem['ledger_peak_bytes'] / GIB:.2f} / "
                 f"{mem['ledger_budget_bytes'] / GIB:.2f} GiB | "
@@ -113,6 +113,17 @@ def main():
                          + f" (expert read {read_bytes} B), "
                          f"decode {res['decode_tokens']} tokens over {len(res['requests'])} requests, per request "
                          + ", ".join(f"{q['decode_tps']:.2f}" for q in res["requests"]) + " tok/s")
+            if d.get("moe_seconds"):
+                # Where a decode token's time went (the forward thread's counters over the decode windows).
+                ms = lambda key: 1e3 * d.get(key, 0.0) / n
+                token = 1e3 * res["decode_seconds"] / n
+                rest = ms("moe_seconds") - ms("expert_compute_seconds") - ms("read_stall_seconds") - \
+                    ms("inline_conversion_seconds") - ms("conversion_wait_seconds")
+                notes.append(f"{limit} GiB prefetch {r['prefetch']}: a token {token:.1f} ms = outside the MoE blocks "
+                             f"{token - ms('moe_seconds'):.1f} + MoE {ms('moe_seconds'):.1f} (experts' compute "
+                             f"{ms('expert_compute_seconds'):.1f}, read stall {ms('read_stall_seconds'):.1f}, inline "
+                             f"conversion {ms('inline_conversion_seconds'):.1f}, conversion wait "
+                             f"{ms('conversion_wait_seconds'):.1f}, routing and the rest {rest:.1f})")
         if llama:
             res = llama["result"]
             out.append(f"| {limit} GiB | llama.cpp mmap | {res['decode_tps']:.2f} | 1.00x | - | - | "

@@ -1,6 +1,7 @@
 #include "runtime/engine/moe.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -240,6 +241,9 @@ void MoeBlock::accumulate(int64_t layer, const float* x, int64_t n, float* hidde
   const int64_t el = expert_layer_.at(size_t(layer));
   if (el < 0) throw std::logic_error("moe: accumulate on a dense layer");
   if (!route_x) route_x = x;
+  using clock = std::chrono::steady_clock;
+  const clock::time_point entered = clock::now();
+  clock::duration computing{};
   route(layer, route_x, n);
   // Experts in memory first: while they compute, the reads of the missing ones are in flight.
   std::stable_partition(used_.begin(), used_.end(), [&](int32_t e) { return cache_.cached(el, e); });
@@ -282,7 +286,9 @@ void MoeBlock::accumulate(int64_t layer, const float* x, int64_t n, float* hidde
       for (; done < batch.size(); ++done) {
         const int32_t e = batch[done];
         const tiering::ExpertViews views = cache_.acquire(el, e, &pool_);
+        const clock::time_point started = clock::now();
         run_expert(views, expert_rows_[size_t(e)], expert_weights_[size_t(e)], x, hidden);
+        computing += clock::now() - started;
         cache_.release(el, e);
       }
     } catch (...) {
@@ -293,6 +299,8 @@ void MoeBlock::accumulate(int64_t layer, const float* x, int64_t n, float* hidde
     }
   }
   if (w_.layers[size_t(layer)].shared_down.view.rows) shared_expert(w_.layers[size_t(layer)], x, n, hidden);
+  cache_.add_moe_time(std::chrono::duration<double>(clock::now() - entered).count(),
+                      std::chrono::duration<double>(computing).count());
 }
 
 }  // namespace tierlm::engine

@@ -104,10 +104,18 @@ TEST(ExpertTierCounters, MoeTierCountersReachHealthAndMetrics) {
   EXPECT_EQ(h.at("tiering").at("inline_conversion_seconds").as_double(), direct.inline_conversion_seconds);
   EXPECT_EQ(h.at("tiering").at("conversion_wait_seconds").as_double(), direct.conversion_wait_seconds);
   EXPECT_EQ(h.at("tiering").at("expert_read_errors").to_number<double>(), 0.0);
+  // The forward thread's time in the MoE blocks, and of it the experts' compute: both counted, the part within the
+  // whole, and published as the tier counted them.
+  EXPECT_GT(direct.expert_compute_seconds, 0.0);
+  EXPECT_GT(direct.moe_seconds, direct.expert_compute_seconds);
+  EXPECT_EQ(h.at("tiering").at("moe_seconds").as_double(), direct.moe_seconds);
+  EXPECT_EQ(h.at("tiering").at("expert_compute_seconds").as_double(), direct.expert_compute_seconds);
   for (const auto& [name, value] :
        {std::pair<std::string, double>{"tierlm_expert_inline_conversions_total", double(direct.inline_conversions)},
         {"tierlm_expert_inline_conversion_seconds_total", direct.inline_conversion_seconds},
         {"tierlm_expert_conversion_wait_seconds_total", direct.conversion_wait_seconds},
+        {"tierlm_moe_seconds_total", direct.moe_seconds},
+        {"tierlm_expert_compute_seconds_total", direct.expert_compute_seconds},
         {"tierlm_expert_read_errors_total", 0.0}})
     EXPECT_NE(metrics.find(fmt::format("{} {}", name, value)), std::string::npos) << name;
   TelemetryCursor cursor;

@@ -178,14 +178,10 @@ void ExpertCache::settle(Slot& s, std::unique_lock<std::mutex>& lock) {
 void ExpertCache::load(int64_t index, int64_t k, bool prefetch) {
   Slot& s = slots_[size_t(index)];
   if (state_of(s) == State::loading) {  // an unused prefetch still in flight
-    // A guess whose reads are all still queued is dropped at no cost; one in the kernel is waited for (the reader
-    // writes into this slot's staging).
-    if (!reader_.cancel(s.ticket)) {
-      try {
-        reader_.wait(s.ticket);
-      } catch (const ReaderError&) {  // its bytes are thrown away anyway; it failed all the same
-        ++counters_.read_errors;
-      }
+    try {
+      reader_.wait(s.ticket);
+    } catch (const ReaderError&) {  // its bytes are thrown away anyway; it failed all the same
+      ++counters_.read_errors;
     }
     in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), int32_t(index)));
   }
@@ -204,24 +200,14 @@ void ExpertCache::load(int64_t index, int64_t k, bool prefetch) {
   lock.unlock();
   s.last_use = clock_;
   slot_of_[size_t(k)] = int32_t(index);
-  start_read(int32_t(index), prefetch ? guess_deadline(k / store_.experts()) : demand_deadline());
+  start_read(int32_t(index));
 }
 
-void ExpertCache::start_read(int32_t index, uint64_t due) {
+void ExpertCache::start_read(int32_t index) {
   Slot& s = slots_[size_t(index)];
   s.ticket = reader_.submit(
-      store_.plan(s.key / store_.experts(), s.key % store_.experts(), s.block.data(), s.staging.data()), due);
+      store_.plan(s.key / store_.experts(), s.key % store_.experts(), s.block.data(), s.staging.data()));
   in_flight_.push_back(index);
-}
-
-uint64_t ExpertCache::guess_deadline(int64_t layer) const {
-  const int64_t layers = store_.layers();
-  int64_t ahead = layer + 1;  // before the first request: layer 0 comes first
-  if (last_layer_ >= 0) {
-    ahead = ((layer - last_layer_) % layers + layers) % layers;
-    if (ahead == 0) ahead = layers;  // this layer again: the next step's
-  }
-  return 2 * (requests_ + uint64_t(ahead)) + 1;
 }
 
 // Nothing of a failed load stays behind: the next request of the expert misses and reads it again (the error may
@@ -246,8 +232,6 @@ void ExpertCache::request(int64_t layer, std::span<const int32_t> experts) {
     per_layer.hits += experts.size();
     return;
   }
-  ++requests_;
-  last_layer_ = layer;
   std::vector<int64_t> missing;
   for (int32_t e : experts) {
     if (e < 0 || e >= store_.experts()) throw std::out_of_range(fmt::format("expert {} does not exist", e));
@@ -414,7 +398,7 @@ ExpertViews ExpertCache::acquire(int64_t layer, int32_t expert, kernels::ThreadP
           s.state = State::loading;
           s.error.clear();
           lock.unlock();
-          start_read(i, demand_deadline());
+          start_read(i);
           lock.lock();
           break;
         }
@@ -445,20 +429,6 @@ ExpertViews ExpertCache::acquire(int64_t layer, int32_t expert, kernels::ThreadP
         throw std::logic_error(fmt::format("expert cache: expert {}.{} has no read", layer, expert));
     }
   }
-}
-
-bool ExpertCache::landed(int64_t layer, int32_t expert) {
-  const int64_t k = key(layer, expert);
-  if (mapping_ || resident_of_[size_t(k)] >= 0) return true;
-  const int32_t i = slot_of_[size_t(k)];
-  if (i < 0) return true;  // not requested: acquire() will say so
-  dispatch();
-  return state_of(slots_[size_t(i)]) != State::loading;
-}
-
-void ExpertCache::wait_for_a_read() {
-  reader_.wait_any();
-  dispatch();
 }
 
 void ExpertCache::release(int64_t layer, int32_t expert) {

@@ -78,10 +78,6 @@ class ExpertCache {
   // A guess is for its layer's next request(): one that request does not ask for is counted wasted there and stays
   // only as a cached expert.
   void prefetch(int64_t layer, std::span<const int32_t> experts);
-  // True once a requested expert's read has landed (or failed): acquire() would not wait for the disk. Never blocks.
-  bool landed(int64_t layer, int32_t expert);
-  // Blocks until some read in flight lands (counted as read stall), and hands on what landed.
-  void wait_for_a_read();
   bool resident(int64_t layer, int32_t expert) const;
   bool cached(int64_t layer, int32_t expert) const;  // resident or in a slot (ready or loading)
   int64_t available_slots() const;                   // slots with no pinned expert
@@ -116,12 +112,7 @@ class ExpertCache {
   // own loads).
   int64_t choose_victim(bool for_prefetch, std::span<const int64_t> fresh = {});
   void load(int64_t slot, int64_t key, bool prefetch);
-  void start_read(int32_t slot, uint64_t due);  // submits the slot's reads (state already loading)
-  // A read's place in the reader's queue (smaller starts first), counted in half requests: a demand read is due at
-  // this request (2n); a guess of `layer` at the request that layer makes next (layers ahead of the last request,
-  // wrapping into the next step), behind that request's own demand reads (2n + 1).
-  uint64_t demand_deadline() const { return 2 * requests_; }
-  uint64_t guess_deadline(int64_t layer) const;
+  void start_read(int32_t slot);                   // submits the slot's reads (state already loading)
   void drop(Slot& s);                              // a failed load: forget its key, unpin, empty (under mutex_)
   std::string load_error(const Slot& s, const std::string& what) const;  // names the expert
   void dispatch();                                 // slots whose reads have landed -> staged (and to the worker)
@@ -144,8 +135,6 @@ class ExpertCache {
   std::vector<int32_t> resident_of_;  // per key: resident block index or -1
   std::vector<uint32_t> frequency_;   // per key, aged
   uint64_t clock_ = 0, uses_since_aging_ = 0;
-  uint64_t requests_ = 0;     // request() calls so far: the reader's deadlines count in them
-  int64_t last_layer_ = -1;  // the layer of the last request()
   int64_t prefetch_in_flight_ = 0;
   ExpertTierTelemetry counters_;
   ReaderStats reader_base_;

@@ -5,11 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <iterator>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -75,12 +73,9 @@ ExpertReader::~ExpertReader() {
 
 bool ExpertReader::direct(int32_t file) const { return direct_.at(size_t(file)); }
 
-ExpertReader::Ticket ExpertReader::submit(std::span<const ReadRequest> requests, uint64_t priority) {
+ExpertReader::Ticket ExpertReader::submit(std::span<const ReadRequest> requests) {
   const Ticket ticket = next_ticket_++;
   uint32_t chunks = 0;
-  // After the last queued chunk of this priority or less; the ticket's own chunks stay in order.
-  auto at = pending_.end();
-  while (at != pending_.begin() && std::prev(at)->priority > priority) --at;
   for (const ReadRequest& r : requests) {
     if (r.file < 0 || size_t(r.file) >= fds_.size()) throw ReaderError(fmt::format("read of unknown file {}", r.file));
     if (direct_[size_t(r.file)] && (r.offset % alignment_ || r.length % alignment_ ||
@@ -89,8 +84,7 @@ ExpertReader::Ticket ExpertReader::submit(std::span<const ReadRequest> requests,
                                     paths_[size_t(r.file)], r.offset, r.length, alignment_));
     for (uint64_t done = 0; done < r.length; done += options_.block_size) {
       const uint64_t len = std::min(options_.block_size, r.length - done);
-      at = std::next(pending_.insert(at, {ticket, r.file, r.offset + done, len, static_cast<char*>(r.dest) + done,
-                                          priority}));
+      pending_.push_back({ticket, r.file, r.offset + done, len, static_cast<char*>(r.dest) + done});
       ++chunks;
     }
     ++stats_.requests;
@@ -99,25 +93,6 @@ ExpertReader::Ticket ExpertReader::submit(std::span<const ReadRequest> requests,
   if (chunks == 0) complete_empty(ticket);
   pump(false);
   return ticket;
-}
-
-std::vector<ExpertReader::Ticket> ExpertReader::queue_order() const {
-  std::vector<Ticket> order;
-  for (const Chunk& c : pending_) order.push_back(c.ticket);
-  return order;
-}
-
-bool ExpertReader::cancel(Ticket ticket) {
-  if (ticket < first_live_ || ticket >= next_ticket_) return false;
-  uint32_t& left = outstanding_[size_t(ticket - first_live_)];
-  if (left == 0) return false;
-  const auto queued = std::count_if(pending_.begin(), pending_.end(), [&](const Chunk& c) { return c.ticket == ticket; });
-  if (uint32_t(queued) != left) return false;  // some of it is in the kernel
-  std::erase_if(pending_, [&](const Chunk& c) { return c.ticket == ticket; });
-  errors_.erase(ticket);
-  left = 0;
-  complete_empty(ticket);
-  return true;
 }
 
 void ExpertReader::complete_empty(Ticket ticket) {
@@ -219,7 +194,7 @@ void ExpertReader::pump(bool block) {
           fail(c->ticket, fmt::format("{}: unexpected end of file at {}", path, c->offset));
           complete(c->ticket);
         } else {  // short read inside the file: read the rest
-          pending_.push_front({c->ticket, c->file, c->offset + got, c->length - got, c->dest + got, c->priority});
+          pending_.push_front({c->ticket, c->file, c->offset + got, c->length - got, c->dest + got});
         }
       } else {
         complete(c->ticket);

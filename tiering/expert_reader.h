@@ -1,9 +1,7 @@
 // tiering/expert_reader.h — asynchronous reads of expert bytes from the model files: io_uring with O_DIRECT, so
 // expert streaming bypasses the page cache (the memory budget holds, and every byte read is one we counted).
 // Reads are split into block_size chunks with at most queue_depth in flight; completion is polled by the caller's
-// thread (no reader thread), so reads proceed in the kernel while the caller computes. Queued chunks start in
-// deadline order (a ticket's priority: smaller first, first come first among equals), so a read needed now does
-// not wait behind guesses for later.
+// thread (no reader thread), so reads proceed in the kernel while the caller computes.
 // Falls back, with one warning per file, to buffered pread where O_DIRECT is refused (ramfs, some FUSE/overlay
 // mounts) or io_uring is unavailable.
 // Owns: the file descriptors and the ring. Never: allocate destination memory (callers pass ledger buffers), or be
@@ -57,13 +55,8 @@ class ExpertReader {
   ExpertReader(const ExpertReader&) = delete;
   ExpertReader& operator=(const ExpertReader&) = delete;
 
-  // Queues the reads and starts as many as the queue depth allows; returns a ticket to wait on. Its chunks queue
-  // ahead of every queued chunk of a larger priority (not ahead of reads already in flight).
-  Ticket submit(std::span<const ReadRequest> requests, uint64_t priority = 0);
-  // Drops a ticket none of whose reads is in flight: its queued chunks never start, its error (if any) is
-  // forgotten, and it counts as done (the destination may hold some of its bytes). False, and nothing changes,
-  // when a read of it is in the kernel: wait for it as usual.
-  bool cancel(Ticket ticket);
+  // Queues the reads and starts as many as the queue depth allows; returns a ticket to wait on.
+  Ticket submit(std::span<const ReadRequest> requests);
   // True once every read of the ticket has completed (makes progress on the queue; never blocks).
   bool done(Ticket ticket);
   // Blocks until every read of the ticket has completed; the time blocked is counted as read stall.
@@ -78,8 +71,6 @@ class ExpertReader {
   // Blocks until nothing is in flight.
   void drain();
 
-  // The tickets of the chunks queued but not yet started, in the order they will start (one entry per chunk).
-  std::vector<Ticket> queue_order() const;
   uint64_t alignment() const { return alignment_; }
   bool direct(int32_t file) const;
   bool using_io_uring() const { return ring_ != nullptr; }
@@ -93,7 +84,6 @@ class ExpertReader {
     int32_t file;
     uint64_t offset, length;
     char* dest;
-    uint64_t priority;
   };
   struct Ring;
   void pump(bool block);

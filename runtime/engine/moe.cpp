@@ -284,16 +284,6 @@ void MoeBlock::accumulate(int64_t layer, const float* x, int64_t n, float* hidde
     size_t done = 0;
     try {
       for (; done < batch.size(); ++done) {
-        // The experts whose reads have landed go first, in the order the reads land: a guess's read may queue
-        // behind this layer's demand reads (the reader starts them first), and each expert computes while the
-        // others are still read.
-        size_t pick = done;
-        while (!cache_.landed(el, batch[pick]))
-          if (++pick == batch.size()) {
-            cache_.wait_for_a_read();
-            pick = done;
-          }
-        std::swap(batch[done], batch[pick]);
         const int32_t e = batch[done];
         const tiering::ExpertViews views = cache_.acquire(el, e, &pool_);
         const clock::time_point started = clock::now();

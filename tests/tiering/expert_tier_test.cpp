@@ -5,11 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
-#include <map>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -64,68 +62,6 @@ TEST(ExpertReader, FallsBackToBufferedWhereODirectIsRefused) {
   test::write_file(mount_point / "f.bin", bytes);
   check_reads(mount_point / "f.bin", bytes, false);
   umount(mount_point.c_str());
-}
-
-// Queued chunks start in deadline order: a later ticket of a smaller priority goes ahead of queued ones of a larger
-// priority, first come first among equals, and a ticket's own chunks stay in order. (Which chunks have started by
-// the time the queue is read depends on the disk; the queue itself must be in that order whatever has started.)
-TEST(ExpertReader, QueuedReadsStartInDeadlineOrder) {
-  test::TempDir dir;
-  test::write_file(dir / "f.bin", random_bytes(64 * 4096, 7));
-  tiering::ReaderOptions o;
-  o.queue_depth = 1;
-  o.block_size = 4096;
-  tiering::ExpertReader reader({(dir / "f.bin").string()}, o);
-  if (!reader.direct(0) || !reader.using_io_uring())
-    GTEST_SKIP() << "skipped: needs O_DIRECT reads through io_uring here (buffered reads finish within submit)";
-  tiering::Ledger ledger;
-  tiering::LedgerBuffer buf(ledger, "test", 64 * 4096, 4096);
-  auto read = [&](int first, int blocks, uint64_t priority) {
-    const tiering::ReadRequest r{0, uint64_t(first) * 4096, uint64_t(blocks) * 4096, buf.as<char>() + first * 4096};
-    return reader.submit(std::span(&r, 1), priority);
-  };
-  const auto a = read(0, 8, 5), b = read(8, 2, 9), c = read(10, 3, 1), d = read(13, 2, 5), e = read(15, 1, 9);
-  const std::map<tiering::ExpertReader::Ticket, uint64_t> priority = {{a, 5}, {b, 9}, {c, 1}, {d, 5}, {e, 9}};
-  const auto order = reader.queue_order();
-  ASSERT_GE(order.size(), 8u);  // at most a few of the 16 chunks can have started: one in flight at a time
-  for (size_t i = 1; i < order.size(); ++i) {
-    const auto p0 = priority.at(order[i - 1]), p1 = priority.at(order[i]);
-    EXPECT_TRUE(p0 < p1 || (p0 == p1 && order[i - 1] <= order[i])) << "chunk " << i << ": ticket " << order[i]
-                                                                    << " queued behind ticket " << order[i - 1];
-  }
-  EXPECT_EQ(std::count(order.begin(), order.end(), c), 3);  // c came last but has not started behind a, b or d
-  reader.drain();
-  EXPECT_EQ(reader.stats().bytes_read, 16u * 4096);
-}
-
-// A ticket none of whose chunks is in the kernel is dropped whole (its destination untouched, counted done); one
-// with a chunk in flight is not, and is waited for as usual.
-TEST(ExpertReader, CancelDropsOnlyTicketsNotYetInFlight) {
-  test::TempDir dir;
-  const std::string bytes = random_bytes(64 * 4096, 8);
-  test::write_file(dir / "f.bin", bytes);
-  tiering::ReaderOptions o;
-  o.queue_depth = 1;
-  o.block_size = 4096;
-  tiering::ExpertReader reader({(dir / "f.bin").string()}, o);
-  if (!reader.direct(0) || !reader.using_io_uring())
-    GTEST_SKIP() << "skipped: needs O_DIRECT reads through io_uring here (buffered reads finish within submit)";
-  tiering::Ledger ledger;
-  tiering::LedgerBuffer buf(ledger, "test", 64 * 4096, 4096);
-  std::memset(buf.data(), 0xAB, 64 * 4096);
-  const tiering::ReadRequest first{0, 0, 8 * 4096, buf.as<char>()}, second{0, 8 * 4096, 2 * 4096, buf.as<char>() + 8 * 4096};
-  const auto a = reader.submit(std::span(&first, 1));
-  const auto b = reader.submit(std::span(&second, 1));
-  EXPECT_FALSE(reader.cancel(a));  // its first chunk started at submit
-  EXPECT_TRUE(reader.cancel(b));
-  EXPECT_TRUE(reader.done(b));
-  EXPECT_FALSE(reader.cancel(b));  // already done
-  reader.wait(a);
-  EXPECT_NO_THROW(reader.wait(b));
-  reader.drain();
-  EXPECT_EQ(std::memcmp(buf.as<char>(), bytes.data(), 8 * 4096), 0);
-  for (int i = 8 * 4096; i < 10 * 4096; ++i) ASSERT_EQ(buf.as<uint8_t>()[i], 0xAB) << "byte " << i;
-  EXPECT_EQ(reader.stats().bytes_read, 8u * 4096);
 }
 
 TEST(ExpertReader, RejectsUnalignedDirectReads) {
@@ -373,57 +309,6 @@ TEST(ExpertCache, PinnedExpertsAreNeverEvictedAndPrefetchIsCounted) {
   const auto t = cache.telemetry();
   EXPECT_EQ(t.prefetches, 1u);
   EXPECT_EQ(t.prefetch_hits, 1u);
-}
-
-// A layer's demand reads start ahead of queued guesses (a guess waits for the reads needed now), and a guess whose
-// reads have not started is dropped when its slot is taken, its expert read again when it is asked for.
-TEST(ExpertCache, DemandReadsGoAheadOfQueuedGuessesAndAQueuedGuessIsDroppedWhenEvicted) {
-  test::TempDir dir;
-  const auto path = dir / "e.tierlm";
-  tiering::PackedHeader h{2, 6, tiering::ExpertLayout::make(kernels::WeightFormat::f32, 32, 32)};
-  tiering::write_packed_experts(path, h, [](int64_t layer, int64_t e, void* block) {
-    static_cast<float*>(block)[0] = float(10 * layer + e);
-  });
-  tiering::ExpertStore store = tiering::ExpertStore::open_packed(path);
-  tiering::ReaderOptions ro;
-  ro.queue_depth = 1;  // one read in flight: the rest wait in the reader's queue
-  ro.block_size = 4096;
-  tiering::ExpertReader reader(store.files(), ro);
-  if (!reader.direct(0) || !reader.using_io_uring())
-    GTEST_SKIP() << "skipped: needs O_DIRECT reads through io_uring here (buffered reads finish within submit)";
-  ASSERT_GT(store.layout().bytes, 2 * ro.block_size);  // an expert is several chunks
-  tiering::Ledger ledger;
-  tiering::ExpertCacheOptions o;
-  o.slots = 4;
-  o.prefetch_limit = 3;
-  tiering::ExpertCache cache(store, reader, ledger, o);
-  auto use = [&](int64_t layer, std::vector<int32_t> experts) {
-    cache.request(layer, experts);
-    for (int32_t e : experts) {
-      EXPECT_EQ(test::PackedExperts::first(cache.acquire(layer, e)), float(10 * layer + e)) << layer << "." << e;
-      cache.release(layer, e);
-    }
-  };
-  use(0, {0});
-  const int32_t guesses[3] = {1, 2, 3};
-  cache.prefetch(1, guesses);  // for layer 1's request, the next one
-  const int32_t four = 4;
-  cache.request(1, std::span(&four, 1));  // not guessed: a demand read, queued after the guesses
-  const auto order = reader.queue_order();
-  ASSERT_FALSE(order.empty());
-  EXPECT_EQ(order.front(), *std::max_element(order.begin(), order.end()))
-      << "the demand read (the newest ticket) must be first in the queue";
-  EXPECT_GT(std::count_if(order.begin(), order.end(), [&](auto t) { return t != order.front(); }), 0);
-  EXPECT_EQ(test::PackedExperts::first(cache.acquire(1, 4)), 14.0f);
-  cache.release(1, 4);
-  // Slots: 0.0 (used), the three guesses, then 4 took 0.0's. Two more misses take two of the guesses, whether their
-  // reads finished, are in flight or still queued; every expert still reads as itself.
-  use(1, {5, 0});
-  use(1, {1, 2, 3});
-  const auto t = cache.telemetry();
-  EXPECT_EQ(t.prefetches, 3u);
-  EXPECT_EQ(t.hits + t.misses, 7u);
-  reader.drain();
 }
 
 // A guess is for its layer's next request: one that request passes over is wasted there, stays cached, and frees

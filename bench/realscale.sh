@@ -39,7 +39,8 @@
 # Environment: MODEL=qwen3-30b-a3b|deepseek-v2-lite|gpt-oss-20b PACK=q4|q8_0 WORK=/work/scratch-realscale LIMITS="8 4" TOKENS=128 PROMPTS=3 LLAMA_TOKENS=$TOKENS PORT=5491
 #              DISK_SECONDS=20 (0: no step 1b) ROUTING_LAYERS (a cut of the model's first N layers for the
 #              routing table: its layers are the full model's, the time is not)
-#              REUSE_WISDOM=1 (a rerun keeps an existing wisdom-<limit>g.json) PREFETCH_MODES="on off" (also: inline; "+laN" / "+tN" add --expert-lookahead N / --threads N) LLAMA=0 (no
+#              REUSE_WISDOM=1 (a rerun keeps an existing wisdom-<limit>g.json) PREFETCH_MODES="on off" (also: inline; "+laN" / "+tN" add --expert-lookahead N / --threads N; "+wNAME": serve
+#              with $WORK/wisdom-<limit>g-NAME.json; "+xNAME": serve with BUILD/tierlm-NAME) LLAMA=0 (no
 #              llama.cpp step, for reruns of tierlm rows; deepseek-v2-lite, gpt-oss-20b: always 0)
 #              KEEP=1 (keep the model files; else they are deleted at the end: ~36 GB qwen, ~14 GB gpt-oss) ROUTING_STATS=0 (skip the
 #              routing table, e.g. while one is being made beside)
@@ -191,7 +192,7 @@ for limit in $limits; do
     # thread (--expert-conversion inline) instead of the cache's worker: the worker's effect.
     # A mode may also join, with "+", laN (--expert-lookahead N: the next N sparse layers guessed) and tN
     # (--threads N), e.g. "on+la2+t12"; the bound stays the plan's (its threads).
-    extra=()
+    extra=(); serve_wisdom="$wisdom"; serve_bin="$build/tierlm"
     for part in ${prefetch//+/ }; do
       case "$part" in
         on) ;;
@@ -199,13 +200,15 @@ for limit in $limits; do
         inline) extra+=(--expert-conversion inline) ;;
         la[0-9]*) extra+=(--expert-lookahead "${part#la}") ;;
         t[0-9]*) extra+=(--threads "${part#t}") ;;
-        *) log "unknown PREFETCH_MODES part '$part' (on, off, inline, laN, tN)"; exit 2 ;;
+        w*) serve_wisdom="$work/wisdom-${limit}g-${part#w}.json" ;;  # a variant of the plan (e.g. edited by hand)
+        x*) serve_bin="$build/tierlm-${part#x}" ;;  # another build beside this one (an A/B in one run)
+        *) log "unknown PREFETCH_MODES part '$part' (on, off, inline, laN, tN, wNAME, xNAME)"; exit 2 ;;
       esac
     done
     drop_caches; reset_peak
     l0=$(load1)
     # Not through the in_cg function: `fn &` forks a subshell, and $! must be the server itself (sh execs it).
-    sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg" "$build/tierlm" serve --model "$model" --wisdom "$wisdom" \
+    sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg" "$serve_bin" serve --model "$model" --wisdom "$serve_wisdom" \
       --port "$port" "${extra[@]}" 2> "$work/serve-${limit}g-$prefetch.log" &
     serve_pid=$!
     for _ in $(seq 600); do

@@ -92,7 +92,10 @@ void pack_mlx_rows(const void* words, const void* scales, const void* biases, So
         // for the hardware prefetcher, so the next four rows' lines are asked for while these are packed.
         if ((b & 3) == 0)
           for (int q = 0; q < 4; ++q)
-            if (in[q]) _mm_prefetch(reinterpret_cast<const char*>(in[q] + 4 * row_bytes + b * 16), _MM_HINT_T0);
+            if (in[q])  // an address only (past the source's end for its last rows): a hint never faults
+              _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(in[q]) +
+                                                         uintptr_t(4 * row_bytes + b * 16)),
+                           _MM_HINT_T0);
         __m128i w[4];
         for (int q = 0; q < 4; ++q)
           w[q] = in[q] ? block_codes(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in[q] + b * 16)))

@@ -86,8 +86,9 @@ struct ComputeSample {
   // a chunk's rows), flops per second by weight format name ("f32", "f16", "bf16", "q8_0", "q4", "mlx_q4",
   // "mxfp4"). Empty in older profiles: the planner then takes the SGEMM probe at kGemmEfficiency.
   std::map<std::string, double> matmul_gflops, matmul16_gflops;
-  // MoE prefill's experts by format, GFLOP/s: one expert after another, gate_up and down GEMMs of 16 rows each
-  // (calibrate/speed_probes.cpp probe_expert_gemm); optional (profiles written before it lack it).
+  // MoE prefill's experts by format, GFLOP/s: a layer's experts on the engine's lanes (each thread whole experts,
+  // gate_up and down GEMMs of 16 rows each; calibrate/speed_probes.cpp probe_expert_gemm); optional (profiles
+  // written before it lack it; those before the lanes timed one expert after another, each split over the pool).
   std::map<std::string, double> expert_gemm_gflops;
 };
 

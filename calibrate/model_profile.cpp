@@ -233,7 +233,8 @@ bj::value to_json(const ModelProfile& p) {
   if (!p.expert_read_extents.empty()) o["moe"].as_object()["read_extents"] = bj::value_from(p.expert_read_extents);
   o["load_scratch_bytes"] = p.load_scratch_bytes;
   if (p.scratch_row_bytes > 0)
-    o["runtime_scratch"] = bj::object{{"row_bytes", p.scratch_row_bytes}, {"fixed_bytes", p.scratch_fixed_bytes}};
+    o["runtime_scratch"] = bj::object{{"row_bytes", p.scratch_row_bytes}, {"fixed_bytes", p.scratch_fixed_bytes},
+                                      {"lane_row_bytes", p.lane_row_bytes}, {"thread_bytes", p.scratch_thread_bytes}};
   if (!p.layer_windows.empty()) o["layer_windows"] = bj::value_from(p.layer_windows);
   if (!p.layer_recurrent_bytes.empty()) o["layer_recurrent_bytes"] = bj::value_from(p.layer_recurrent_bytes);
   if (!p.layer_kv_heads.empty()) o["layer_kv_heads"] = bj::value_from(p.layer_kv_heads);
@@ -331,8 +332,14 @@ ModelProfile model_profile_from_json(const bj::value& v) {
   if (o.contains("load_scratch_bytes")) p.load_scratch_bytes = unsigned_integer(o, "load_scratch_bytes", what);
   if (o.contains("runtime_scratch")) {
     const auto& r = object(field(o, "runtime_scratch", what), what + ".runtime_scratch");
-    p.scratch_row_bytes = unsigned_integer(r, "row_bytes", what);
-    p.scratch_fixed_bytes = unsigned_integer(r, "fixed_bytes", what);
+    // A MoE model measured before the prefill lanes (no lane_row_bytes) left their outputs out of its row bytes:
+    // that measurement is dropped, and the planner estimates the scratch from the shape instead.
+    if (r.contains("lane_row_bytes") || !p.moe()) {
+      p.scratch_row_bytes = unsigned_integer(r, "row_bytes", what);
+      p.scratch_fixed_bytes = unsigned_integer(r, "fixed_bytes", what);
+      if (r.contains("lane_row_bytes")) p.lane_row_bytes = unsigned_integer(r, "lane_row_bytes", what);
+      if (r.contains("thread_bytes")) p.scratch_thread_bytes = unsigned_integer(r, "thread_bytes", what);
+    }
   }
   // Optional per-layer lists of integers >= 0, one entry per layer.
   auto per_layer = [&](const char* key, std::vector<int64_t>& out) {

@@ -108,6 +108,12 @@ struct ModelProfile {
   // row of a step and the fixed rest (measure_model_profile builds Forward at 1 and 2 rows). 0: not measured (a
   // profile from config.json or an older wisdom file), the planner then estimates it from the shape.
   uint64_t scratch_row_bytes = 0, scratch_fixed_bytes = 0;
+  // One row of one of the MoE block's prefill lanes (engine::moe_lane_bytes; the planner charges a lane of up to
+  // kLaneRows rows per thread), left out of scratch_row_bytes. 0: none, or not measured (the planner then takes it
+  // from the shape).
+  uint64_t lane_row_bytes = 0;
+  // What each pool thread beyond the first adds besides its lane (MLA's per-thread work rows); 0: none or not measured.
+  uint64_t scratch_thread_bytes = 0;
   uint64_t expert_bytes = 0;          // one expert block in memory (a resident expert or a cache slot)
   uint64_t expert_payload_bytes = 0;  // what one expert's matvecs stream (without alignment padding)
   uint64_t expert_read_bytes = 0;     // bytes one miss reads from disk

@@ -62,32 +62,51 @@ double distinct_experts(const std::vector<double>& freq, int64_t rows) {
 
 uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
+// One row of one of the MoE block's prefill lanes (engine::moe_lane_bytes, linear in its rows; a lane per pool
+// thread): measured on the model, else from the shape at the smallest MLX group (the most group sums); 0 for a
+// dense model or experts that take no lanes.
+uint64_t lane_row_bytes(const ModelProfile& m) {
+  if (!m.moe()) return 0;
+  if (m.lane_row_bytes > 0) return m.lane_row_bytes;
+  using kernels::WeightFormat;
+  for (WeightFormat f : {WeightFormat::f32, WeightFormat::f16, WeightFormat::bf16, WeightFormat::q8_0, WeightFormat::q4,
+                         WeightFormat::mlx_q4, WeightFormat::mlx_q8, WeightFormat::mxfp4})
+    if (m.expert_format == kernels::format_name(f)) return engine::moe_lane_bytes(f, m.hidden, m.moe_intermediate, 32, 1);
+  return 0;
+}
+
 // Runtime scratch as Forward and MoeBlock allocate it (runtime/engine/forward.cpp, moe.cpp): activations for the
 // rows of one step (the scheduler's step_rows: the prefill chunk plus one decode row per sequence), the MoE block's
 // routing and expert buffers, and the gathered logits of a decode batch (allocated only when more than one
 // sequence's last row is gathered).
-uint64_t runtime_scratch_bytes(const ModelProfile& m, int64_t prefill_chunk, int64_t batch) {
+uint64_t runtime_scratch_bytes(const ModelProfile& m, int64_t prefill_chunk, int64_t batch, int threads) {
   const int64_t chunk = prefill_chunk + batch;
+  // The MoE block's prefill lanes: one per pool thread, each of up to kLaneRows rows (the measured row bytes leave
+  // them out).
+  const uint64_t lanes =
+      uint64_t(std::max(threads, 1)) * uint64_t(std::min(engine::kLaneRows, chunk)) * lane_row_bytes(m) +
+      uint64_t(std::max(threads, 1) - 1) * m.scratch_thread_bytes;
   if (m.scratch_row_bytes > 0)  // measured on the model (measure_model_profile)
     return uint64_t(chunk) * m.scratch_row_bytes + m.scratch_fixed_bytes +
-           (batch > 1 ? uint64_t(batch * m.vocab) * 4 : 0);
+           (batch > 1 ? uint64_t(batch * m.vocab) * 4 : 0) + lanes;
   const int64_t q = m.heads * m.head_dim, kv = m.kv_heads * m.head_dim;
   int64_t floats = chunk * (2 * m.hidden + q + 2 * kv + q) + (batch > 1 ? batch * m.vocab : 0);
   if (m.moe()) {
     const int64_t ffn = std::max(m.moe_intermediate, m.shared_intermediate);
     floats += chunk * (m.experts + 2 * m.top_k + 2 * m.hidden + 3 * ffn) + m.experts;  // ids are int32: 4 bytes too
+    if (lane_row_bytes(m) > 0) floats += chunk * m.top_k * m.hidden;  // the lanes' outputs (chunk x top_k rows)
   } else {
     floats += chunk * 3 * m.intermediate;
   }
   // The kernels' MatmulScratch: int8 activations of the widest weight input (a byte a value, 12 bytes a block of 32,
   // a row pointer set per row), as kernels::matmul_scratch_sizes gives for quantized weights.
   const int64_t widest = std::max({m.hidden, q, m.intermediate, m.moe_intermediate, m.shared_intermediate});
-  return uint64_t(floats) * 4 + uint64_t(chunk) * (uint64_t(widest) + uint64_t(widest) / 32 * 12 + 32);
+  return uint64_t(floats) * 4 + uint64_t(chunk) * (uint64_t(widest) + uint64_t(widest) / 32 * 12 + 32) + lanes;
 }
 
 // The scratch account's peak: loading stages matrices there before the runtime buffers exist.
-uint64_t scratch_bytes(const ModelProfile& m, int64_t chunk, int64_t batch) {
-  return std::max(runtime_scratch_bytes(m, chunk, batch), m.load_scratch_bytes);
+uint64_t scratch_bytes(const ModelProfile& m, int64_t chunk, int64_t batch, int threads) {
+  return std::max(runtime_scratch_bytes(m, chunk, batch, threads), m.load_scratch_bytes);
 }
 
 // Flops of one token's k experts in one MoE layer.
@@ -174,7 +193,13 @@ double row_work_seconds(const ModelProfile& m, int threads, double rows) {
   // The rows an expert gets: the chunk's rows x top_k spread over the experts they touch.
   const double assignments = rows * double(m.top_k);
   const double per_expert = assignments / std::max(1.0, std::min(double(std::max<int64_t>(m.experts, 1)), assignments));
-  (per_expert * double(m.moe_intermediate) >= double(engine::kParallelGateElements) ? parallel : serial) += moe_gate;
+  if (rows > 1 && lane_row_bytes(m) > 0) {
+    // On the engine's lanes the experts' gate and the adding of their outputs are timed with their GEMMs (the
+    // expert probe runs them as the lanes do), not here.
+    serial = 0;
+  } else {
+    (per_expert * double(m.moe_intermediate) >= double(engine::kParallelGateElements) ? parallel : serial) += moe_gate;
+  }
   return parallel / double(std::max(threads, 1)) + serial;
 }
 
@@ -187,7 +212,8 @@ double dense_gemm_seconds(const DeviceProfile& d, const ModelProfile& m, int thr
 }
 
 // MoE prefill's expert GEMMs, flops/s: the expert probe's rate for the format (ComputeSample::expert_gemm_gflops:
-// one expert after another, 16 rows each, as the engine runs them); 0 where the profile lacks it.
+// a layer's experts of 16 rows each in pieces on the engine's lanes, with their gather, gate and the adding of their
+// outputs); 0 where the profile lacks it.
 double expert_gemm_flops(const DeviceProfile& d, int threads, const std::string& format) {
   const ComputeSample* c = sample_for_threads(d, threads);
   if (!c) return 0;
@@ -601,8 +627,8 @@ StepCost evaluate(const DeviceProfile& d, const ModelProfile& m, const Plan& p, 
   auto& mem = pr.memory;
   mem["weights"] = m.dense_bytes();
   mem["kv"] = kv_cache_bytes(m, p.kv_codec, p.context, B, p.prefill_chunk);
-  mem["scratch"] = runtime_scratch_bytes(m, p.prefill_chunk, B);
-  pr.scratch_peak_bytes = scratch_bytes(m, p.prefill_chunk, B);
+  mem["scratch"] = runtime_scratch_bytes(m, p.prefill_chunk, B, p.threads);
+  pr.scratch_peak_bytes = scratch_bytes(m, p.prefill_chunk, B, p.threads);
   if (m.moe()) {
     mem["resident_experts"] = uint64_t(p.resident_count()) * m.expert_bytes;
     mem["expert_cache"] = uint64_t(p.cache_slots) * (m.expert_bytes + m.expert_staging_bytes);
@@ -653,11 +679,11 @@ PrefillCost prefill_cost(const DeviceProfile& d, const ModelProfile& m, const Pl
   const std::string expert_format = m.moe() ? m.expert_format : m.weight_format;
   const double dense_bw = matvec_gbs(d, p.threads, m.weight_format) * 1e9;
   const double expert_bw = matvec_gbs(d, p.threads, expert_format) * 1e9;
-  // The experts are many small GEMMs of a few rows each (a chunk's rows * k / touched), each paying its dispatch,
-  // activation quantization, gather and scatter: far below the probe's rate on one large matrix (q4 at 16 rows on a
-  // 2048 x 1024 expert: 155 GFLOP/s against 743 on 4096 x 4096 at 128 rows, a 2-core VM). They take the expert
-  // probe's rate, which times that pattern over distinct experts (their reads from RAM included). A profile without
-  // it keeps the SGEMM probe at kGemmEfficiency plus one stream of each touched expert: what measured MoE prefill
+  // The experts are many small GEMMs of a few rows each (a chunk's rows * k / touched), each paying its activation
+  // pass, gather and scatter: below the probe's rate on one large matrix (q4 at 16 rows on a 2048 x 1024 expert,
+  // each split over the pool: 155 GFLOP/s against 743 on 4096 x 4096 at 128 rows, a 2-core VM). They take the
+  // expert probe's rate, which times the engine's lanes over distinct experts (their reads from RAM included). A
+  // profile without it keeps the SGEMM probe at kGemmEfficiency plus one stream of each touched expert: what measured MoE prefill
   // matched on the 2-core VM (1.06-1.14 at load 0.7, bench/results/fit-accuracy.md) but 2.6x too slow on an idle
   // 16-core Xeon, where the SGEMM probe's small quick matrix does not scale with the cores.
   const double probed_expert_gemm = expert_gemm_flops(d, p.threads, expert_format);
@@ -850,11 +876,11 @@ Plan plan_for_batch(const DeviceProfile& d, const ModelProfile& m, const PlanReq
   const uint64_t scratch_cap = std::max<uint64_t>(32u << 20, p.budget_bytes / 33);
   p.prefill_chunk = 16;
   for (int64_t chunk : {512, 256, 128, 64, 32, 16})
-    if (runtime_scratch_bytes(m, chunk, p.batch) <= scratch_cap) {
+    if (runtime_scratch_bytes(m, chunk, p.batch, p.threads) <= scratch_cap) {
       p.prefill_chunk = chunk;
       break;
     }
-  const uint64_t scratch = runtime_scratch_bytes(m, p.prefill_chunk, p.batch);
+  const uint64_t scratch = runtime_scratch_bytes(m, p.prefill_chunk, p.batch, p.threads);
   // Loading stages each dense matrix whole (f32) in scratch before the runtime buffers, KV or expert cache exist;
   // with the head loaded last, the load peak is about the dense weights plus the largest staging. The ledger fails
   // the load loudly if that is over the budget, so the plan says so up front (it cannot change the load path).

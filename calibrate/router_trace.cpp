@@ -16,6 +16,7 @@
 #include "calibrate/kv_quality.h"
 #include "calibrate/model_profile.h"
 #include "runtime/engine/forward.h"
+#include "runtime/engine/moe.h"
 #include "runtime/engine/kv_cache.h"
 #include "runtime/engine/ops.h"
 #include "runtime/model/model.h"
@@ -235,15 +236,25 @@ ModelProfile measure_model_profile(const fs::path& dir, const ModelProfileOption
   {
     // The engine's scratch as Forward allocates it for this model (every layer kind's buffers: Gemma 4's wider full
     // layers and dense MLP beside the experts, DeltaNet projections, ...): linear in the rows of a step.
-    kernels::ThreadPool one(1);
-    auto scratch_at = [&](int64_t rows) {
+    kernels::ThreadPool one(1), two(2, /*pin=*/false);
+    auto scratch_at = [&](int64_t rows, kernels::ThreadPool& pool) {
       const uint64_t before = ledger.used(tiering::accounts::scratch);
-      engine::Forward f(m, one, ledger, rows, 2);
+      engine::Forward f(m, pool, ledger, rows, 2);
       return ledger.used(tiering::accounts::scratch) - before;
     };
-    const uint64_t at1 = scratch_at(1), at2 = scratch_at(2);
-    p.scratch_row_bytes = at2 > at1 ? at2 - at1 : at1;
-    p.scratch_fixed_bytes = at1 > p.scratch_row_bytes ? at1 - p.scratch_row_bytes : 0;
+    const uint64_t at1 = scratch_at(1, one), at2 = scratch_at(2, one), two_threads = scratch_at(1, two);
+    // The MoE block's lane (one, on this one-thread pool, of 1 and 2 rows) is counted apart: the planner charges one
+    // per thread of the plan, each of up to kLaneRows rows.
+    if (m.experts) {
+      const tiering::ExpertLayout& e = m.experts->store().layout();
+      p.lane_row_bytes = engine::moe_lane_bytes(e.format, e.hidden, e.intermediate, e.group_size, 1);
+    }
+    const uint64_t rows = at2 > at1 ? at2 - at1 : at1;
+    p.scratch_row_bytes = rows > p.lane_row_bytes ? rows - p.lane_row_bytes : rows;
+    p.scratch_fixed_bytes = at1 > rows ? at1 - rows : 0;
+    // What each further thread adds beyond its lane (MLA's per-thread latent work).
+    const uint64_t thread = two_threads > at1 ? two_threads - at1 : 0;
+    p.scratch_thread_bytes = thread > p.lane_row_bytes ? thread - p.lane_row_bytes : 0;
   }
   {
     KvQualityOptions q;

@@ -48,16 +48,19 @@ ServingFit fit_serving(const WisdomEntry& e, const ServingRequest& r) {
   const int64_t context = r.context > 0 ? r.context : stored.context;
   const uint64_t budget = r.budget_bytes ? r.budget_bytes : stored.budget_bytes;
   const std::string codec = r.kv_codec.value_or(stored.kv_codec);
+  // More threads than the plan's take more scratch (a MoE prefill lane each): re-fitted, as a larger batch is.
+  const int threads = r.threads > 0 ? r.threads : stored.threads;
   ServingFit fit;
   fit.plan = stored;
-  if (batch <= stored.batch && context <= stored.context && codec == stored.kv_codec && budget >= stored.budget_bytes)
+  if (batch <= stored.batch && context <= stored.context && codec == stored.kv_codec && budget >= stored.budget_bytes &&
+      threads <= stored.threads)
     return fit;
 
   PlanRequest q;
   q.budget_bytes = budget;
   q.context = context;
   q.batch = batch;
-  q.threads = stored.threads;
+  q.threads = threads;
   q.gpu_layers = stored.gpu_layers;
   q.kv_codec = codec;
   std::string why;
@@ -66,8 +69,9 @@ ServingFit fit_serving(const WisdomEntry& e, const ServingRequest& r) {
     q.kv_codec.reset();
     p = try_plan(e, q, &why);
   }
-  const std::string asked = fmt::format("{} {} {} {}{}", r.batch_flag, batch, r.context_flag, context,
-                                        r.budget_bytes ? fmt::format(" {} {}", r.budget_flag, mib(budget)) : "");
+  const std::string asked = fmt::format("{} {} {} {}{}{}", r.batch_flag, batch, r.context_flag, context,
+                                        r.budget_bytes ? fmt::format(" {} {}", r.budget_flag, mib(budget)) : "",
+                                        threads > stored.threads ? fmt::format(" --threads {}", threads) : "");
   if (p) {
     p->device_fingerprint = stored.device_fingerprint;
     p->model_fingerprint = stored.model_fingerprint;

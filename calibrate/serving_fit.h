@@ -27,6 +27,7 @@ struct ServingRequest {
   int64_t context = 0;     // positions per sequence (0: the plan's)
   std::optional<std::string> kv_codec;  // given on the command line
   uint64_t budget_bytes = 0;            // given on the command line (0: the plan's)
+  int threads = 0;                      // given on the command line (0: the plan's); each is a MoE prefill lane
   // The flags that set batch, context and budget, for messages (serve: --max-batch, --context, --mem-budget).
   std::string batch_flag = "--max-batch", context_flag = "--context", budget_flag = "--mem-budget";
 };

@@ -7,9 +7,11 @@
 #include <numa.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <vector>
@@ -18,6 +20,7 @@
 
 #include "calibrate/probes.h"
 #include "runtime/engine/kv_cache.h"
+#include "runtime/engine/moe.h"
 #include "runtime/engine/ops.h"
 #include "runtime/kernels/bandwidth.h"
 #include "runtime/kernels/weights.h"
@@ -86,21 +89,24 @@ kernels::Weight probe_weight(kernels::WeightFormat format, const float* source, 
   return kernels::make_weight(source, kernels::SourceType::f32, rows, cols, format, ledger, scratch);
 }
 
-// MoE prefill's experts as the engine runs them (engine::MoeBlock::run_expert): one expert after another, each a
-// gate_up GEMM and a down GEMM of kExpertProbeRows activation rows on the thread pool, over distinct experts of
-// Qwen3-30B-A3B's shape (2048 hidden, 768 intermediate, smaller under a small budget; a chunk's rows x top_k spread
-// over the touched experts is a few to a few tens of rows each). Many small GEMMs run far below one large weight's
-// rate (each pays its dispatch to the pool and splits few columns per thread): on an idle 16-core Xeon, MoE prefill
-// measured 2.6x what the SGEMM probe predicted, and on a 2-core VM about what it predicted. Per format, the
-// experts form a ring of up to 512 MiB (kExpertProbeBytes; an eighth of the probes' memory budget at most), each
-// timed call the next 8 of it.
+// MoE prefill's experts as the engine runs them (engine::MoeBlock's lanes, kLaneRows): a layer's experts at once,
+// each pool thread taking pieces of experts' rows (as the engine cuts them) one after another on a serial pool with
+// its own MatmulScratch, each its rows gathered, a gate_up GEMM, the SiLU gate and a down GEMM, then the outputs
+// added to the residual by columns over the pool; kExpertProbeRows activation rows an expert; over distinct experts of Qwen3-30B-A3B's shape
+// (2048 hidden, 768 intermediate, smaller under a small budget; a chunk's rows x top_k spread over the touched
+// experts is a few to a few tens of rows each). A format whose experts take no lanes (engine::moe_lane_bytes 0) is
+// timed as the engine runs it then: one expert after another, each GEMM split over the pool. Many small GEMMs run
+// far below one large weight's rate: on an idle 16-core Xeon, MoE prefill measured 2.6x what the SGEMM probe
+// predicted, and on a 2-core VM about what it predicted. Per format, the experts form a ring of up to 512 MiB
+// (kExpertProbeBytes; an eighth of the probes' memory budget at most), each timed call the next
+// kExpertsPerCall of it (a layer's touched experts).
 constexpr int64_t kExpertProbeRows = 16;
 // The experts' bytes the probe cycles through: far past a last-level cache, as a model's experts live in RAM. With
 // 8 experts (~21 MB of q4) the probe ran from cache at 1.6x the engine's in-RAM MoE prefill rate on the 2-core VM
 // (720 against 445 GFLOP/s; the ring: 494-534); on the device's Xeon the ring changed little
 // (bench/results/fit-accuracy.md).
 constexpr uint64_t kExpertProbeBytes = 512ull << 20;
-constexpr int64_t kExpertsPerCall = 8;  // one timed call: a few layers' worth, as before the ring
+constexpr int64_t kExpertsPerCall = 32;  // one timed call: a layer's touched experts, several per lane
 
 // Another weight with `w`'s bytes in its own storage: the probes' streams of copies (a matvec's weight past the
 // caches, the expert ring) differ only in where they live, and making hundreds by conversion would take seconds.
@@ -151,14 +157,26 @@ void probe_expert_gemm(std::vector<ComputeSample>& samples, uint64_t budget, dou
     return std::pair{probe_weight(format, source.as<float>(), codes.as<uint32_t>(), 2 * I, H, ledger),
                      probe_weight(format, source.as<float>() + down, codes.as<uint32_t>() + down / 8, H, I, ledger)};
   };
-  tiering::LedgerBuffer activations(ledger, tiering::accounts::scratch, size_t(R) * size_t(H + 2 * I + H) * 4);
+  int threads = 1;
+  for (const ComputeSample& s : samples) threads = std::max(threads, s.threads);
+  // The input, then per lane its gathered rows, gate_up output and activation (lanes) or gate_up and down outputs
+  // (one expert after another); the lanes' outputs (kExpertsPerCall experts of R rows), the residual they add to.
+  const int64_t lane_floats = R * (H + 3 * I);
+  tiering::LedgerBuffer activations(
+      ledger, tiering::accounts::scratch,
+      size_t(R * H + threads * lane_floats + kExpertsPerCall * R * H + R * H) * sizeof(float));
   float* x = activations.as<float>();
-  float* ffn = x + R * H;
-  float* out = ffn + R * 2 * I;
+  float* outputs = x + R * H + threads * lane_floats;
+  float* residual = outputs + kExpertsPerCall * R * H;
   for (int64_t i = 0; i < R * H; ++i) x[i] = float((i * 7) % 13) * 0.125f - 0.75f;
+  std::fill(residual, residual + R * H, 0.0f);
   const double flops = 2.0 * double(R) * double(values);
+  kernels::ThreadPool serial(1, false);
+  // f32 too: a transformers-made model's experts stay f32 unless converted, and their GEMMs run on OpenBLAS, one
+  // expert after another (fit priced them at the SGEMM probe plus a stream of each expert: 11.7-12.8 ms of a
+  // 128-row chunk where the engine spent 18.6-32.8, fit_accuracy_bench's in-RAM MoE on the device's Xeon).
   for (WeightFormat format : {WeightFormat::q4, WeightFormat::q8_0, WeightFormat::mlx_q4, WeightFormat::mxfp4,
-                              WeightFormat::bf16, WeightFormat::f16}) {
+                              WeightFormat::bf16, WeightFormat::f16, WeightFormat::f32}) {
     std::vector<std::pair<kernels::Weight, kernels::Weight>> experts;
     experts.push_back(expert(format));
     const uint64_t each = kernels::weight_bytes(experts[0].first.view) + kernels::weight_bytes(experts[0].second.view);
@@ -166,17 +184,64 @@ void probe_expert_gemm(std::vector<ComputeSample>& samples, uint64_t budget, dou
         std::clamp<int64_t>(int64_t(std::min(budget / 8, kExpertProbeBytes) / std::max<uint64_t>(each, 1)), 1, 4096);
     while (int64_t(experts.size()) < count)
       experts.emplace_back(copy_weight(experts[0].first, ledger), copy_weight(experts[0].second, ledger));
+    const bool lanes = engine::moe_lane_bytes(format, H, I, experts[0].first.view.group_size, R) > 0;
+    std::vector<std::unique_ptr<kernels::MatmulScratch>> scratch;
+    for (int t = 0; t < threads && lanes; ++t) {
+      scratch.push_back(std::make_unique<kernels::MatmulScratch>(ledger));
+      kernels::MatmulScratch::Sizes need = kernels::matmul_scratch_sizes(experts[0].first.view, R);
+      const kernels::MatmulScratch::Sizes down_need = kernels::matmul_scratch_sizes(experts[0].second.view, R);
+      for (size_t r = 0; r < need.size(); ++r) need[r] = std::max(need[r], down_need[r]);
+      scratch.back()->reserve(need);
+    }
     for (ComputeSample& s : samples) {
       kernels::ThreadPool pool(s.threads);
       // Each call takes the next kExpertsPerCall experts of the ring, the ones touched longest ago.
       const int64_t per_call = std::min(kExpertsPerCall, count);
       int64_t next = 0;
       s.expert_gemm_gflops[kernels::format_name(format)] = best_rate(slice / 4, flops * double(per_call) / 1e9, [&] {
-        for (int64_t i = 0; i < per_call; ++i, next = (next + 1) % count) {
-          auto& [gate_up, down_proj] = experts[size_t(next)];
-          kernels::matmul(gate_up.view, x, R, ffn, pool);
-          kernels::matmul(down_proj.view, ffn, R, out, pool);  // the activation's values do not change the time
+        // (the activation's values do not change the time)
+        auto run = [&](int64_t e, float* lane, kernels::ThreadPool& on) {
+          auto& [gate_up, down_proj] = experts[size_t(e)];
+          kernels::matmul(gate_up.view, x, R, lane, on);
+          kernels::matmul(down_proj.view, lane, R, lane + R * 2 * I, on);
+        };
+        if (!lanes) {
+          for (int64_t i = 0; i < per_call; ++i) run((next + i) % count, x + R * H, pool);
+        } else {
+          // In pieces of rows as the engine cuts them (kLanePieces a lane, kLanePieceRows at least).
+          const int64_t wanted = std::max<int64_t>(
+              (per_call * R + engine::kLanePieces * s.threads - 1) / (engine::kLanePieces * s.threads), 1);
+          const int64_t piece = std::min<int64_t>(
+              engine::kLaneRows, (wanted + engine::kLanePieceRows - 1) / engine::kLanePieceRows * engine::kLanePieceRows);
+          const int64_t parts = (R + piece - 1) / piece, pieces = per_call * parts;
+          // Each piece as MoeBlock::expert_rows runs it (gather, gate_up, SiLU gate, down into the outputs), then
+          // the outputs added to the residual by columns over the pool, as the block adds them.
+          std::atomic<int64_t> taken{0};
+          pool.parallel_for(std::min<int64_t>(s.threads, pieces), [&](int64_t, int64_t, int t) {
+            kernels::MatmulScratch::Scope scope(*scratch[size_t(t)]);
+            float* gathered = x + R * H + t * lane_floats;
+            float* ffn = gathered + R * H;
+            float* act = ffn + R * 2 * I;
+            for (int64_t i = taken.fetch_add(1); i < pieces; i = taken.fetch_add(1)) {
+              auto& [gate_up, down_proj] = experts[size_t((next + i / parts) % count)];
+              const int64_t r0 = (i % parts) * piece, rows = std::min(R, r0 + piece) - r0;
+              for (int64_t r = 0; r < rows; ++r)
+                std::memcpy(gathered + r * H, x + (r0 + r) * H, size_t(H) * sizeof(float));
+              kernels::matmul(gate_up.view, gathered, rows, ffn, serial);
+              for (int64_t r = 0; r < rows; ++r) engine::silu_gate(ffn + r * 2 * I, I, act + r * I);
+              kernels::matmul(down_proj.view, act, rows, outputs + ((i / parts) * R + r0) * H, serial);
+            }
+          });
+          pool.parallel_for((H + 63) / 64, [&](int64_t b, int64_t e, int) {
+            const int64_t c0 = b * 64, c1 = std::min(H, e * 64);
+            for (int64_t row = 0; row < per_call * R; ++row) {
+              float* h = residual + (row % R) * H;
+              const float* y = outputs + row * H;
+              for (int64_t j = c0; j < c1; ++j) h[j] += 0.125f * y[j];
+            }
+          });
         }
+        next = (next + per_call) % count;
       });
     }
   }

@@ -77,6 +77,7 @@ void apply_wisdom(ServeOptions& o, const CLI::App& cmd, model::LoadOptions& load
   if (context_given)  // 0 or more than the model holds: the model's maximum
     request.context = o.scheduler.context > 0 ? std::min(o.scheduler.context, max_context) : max_context;
   if (cmd.count("--kv-codec")) request.kv_codec = o.kv_codec;
+  if (cmd.count("--threads") && o.scheduler.threads > 0) request.threads = o.scheduler.threads;
   const bool unlimited = cmd.count("--mem-budget") && o.mem_budget_gib <= 0;
   if (cmd.count("--mem-budget") && !unlimited) request.budget_bytes = uint64_t(o.mem_budget_gib * double(1ull << 30));
   if (!unlimited) {

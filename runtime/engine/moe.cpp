@@ -1,6 +1,7 @@
 #include "runtime/engine/moe.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -26,7 +27,24 @@ void add_router_bias(const model::LayerWeights& L, float* logits, int64_t n) {
     for (int64_t e = 0; e < E; ++e) logits[i * E + e] += L.router_bias[size_t(e)];
 }
 
+// The MatmulScratch one lane reserves: the larger of the gate_up and down multiplications' needs, region by region.
+kernels::MatmulScratch::Sizes lane_matmul_sizes(kernels::WeightFormat format, int64_t hidden, int64_t intermediate,
+                                                int group_size, int64_t rows) {
+  kernels::MatmulScratch::Sizes s = kernels::matmul_scratch_sizes(format, 2 * intermediate, hidden, group_size, rows);
+  const kernels::MatmulScratch::Sizes d = kernels::matmul_scratch_sizes(format, hidden, intermediate, group_size, rows);
+  for (size_t r = 0; r < s.size(); ++r) s[r] = std::max(s[r], d[r]);
+  return s;
+}
+
 }  // namespace
+
+uint64_t moe_lane_bytes(kernels::WeightFormat format, int64_t hidden, int64_t intermediate, int group_size,
+                        int64_t rows) {
+  if (rows <= 0 || kernels::matmul_uses_blas(format, kLaneRows)) return 0;
+  uint64_t bytes = uint64_t(rows) * uint64_t(hidden + 3 * intermediate) * sizeof(float);
+  for (size_t r : lane_matmul_sizes(format, hidden, intermediate, group_size, rows)) bytes += r;
+  return bytes;
+}
 
 MoeBlock::MoeBlock(const model::ModelWeights& w, kernels::ThreadPool& pool, tiering::Ledger& ledger, int64_t max_rows)
     : w_(w), pool_(pool), cache_(cache_of(w)), max_rows_(max_rows), experts_(w.config.num_experts),
@@ -57,6 +75,24 @@ MoeBlock::MoeBlock(const model::ModelWeights& w, kernels::ThreadPool& pool, tier
     next_sparse_[size_t(i)] = expert_layer_[size_t(i + 1)] >= 0 ? i + 1 : next_sparse_[size_t(i + 1)];
   lookahead_layers_ = std::max<int64_t>(1, cache_.options().lookahead_layers);
   route_scratch_.resize(size_t(std::max(pool.size(), 1)));
+  const tiering::ExpertLayout& e = cache_.store().layout();
+  const int64_t lane_rows = std::min(kLaneRows, max_rows);
+  if (moe_lane_bytes(e.format, e.hidden, e.intermediate, e.group_size, lane_rows) > 0) {
+    lane_rows_ = lane_rows;
+    lane_floats_ = lane_rows * (e.hidden + 3 * e.intermediate);
+    const int threads = std::max(pool.size(), 1);
+    lanes_ = scratch_floats(ledger, lane_floats_ * threads);
+    const kernels::MatmulScratch::Sizes sizes =
+        lane_matmul_sizes(e.format, e.hidden, e.intermediate, e.group_size, lane_rows);
+    for (int t = 0; t < threads; ++t) {
+      lane_scratch_.push_back(std::make_unique<kernels::MatmulScratch>(ledger));
+      lane_scratch_.back()->reserve(sizes);
+    }
+    contributions_ = scratch_floats(ledger, max_rows * k_ * hidden_size_);
+    jobs_.reserve(size_t(experts_));
+    phase_.reserve(size_t(experts_));
+    pieces_.reserve(size_t(experts_ * 4));
+  }
 }
 
 // The router's scores (softmax over all experts, or DeepSeek-V3's sigmoid), then the k best by the choice scores:
@@ -182,17 +218,27 @@ void MoeBlock::route(int64_t layer, const float* x, int64_t n) {
 
 void MoeBlock::run_expert(const tiering::ExpertViews& e, std::span<const int32_t> rows,
                           std::span<const float> row_weights, const float* x, float* hidden) {
+  const int64_t H = hidden_size_, m = int64_t(rows.size());
+  float* out = out_.as<float>();
+  expert_rows(e, rows, x, gathered_.as<float>(), ffn_.as<float>(), act_.as<float>(), out, pool_);
+  for (int64_t r = 0; r < m; ++r) {
+    float* h = hidden + int64_t(rows[size_t(r)]) * H;
+    const float* y = out + r * H;
+    const float wgt = row_weights[size_t(r)];
+    for (int64_t j = 0; j < H; ++j) h[j] += wgt * y[j];
+  }
+}
+
+void MoeBlock::expert_rows(const tiering::ExpertViews& e, std::span<const int32_t> rows, const float* x,
+                           float* gathered, float* ffn, float* act, float* out, kernels::ThreadPool& pool) const {
   const int64_t H = hidden_size_, I = e.down.cols, m = int64_t(rows.size());
   const float* input = x + int64_t(rows[0]) * H;
   if (m > 1) {  // gather the rows that chose this expert so its weights are read once for all of them
-    float* g = gathered_.as<float>();
-    for (int64_t r = 0; r < m; ++r) std::memcpy(g + r * H, x + int64_t(rows[size_t(r)]) * H, size_t(H) * sizeof(float));
-    input = g;
+    for (int64_t r = 0; r < m; ++r)
+      std::memcpy(gathered + r * H, x + int64_t(rows[size_t(r)]) * H, size_t(H) * sizeof(float));
+    input = gathered;
   }
-  float* ffn = ffn_.as<float>();
-  float* act = act_.as<float>();
-  float* out = out_.as<float>();
-  multiply(e.gate_up, input, m, ffn, pool_);
+  multiply(e.gate_up, input, m, ffn, pool);
   auto gate_rows = [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       if (e.gate_up_bias)
@@ -203,20 +249,94 @@ void MoeBlock::run_expert(const tiering::ExpertViews& e, std::span<const int32_t
   // The gate over a prefill chunk's rows on the pool: on the calling thread alone it was a quarter to a third of
   // MoE prefill at 16 threads (20-28 ms of a 128-row chunk's 48-59 ms of experts on the device's Xeon, the other
   // threads waiting). A decode row's gate stays here (one dispatch costs more than it).
-  if (m * I >= kParallelGateElements)
-    pool_.parallel_for(m, [&](int64_t begin, int64_t end, int) { gate_rows(begin, end); });
+  if (m * I >= kParallelGateElements && pool.size() > 1)
+    pool.parallel_for(m, [&](int64_t begin, int64_t end, int) { gate_rows(begin, end); });
   else
     gate_rows(0, m);
-  multiply(e.down, act, m, out, pool_);
+  multiply(e.down, act, m, out, pool);
   if (e.down_bias)
     for (int64_t r = 0; r < m; ++r)
       for (int64_t j = 0; j < H; ++j) out[r * H + j] += e.down_bias[j];
-  for (int64_t r = 0; r < m; ++r) {
-    float* h = hidden + int64_t(rows[size_t(r)]) * H;
-    const float* y = out + r * H;
-    const float wgt = row_weights[size_t(r)];
-    for (int64_t j = 0; j < H; ++j) h[j] += wgt * y[j];
+}
+
+void MoeBlock::run_jobs(std::span<const int32_t> jobs, const float* x) {
+  const int64_t H = hidden_size_;
+  float* contributions = contributions_.as<float>();
+  pieces_.clear();
+  int64_t total = 0;
+  for (int32_t j : jobs) total += int64_t(expert_rows_[size_t(jobs_[size_t(j)].expert)].size());
+  if (total == 0) return;
+  // Pieces of at most `piece` rows (a lane's buffers hold lane_rows_), at least kLanePieces per lane where the rows
+  // allow: a 16-core pool with 32 experts of ~16 rows has two experts a lane, and their uneven rows left lanes idle,
+  // while a popular expert's 40-60 rows split over the whole pool ran alone (one MoE layer of fit_accuracy_bench's
+  // model: 3.2-3.4 ms routed by its router against 2.0-2.1 ms with every expert 16 rows, the device's Xeon). A
+  // piece multiplies its rows as the whole expert would (row by row the same sums). Pieces are multiples of
+  // kLanePieceRows (the q4/q8 kernels' row tile) but an expert's last, so cutting adds no tile pass: 21 rows as
+  // 8 + 8 + 5 take the tiles the whole expert takes (8, 8, 4, 1), where 7 + 7 + 7 would take 4, 2, 1 three times.
+  const int64_t lanes = int64_t(lane_scratch_.size());
+  const int64_t wanted = std::max<int64_t>((total + kLanePieces * lanes - 1) / (kLanePieces * lanes), 1);
+  const int64_t piece =
+      std::min(lane_rows_, (wanted + kLanePieceRows - 1) / kLanePieceRows * kLanePieceRows);
+  for (int32_t j : jobs) {
+    const int64_t m = int64_t(expert_rows_[size_t(jobs_[size_t(j)].expert)].size());
+    for (int64_t b = 0; b < m; b += piece) pieces_.push_back({j, int32_t(b), int32_t(std::min(m, b + piece))});
   }
+  // Most rows first, so the last pieces to start are the short ones (threads finish together).
+  std::stable_sort(pieces_.begin(), pieces_.end(),
+                   [](const Piece& a, const Piece& b) { return a.end - a.begin > b.end - b.begin; });
+  std::atomic<size_t> next{0};
+  pool_.parallel_for(std::min<int64_t>(lanes, int64_t(pieces_.size())), [&](int64_t, int64_t, int thread) {
+    kernels::MatmulScratch::Scope scope(*lane_scratch_[size_t(thread)]);
+    float* gathered = lanes_.as<float>() + int64_t(thread) * lane_floats_;
+    float* ffn = gathered + lane_rows_ * H;
+    float* act = ffn + lane_rows_ * 2 * cache_.store().layout().intermediate;
+    for (size_t i = next.fetch_add(1, std::memory_order_relaxed); i < pieces_.size();
+         i = next.fetch_add(1, std::memory_order_relaxed)) {
+      const Piece& p = pieces_[i];
+      const Job& job = jobs_[size_t(p.job)];
+      const std::span<const int32_t> rows(expert_rows_[size_t(job.expert)]);
+      expert_rows(job.views, rows.subspan(size_t(p.begin), size_t(p.end - p.begin)), x, gathered, ffn, act,
+                  contributions + (job.offset + p.begin) * H, serial_);
+    }
+  });
+}
+
+void MoeBlock::run_batch_on_lanes(int64_t el, std::span<const int32_t> batch, const float* x, float* hidden) {
+  const int64_t H = hidden_size_;
+  try {
+    for (int in_memory = 1; in_memory >= 0; --in_memory) {
+      phase_.clear();
+      for (size_t j = 0; j < jobs_.size(); ++j) {
+        if (jobs_[j].in_memory != bool(in_memory)) continue;
+        jobs_[j].views = cache_.acquire(el, jobs_[j].expert, &pool_);
+        phase_.push_back(int32_t(j));
+      }
+      run_jobs(phase_, x);
+    }
+  } catch (...) {
+    // An expert that could not be loaded (ReaderError) fails this step; the batch is released, so the cache serves
+    // the next step with every slot (the failed one's release is a no-op).
+    for (int32_t e : batch) cache_.release(el, e);
+    throw;
+  }
+  for (int32_t e : batch) cache_.release(el, e);
+  // The outputs into the residual, expert by expert in batch order (run_expert's order), a range of columns per
+  // thread.
+  const float* contributions = contributions_.as<float>();
+  auto add = [&](int64_t c0, int64_t c1) {
+    for (const Job& job : jobs_) {
+      const std::vector<int32_t>& rows = expert_rows_[size_t(job.expert)];
+      const std::vector<float>& weights = expert_weights_[size_t(job.expert)];
+      for (size_t r = 0; r < rows.size(); ++r) {
+        float* h = hidden + int64_t(rows[r]) * H;
+        const float* y = contributions + (job.offset + int64_t(r)) * H;
+        const float wgt = weights[r];
+        for (int64_t j = c0; j < c1; ++j) h[j] += wgt * y[j];
+      }
+    }
+  };
+  const int64_t blocks = (H + 63) / 64;
+  pool_.parallel_for(blocks, [&](int64_t b, int64_t e, int) { add(b * 64, std::min(H, e * 64)); });
 }
 
 void MoeBlock::shared_expert(const model::LayerWeights& L, const float* x, int64_t n, float* hidden) {
@@ -264,7 +384,22 @@ void MoeBlock::accumulate(int64_t layer, const float* x, int64_t n, float* hidde
       batch.push_back(e);
       ++next;
     }
+    const bool on_lanes = n > 1 && lanes();
+    if (on_lanes) {
+      jobs_.clear();
+      int64_t offset = 0;
+      for (int32_t e : batch) {
+        jobs_.push_back(Job{{}, e, offset, cache_.cached(el, e)});
+        offset += int64_t(expert_rows_[size_t(e)].size());
+      }
+    }
     cache_.request(el, batch);
+    if (on_lanes) {
+      const clock::time_point started = clock::now();
+      run_batch_on_lanes(el, batch, x, hidden);
+      computing += clock::now() - started;  // the lanes' waits for reads included: prefill's, not decode's
+      continue;
+    }
     if (!prefetched && prefetch_ && n == 1 && !override_ && next_layer >= 0) {
       // Lookahead: the residual stream changes slowly, so a later sparse layer's router on this input predicts its
       // choice: the next one first, then as many more as the cache's lookahead_layers (nearest first, so their

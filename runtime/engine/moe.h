@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -42,6 +43,22 @@ void route_top_k(const model::ModelConfig& config, float* logits, const float* b
 inline constexpr int64_t kParallelGateElements = 4096;
 // Rows from which a chunk's routing (top-k per row) runs on the pool.
 inline constexpr int64_t kParallelRouteRows = 16;
+// Prefill's experts run on lanes: a chunk's rows spread over many experts (128 rows x top-8 over 128 experts: ~8
+// rows each), and one expert's GEMMs split over the pool paid three dispatches and a serial activation pass for a
+// few microseconds of work per thread. Instead each pool thread takes pieces of experts (up to this many of an
+// expert's rows), one after another (most rows first), on a serial pool with its own buffers and MatmulScratch, and
+// writes their outputs apart; they are added to the residual afterwards in the order run_expert adds them (the same
+// sums, bit for bit). Not for experts whose matmul calls OpenBLAS (f32).
+inline constexpr int64_t kLaneRows = 32;
+// The lanes' experts are cut into pieces of rows, kLanePieces per lane where the rows allow, each a multiple of
+// kLanePieceRows rows (the q4/q8 kernels' activation-row tile) but an expert's last.
+inline constexpr int64_t kLanePieces = 4;
+inline constexpr int64_t kLanePieceRows = 8;
+// The scratch bytes of one lane for experts of this shape (hidden H, intermediate I, the slot format) at up to
+// `rows` rows: its gathered input, gate_up output and activation, and its MatmulScratch. 0 where the format takes no
+// lanes. The planner charges (threads - 1) of them beyond what a one-thread Forward measures.
+uint64_t moe_lane_bytes(kernels::WeightFormat format, int64_t hidden, int64_t intermediate, int group_size,
+                        int64_t rows);
 
 class MoeBlock {
  public:
@@ -61,6 +78,10 @@ class MoeBlock {
   void set_routing_override(RoutingOverride fn) { override_ = std::move(fn); }
   void set_routing_observer(RoutingObserver fn) { observer_ = std::move(fn); }
   void set_prefetch(bool on) { prefetch_ = on; }
+  // Prefill's experts on lanes (kLaneRows; on by default where the experts' format takes them) or each split over
+  // the pool, the comparison baseline.
+  void set_lanes(bool on) { lanes_on_ = on; }
+  bool lanes() const { return lane_rows_ > 0 && lanes_on_; }
   bool prefetch() const { return prefetch_; }
 
  private:
@@ -69,6 +90,15 @@ class MoeBlock {
   void top_k(const float* logits, const float* bias, int32_t* ids, float* weights) const;
   void run_expert(const tiering::ExpertViews& e, std::span<const int32_t> rows, std::span<const float> row_weights,
                   const float* x, float* hidden);
+  // The expert's output for its rows into out (rows x hidden_size): gather, gate_up, gate, down, biases, on `pool`
+  // with the given buffers (gathered: rows x H, ffn: rows x 2I, act: rows x I).
+  void expert_rows(const tiering::ExpertViews& e, std::span<const int32_t> rows, const float* x, float* gathered,
+                   float* ffn, float* act, float* out, kernels::ThreadPool& pool) const;
+  // One batch of a prefill step (its experts requested and pinned): the experts that were in memory before the
+  // request first, then the rest as their reads land, in pieces on the lanes; then
+  // their outputs added to hidden in batch order. Releases the batch, also when an acquire throws.
+  void run_batch_on_lanes(int64_t expert_layer, std::span<const int32_t> batch, const float* x, float* hidden);
+  void run_jobs(std::span<const int32_t> jobs, const float* x);
   void shared_expert(const model::LayerWeights& L, const float* x, int64_t n, float* hidden);
 
   const model::ModelWeights& w_;
@@ -90,6 +120,25 @@ class MoeBlock {
   std::vector<float> lookahead_weights_;
   std::vector<int64_t> expert_layer_;  // per model layer: its expert-tier index, -1 for dense layers
   std::vector<int64_t> next_sparse_;   // per model layer: the next sparse model layer, -1 when none
+  // Lanes (kLaneRows): rows an expert may have to run on one (0: none), each lane's floats, the serial pool they
+  // multiply on, one MatmulScratch per pool thread, and the outputs of a batch's experts (max_rows x k rows).
+  int64_t lane_rows_ = 0, lane_floats_ = 0;
+  bool lanes_on_ = true;
+  kernels::ThreadPool serial_{1, false};
+  std::vector<std::unique_ptr<kernels::MatmulScratch>> lane_scratch_;
+  tiering::LedgerBuffer lanes_, contributions_;
+  struct Job {
+    tiering::ExpertViews views;
+    int32_t expert = 0;
+    int64_t offset = 0;  // its first output row in contributions_
+    bool in_memory = false;  // cached before the batch's request
+  };
+  std::vector<Job> jobs_;
+  struct Piece {
+    int32_t job, begin, end;  // rows [begin, end) of jobs_[job]'s expert
+  };
+  std::vector<int32_t> phase_;
+  std::vector<Piece> pieces_;
 };
 
 }  // namespace tierlm::engine

@@ -114,6 +114,11 @@ int ThreadPool::physical_cores() {
 
 ThreadPool::ThreadPool(int threads, bool pin) : impl_(new Impl) {
   Impl& p = *impl_;
+  if (threads == 1 && !pin) {  // a serial pool (the caller alone): no topology to load, no thread to start
+    p.size = 1;
+    p.pin = false;
+    return;
+  }
   if (hwloc_topology_init(&p.topology) != 0 || hwloc_topology_load(p.topology) != 0) {
     if (p.topology) hwloc_topology_destroy(p.topology);
     p.topology = nullptr;

@@ -15,7 +15,8 @@ namespace tierlm::kernels {
 
 class ThreadPool {
  public:
-  // threads <= 0: one per physical core (hwloc). pin: bind thread i to core i.
+  // threads <= 0: one per physical core (hwloc). pin: bind thread i to core i. ThreadPool(1, false) is a serial
+  // pool: parallel_for runs fn on the calling thread, any thread, several at once (it keeps no state per call).
   explicit ThreadPool(int threads = 0, bool pin = true);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;

@@ -583,6 +583,12 @@ MatmulScratch::Sizes matmul_scratch_sizes(WeightFormat format, int64_t rows, int
   return s;
 }
 
+bool matmul_uses_blas(WeightFormat format, int64_t n) {
+  if (n <= 1 || !is_dense(format)) return false;
+  if (format == WeightFormat::f32) return true;
+  return n > kSmallDenseBatch && active_kernels().dense_matmul == nullptr;
+}
+
 void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool& pool) {
   if (n <= 0) return;
   if (w.format == WeightFormat::mxfp4) return mxfp4_multiply(w, x, n, y, pool);

@@ -348,7 +348,7 @@ TEST(ProbeLimits, ComputeAndBandwidthProbesStayWithinTheirBudget) {
       EXPECT_GT(s.matmul_gflops.count(format) ? s.matmul_gflops.at(format) : 0.0, 0) << format;
       EXPECT_GT(s.matmul16_gflops.count(format) ? s.matmul16_gflops.at(format) : 0.0, 0) << format;
     }
-    for (const char* format : {"q4", "q8_0", "mlx_q4", "mxfp4", "bf16", "f16"})
+    for (const char* format : {"q4", "q8_0", "mlx_q4", "mxfp4", "bf16", "f16", "f32"})
       EXPECT_GT(s.expert_gemm_gflops.count(format) ? s.expert_gemm_gflops.at(format) : 0.0, 0) << format;
   }
   const std::vector<NodeBandwidth> b = probe_bandwidth(t, o);

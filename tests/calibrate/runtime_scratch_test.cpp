@@ -2,7 +2,7 @@
 // classes hold every loaded matrix: for each MoE family (Qwen3-MoE, Qwen3.5 with DeltaNet layers, Gemma 4 with wider
 // full layers and the dense MLP beside the experts, DeepSeek-V2/V3 with MLA), the measured profile's prediction.memory["scratch"] equals the
 // ledger's scratch after Forward is built for the plan's step rows (prefill chunk + batch), plus the gathered logits
-// of a decode batch. (Gemma-4-26B-A4B
+// of a decode batch, on a pool of the plan's threads (each a prefill lane of the MoE block). (Gemma-4-26B-A4B
 // served at defaults failed at start when the shape formula undercounted it by ~40 MiB: bench/results/headline.md;
 // a DeepSeek-V2-Lite shape failed the same way while the measured classes left out MLA's projections.)
 #include <gtest/gtest.h>
@@ -53,7 +53,8 @@ TEST_P(RuntimeScratch, PlanCountsWhatForwardAllocates) {
   // The weight classes hold every loaded matrix (a DeltaNet layer's fused in-projection, Gemma 4's per-layer inputs
   // included), so the plan's weights account is no smaller than what loading charges.
   EXPECT_GE(p.dense_bytes(), m.bytes()) << GetParam();
-  kernels::ThreadPool pool(1);
+  kernels::ThreadPool pool(plan.threads, /*pin=*/false);  // the MoE block's prefill lanes: one per thread
+  ASSERT_GT(plan.threads, 1) << "a plan whose threads exercise the lanes";
   const uint64_t before = ledger.used(tiering::accounts::scratch);
   engine::Forward forward(m, pool, ledger, plan.prefill_chunk + plan.batch, 256);
   const uint64_t engine = ledger.used(tiering::accounts::scratch) - before;

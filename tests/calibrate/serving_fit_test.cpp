@@ -73,6 +73,25 @@ TEST(ServingFit, ALargerBatchShrinksTheExpertCacheAndSaysSo) {
 
 // serve's re-fit plans on the router trace the wisdom file keeps, as calibrate did: the resident set ranked on its
 // first half, the hit rate replayed on the second, never the ~100% of a replay on the tokens it was chosen on.
+// More threads than the plan's: each is a MoE prefill lane of scratch (engine::moe_lane_bytes), so the plan is
+// re-fitted with them (the planner's scratch counts them), as a larger batch is; fewer threads stand.
+TEST(ServingFit, MoreThreadsThanThePlansAreRefittedWithTheirLanes) {
+  const WisdomEntry e = entry_for(6ull << 30, 8, 4096);
+  ServingRequest fewer;
+  fewer.threads = std::max(1, e.plan.threads - 1);
+  EXPECT_FALSE(fit_serving(e, fewer).refitted);
+  ServingRequest more;
+  more.threads = e.plan.threads + 32;
+  const ServingFit fit = fit_serving(e, more);
+  ASSERT_TRUE(fit.refitted);
+  EXPECT_EQ(fit.plan.threads, more.threads);
+  EXPECT_GT(fit.plan.prediction.memory.at("scratch"), e.plan.prediction.memory.at("scratch"));
+  EXPECT_NE(fit.note.find("--threads " + std::to_string(more.threads)), std::string::npos) << fit.note;
+  uint64_t total = 0;
+  for (const auto& [account, bytes] : fit.plan.prediction.memory) total += bytes;
+  EXPECT_LE(total, fit.plan.budget_bytes);
+}
+
 TEST(ServingFit, ARefitIsJudgedOnTheStoredTracesHeldOutHalf) {
   WisdomEntry e = entry_for(6ull << 30, 1, 4096);
   e.model.moe_layers = 4;

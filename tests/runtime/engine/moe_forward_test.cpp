@@ -187,6 +187,51 @@ TEST(MoeForward, GatesAndRoutingSpreadOverThePoolGiveWhatTheSerialOnesGive) {
   for (int64_t i = 0; i < V; ++i) ASSERT_NEAR(whole[size_t(i)], chunked[size_t(i)], 1e-3f) << "logit " << i;
 }
 
+// Prefill's experts on lanes (each pool thread whole experts on a serial pool, outputs added afterwards in batch
+// order) give the residual bit for bit what each expert split over the pool gives: MLX 4-bit (f32 activations),
+// MXFP4 with gpt-oss's biases and interleaved gate, DeepSeek's MLX experts with its shared experts. Rows: a few per
+// expert (cut into pieces of 4 on 3 lanes) and more than kLaneRows for some (pieces of up to kLaneRows); the
+// cache either streams (as many slots as one row's top-k: several batches, reads landing while lanes run) or holds
+// every expert.
+TEST(MoeForward, ExpertsOnLanesGiveTheSumsOfExpertsSplitOverThePool) {
+  for (const std::string name : {"qwen3_5_moe-mlx4", "gpt_oss-mxfp4", "deepseek_v3-mlx4"}) {
+    for (bool streaming : {true, false}) {
+      const auto config = model::load_config(fixture(name));
+      const int64_t many = 2 * engine::kLaneRows * config.num_experts / config.num_experts_per_tok;
+      for (int64_t n : {int64_t(24), many}) {
+        SCOPED_TRACE(name + (streaming ? " streaming" : " in memory") + ", " + std::to_string(n) + " rows");
+        // Each mode on a model of its own: what the cache holds orders a step's experts, and so its sums.
+        auto run = [&](bool lanes) {
+          tiering::Ledger ledger;
+          model::LoadOptions o = streaming ? streaming_options(name) : model::LoadOptions{};
+          o.packed_experts = "";
+          o.ledger = &ledger;
+          auto w = model::load_model(fixture(name), o);
+          int64_t layer = 0;
+          while (w.config.layer(layer).expert_layer < 0) ++layer;
+          const int64_t H = w.config.hidden_size;
+          kernels::ThreadPool pool(3);
+          engine::MoeBlock block(w, pool, ledger, n);
+          EXPECT_TRUE(block.lanes()) << "the experts' format takes lanes";
+          block.set_lanes(lanes);
+          std::vector<float> x(size_t(n * H)), hidden(size_t(n * H));
+          for (size_t i = 0; i < x.size(); ++i) {
+            x[i] = float(int64_t(i * 7919 % 61) - 30) / 16.0f;
+            hidden[i] = float(int64_t(i * 104729 % 37) - 18) / 8.0f;
+          }
+          const std::vector<float> base = hidden;
+          block.accumulate(layer, x.data(), n, hidden.data());
+          EXPECT_NE(hidden, base) << "the experts added nothing";
+          return hidden;
+        };
+        const std::vector<float> on = run(true), off = run(false);
+        ASSERT_EQ(on.size(), off.size());
+        for (size_t i = 0; i < on.size(); ++i) ASSERT_EQ(on[i], off[i]) << "element " << i;
+      }
+    }
+  }
+}
+
 // The lookahead's depth: one decode row through the first sparse layer starts reads for the next sparse layer only,
 // or, with lookahead_layers 2, for the one after it too (each guessed through its own router).
 TEST(MoeForward, LookaheadLayersReachTheSparseLayerAfterNext) {

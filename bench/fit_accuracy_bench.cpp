@@ -19,6 +19,7 @@
 #include <sys/resource.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -128,6 +129,7 @@ void breakdown(const std::string& name, model::ModelWeights& w, tiering::Ledger&
   double forward_best = 1e30;
   {
     engine::Forward forward(w, pool, ledger, plan.prefill_chunk, plan.context);
+    if (forward.moe() && std::getenv("FIT_NO_LANES")) forward.moe()->set_lanes(false);  // an A/B of the lanes
     engine::KVCacheOptions kv;
     kv.codec = kv::parse_codec(plan.kv_codec);
     kv.max_chunk = plan.prefill_chunk;
@@ -136,10 +138,18 @@ void breakdown(const std::string& name, model::ModelWeights& w, tiering::Ledger&
     for (int64_t i = 0; i < rows; ++i) tokens[size_t(i)] = int32_t((i * 7919 + 13) % w.config.vocab_size);
     std::vector<float> logits(size_t(w.config.vocab_size), 0.0f);
     for (int i = 0; i < 1 + forward_repeats; ++i) {
+      if (i == 1 && w.experts) w.experts->cache().reset_counters();
       const auto t = std::chrono::steady_clock::now();
       forward.run(tokens, 0, cache, logits.data());
       if (i > 0)
         forward_best = std::min(forward_best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
+    }
+    if (w.experts && forward_repeats > 0) {
+      // The MoE blocks' share of those runs (tiering telemetry: the block's time, its experts' compute within it).
+      const tiering::ExpertTierTelemetry t = w.experts->telemetry();
+      std::printf("  MoE blocks per chunk %.2f ms, experts' compute %.2f ms (mean of %d forward runs)\n",
+                  t.moe_seconds / forward_repeats * 1e3, t.expert_compute_seconds / forward_repeats * 1e3,
+                  forward_repeats);
     }
   }
   int64_t widest = 0;

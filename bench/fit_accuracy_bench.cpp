@@ -39,6 +39,7 @@
 #include "runtime/kv/codec.h"
 #include "runtime/model/model.h"
 #include "runtime/model/synthetic.h"
+#include "bench/fit_moe_spec.h"
 #include "runtime/model/synthetic_moe.h"
 #include "tiering/expert_store.h"
 
@@ -287,16 +288,7 @@ int main(int argc, char** argv) {
     else if (a == "--trace-tokens" && i + 1 < argc) trace_tokens = std::stoll(argv[++i]);
     else if (a == "--trace-prompts" && i + 1 < argc) trace_prompts = std::stoll(argv[++i]);
   }
-  model::SyntheticMoeSpec spec;
-  spec.layers = 8;
-  spec.experts = 32;
-  spec.top_k = 4;
-  spec.hidden = 1024;
-  spec.expert_intermediate = 1024;
-  spec.heads = 16;
-  spec.kv_heads = 4;
-  spec.head_dim = 64;
-  spec.vocab = 16384;
+  const model::SyntheticMoeSpec spec = bench::fit_moe_spec();
   if (only != "dense" && !fs::exists(dir / "config.json")) {
     std::fprintf(stderr, "writing synthetic MoE to %s (%.0f MiB of experts)\n", dir.c_str(),
                  double(model::synthetic_moe_expert_bytes(spec)) / double(1 << 20));

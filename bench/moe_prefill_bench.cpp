@@ -19,6 +19,7 @@
 #include "runtime/kernels/matmul_scratch.h"
 #include "runtime/kernels/thread_pool.h"
 #include "runtime/model/model.h"
+#include "bench/fit_moe_spec.h"
 #include "runtime/model/synthetic_moe.h"
 #include "tiering/ledger.h"
 
@@ -38,16 +39,7 @@ Loaded& loaded() {
   static std::unique_ptr<Loaded> l = [] {
     const char* env = std::getenv("MOE_PREFILL_DIR");
     const fs::path dir = env ? env : "/tmp/moe-prefill-bench";
-    model::SyntheticMoeSpec spec;  // fit_accuracy_bench's MoE
-    spec.layers = 8;
-    spec.experts = 32;
-    spec.top_k = 4;
-    spec.hidden = 1024;
-    spec.expert_intermediate = 1024;
-    spec.heads = 16;
-    spec.kv_heads = 4;
-    spec.head_dim = 64;
-    spec.vocab = 16384;
+    const model::SyntheticMoeSpec spec = bench::fit_moe_spec();
     if (!fs::exists(dir / "config.json")) model::write_synthetic_moe(dir, spec);
     auto p = std::make_unique<Loaded>();
     model::LoadOptions o;

@@ -121,9 +121,7 @@ void BM_LaneGemmsAlone(benchmark::State& state) {
     lanes.emplace_back(size_t(R * (2 * I + H)));
   }
   std::vector<float> x(size_t(R * H), 0.25f);
-  const int64_t wanted = std::max<int64_t>((E * R + engine::kLanePieces * threads - 1) / (engine::kLanePieces * threads), 1);
-  const int64_t piece = std::min<int64_t>(
-      engine::kLaneRows, (wanted + engine::kLanePieceRows - 1) / engine::kLanePieceRows * engine::kLanePieceRows);
+  const int64_t piece = engine::lane_piece_rows(E * R, threads, std::min(engine::kLaneRows, R));
   const int64_t parts = (R + piece - 1) / piece, pieces = E * parts;
   int64_t layer = 0;
   for (auto _ : state) {

@@ -188,10 +188,7 @@ void probe_expert_gemm(std::vector<ComputeSample>& samples, uint64_t budget, dou
     std::vector<std::unique_ptr<kernels::MatmulScratch>> scratch;
     for (int t = 0; t < threads && lanes; ++t) {
       scratch.push_back(std::make_unique<kernels::MatmulScratch>(ledger));
-      kernels::MatmulScratch::Sizes need = kernels::matmul_scratch_sizes(experts[0].first.view, R);
-      const kernels::MatmulScratch::Sizes down_need = kernels::matmul_scratch_sizes(experts[0].second.view, R);
-      for (size_t r = 0; r < need.size(); ++r) need[r] = std::max(need[r], down_need[r]);
-      scratch.back()->reserve(need);
+      scratch.back()->reserve(engine::moe_lane_matmul_sizes(format, H, I, experts[0].first.view.group_size, R));
     }
     for (ComputeSample& s : samples) {
       kernels::ThreadPool pool(s.threads);
@@ -200,19 +197,16 @@ void probe_expert_gemm(std::vector<ComputeSample>& samples, uint64_t budget, dou
       int64_t next = 0;
       s.expert_gemm_gflops[kernels::format_name(format)] = best_rate(slice / 4, flops * double(per_call) / 1e9, [&] {
         // (the activation's values do not change the time)
-        auto run = [&](int64_t e, float* lane, kernels::ThreadPool& on) {
-          auto& [gate_up, down_proj] = experts[size_t(e)];
-          kernels::matmul(gate_up.view, x, R, lane, on);
-          kernels::matmul(down_proj.view, lane, R, lane + R * 2 * I, on);
-        };
         if (!lanes) {
-          for (int64_t i = 0; i < per_call; ++i) run((next + i) % count, x + R * H, pool);
+          float* ffn = x + R * H;
+          for (int64_t i = 0; i < per_call; ++i) {
+            auto& [gate_up, down_proj] = experts[size_t((next + i) % count)];
+            kernels::matmul(gate_up.view, x, R, ffn, pool);
+            kernels::matmul(down_proj.view, ffn, R, ffn + R * 2 * I, pool);
+          }
         } else {
-          // In pieces of rows as the engine cuts them (kLanePieces a lane, kLanePieceRows at least).
-          const int64_t wanted = std::max<int64_t>(
-              (per_call * R + engine::kLanePieces * s.threads - 1) / (engine::kLanePieces * s.threads), 1);
-          const int64_t piece = std::min<int64_t>(
-              engine::kLaneRows, (wanted + engine::kLanePieceRows - 1) / engine::kLanePieceRows * engine::kLanePieceRows);
+          // In pieces of rows as the engine cuts them.
+          const int64_t piece = engine::lane_piece_rows(per_call * R, s.threads, std::min(engine::kLaneRows, R));
           const int64_t parts = (R + piece - 1) / piece, pieces = per_call * parts;
           // Each piece as MoeBlock::expert_rows runs it (gather, gate_up, SiLU gate, down into the outputs), then
           // the outputs added to the residual by columns over the pool, as the block adds them.

@@ -27,22 +27,21 @@ void add_router_bias(const model::LayerWeights& L, float* logits, int64_t n) {
     for (int64_t e = 0; e < E; ++e) logits[i * E + e] += L.router_bias[size_t(e)];
 }
 
-// The MatmulScratch one lane reserves: the larger of the gate_up and down multiplications' needs, region by region.
-kernels::MatmulScratch::Sizes lane_matmul_sizes(kernels::WeightFormat format, int64_t hidden, int64_t intermediate,
-                                                int group_size, int64_t rows) {
+}  // namespace
+
+kernels::MatmulScratch::Sizes moe_lane_matmul_sizes(kernels::WeightFormat format, int64_t hidden, int64_t intermediate,
+                                                    int group_size, int64_t rows) {
   kernels::MatmulScratch::Sizes s = kernels::matmul_scratch_sizes(format, 2 * intermediate, hidden, group_size, rows);
   const kernels::MatmulScratch::Sizes d = kernels::matmul_scratch_sizes(format, hidden, intermediate, group_size, rows);
   for (size_t r = 0; r < s.size(); ++r) s[r] = std::max(s[r], d[r]);
   return s;
 }
 
-}  // namespace
-
 uint64_t moe_lane_bytes(kernels::WeightFormat format, int64_t hidden, int64_t intermediate, int group_size,
                         int64_t rows) {
   if (rows <= 0 || kernels::matmul_uses_blas(format, kLaneRows)) return 0;
   uint64_t bytes = uint64_t(rows) * uint64_t(hidden + 3 * intermediate) * sizeof(float);
-  for (size_t r : lane_matmul_sizes(format, hidden, intermediate, group_size, rows)) bytes += r;
+  for (size_t r : moe_lane_matmul_sizes(format, hidden, intermediate, group_size, rows)) bytes += r;
   return bytes;
 }
 
@@ -83,7 +82,7 @@ MoeBlock::MoeBlock(const model::ModelWeights& w, kernels::ThreadPool& pool, tier
     const int threads = std::max(pool.size(), 1);
     lanes_ = scratch_floats(ledger, lane_floats_ * threads);
     const kernels::MatmulScratch::Sizes sizes =
-        lane_matmul_sizes(e.format, e.hidden, e.intermediate, e.group_size, lane_rows);
+        moe_lane_matmul_sizes(e.format, e.hidden, e.intermediate, e.group_size, lane_rows);
     for (int t = 0; t < threads; ++t) {
       lane_scratch_.push_back(std::make_unique<kernels::MatmulScratch>(ledger));
       lane_scratch_.back()->reserve(sizes);
@@ -274,9 +273,7 @@ void MoeBlock::run_jobs(std::span<const int32_t> jobs, const float* x) {
   // kLanePieceRows (the q4/q8 kernels' row tile) but an expert's last, so cutting adds no tile pass: 21 rows as
   // 8 + 8 + 5 take the tiles the whole expert takes (8, 8, 4, 1), where 7 + 7 + 7 would take 4, 2, 1 three times.
   const int64_t lanes = int64_t(lane_scratch_.size());
-  const int64_t wanted = std::max<int64_t>((total + kLanePieces * lanes - 1) / (kLanePieces * lanes), 1);
-  const int64_t piece =
-      std::min(lane_rows_, (wanted + kLanePieceRows - 1) / kLanePieceRows * kLanePieceRows);
+  const int64_t piece = lane_piece_rows(total, lanes, lane_rows_);
   for (int32_t j : jobs) {
     const int64_t m = int64_t(expert_rows_[size_t(jobs_[size_t(j)].expert)].size());
     for (int64_t b = 0; b < m; b += piece) pieces_.push_back({j, int32_t(b), int32_t(std::min(m, b + piece))});

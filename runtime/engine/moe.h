@@ -12,6 +12,7 @@
 // Owns: routing scratch (ledger account "scratch"). Never: allocate per step, hold an expert past its use.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "runtime/engine/ops.h"
+#include "runtime/kernels/matmul_scratch.h"
 #include "runtime/kernels/thread_pool.h"
 #include "runtime/model/model.h"
 #include "tiering/ledger.h"
@@ -56,9 +58,18 @@ inline constexpr int64_t kLanePieces = 4;
 inline constexpr int64_t kLanePieceRows = 8;
 // The scratch bytes of one lane for experts of this shape (hidden H, intermediate I, the slot format) at up to
 // `rows` rows: its gathered input, gate_up output and activation, and its MatmulScratch. 0 where the format takes no
-// lanes. The planner charges (threads - 1) of them beyond what a one-thread Forward measures.
+// lanes. Linear in rows: the planner charges threads x min(kLaneRows, step rows) x its one-row bytes.
 uint64_t moe_lane_bytes(kernels::WeightFormat format, int64_t hidden, int64_t intermediate, int group_size,
                         int64_t rows);
+// The MatmulScratch one lane reserves: the larger of its gate_up's and down's needs at `rows`, region by region.
+kernels::MatmulScratch::Sizes moe_lane_matmul_sizes(kernels::WeightFormat format, int64_t hidden, int64_t intermediate,
+                                                    int group_size, int64_t rows);
+// The rows of a lane's piece when `total` rows of experts are cut for `lanes` lanes whose buffers hold `lane_rows`:
+// kLanePieces a lane where the rows allow, a multiple of kLanePieceRows, at most lane_rows.
+inline int64_t lane_piece_rows(int64_t total, int64_t lanes, int64_t lane_rows) {
+  const int64_t wanted = std::max<int64_t>((total + kLanePieces * lanes - 1) / (kLanePieces * lanes), 1);
+  return std::min(lane_rows, (wanted + kLanePieceRows - 1) / kLanePieceRows * kLanePieceRows);
+}
 
 class MoeBlock {
  public:

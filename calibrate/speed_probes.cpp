@@ -172,9 +172,10 @@ void probe_expert_gemm(std::vector<ComputeSample>& samples, uint64_t budget, dou
   std::fill(residual, residual + R * H, 0.0f);
   const double flops = 2.0 * double(R) * double(values);
   kernels::ThreadPool serial(1, false);
-  // f32 too: a transformers-made model's experts stay f32 unless converted, and their GEMMs run on OpenBLAS, one
-  // expert after another (fit priced them at the SGEMM probe plus a stream of each expert: 11.7-12.8 ms of a
-  // 128-row chunk where the engine spent 18.6-32.8, fit_accuracy_bench's in-RAM MoE on the device's Xeon).
+  // f32 too: a transformers-made model's experts stay f32 unless converted. Their GEMMs run on the dense kernel's
+  // lanes, or without AVX-512 on OpenBLAS, one expert after another (fit once priced those at the SGEMM probe plus a
+  // stream of each expert: 11.7-12.8 ms of a 128-row chunk where the engine spent 18.6-32.8, fit_accuracy_bench's
+  // in-RAM MoE on the device's Xeon).
   for (WeightFormat format : {WeightFormat::q4, WeightFormat::q8_0, WeightFormat::mlx_q4, WeightFormat::mxfp4,
                               WeightFormat::bf16, WeightFormat::f16, WeightFormat::f32}) {
     std::vector<std::pair<kernels::Weight, kernels::Weight>> experts;
@@ -426,9 +427,9 @@ std::vector<ComputeSample> probe_compute(const Topology& topology, const ProbeOp
   copies.clear();
   malloc_trim(0);
   // Prefill's GEMM as the engine runs it: kernels::matmul of kGemmProbeRows activation rows by one weight of each
-  // format (OpenBLAS for f32, our f16/bf16 GEMM kernel, the packed q8_0/q4 matmul, the MLX affine and MXFP4
-  // kernels). At that many rows each weight byte feeds hundreds of flops, so the weight fits or not in the cache
-  // changes little: one weight, not a stream of copies.
+  // format (our dense f32/f16/bf16 GEMM kernel, or OpenBLAS without AVX-512; the packed q8_0/q4 matmul; the MLX
+  // affine and MXFP4 kernels). At that many rows each weight byte feeds hundreds of flops, so the weight fits or not
+  // in the cache changes little: one weight, not a stream of copies.
   {
     tiering::LedgerBuffer activations(ledger, tiering::accounts::scratch,
                                       size_t(kGemmProbeRows) * size_t(rows + cols) * sizeof(float));
@@ -504,7 +505,7 @@ PrefillRates probe_prefill(const ModelProfile& m, int threads, const ProbeOption
   for (int64_t i = 0; i < most_rows * widest_in; ++i) x[i] = float((i * 7) % 13) * 0.125f - 0.75f;
   kernels::ThreadPool pool(threads);
   const int blas_threads = openblas_get_num_threads();
-  openblas_set_num_threads(threads);  // f32 weights go through OpenBLAS
+  openblas_set_num_threads(threads);  // f32 weights go through OpenBLAS without AVX-512
   const double slice = options.seconds_per_probe / double(std::max<size_t>(shapes.size(), 1) * std::size(kPrefillShapeRows));
   PrefillRates result;
   for (size_t i = 0; i < shapes.size(); ++i) {

@@ -50,7 +50,7 @@ inline constexpr int64_t kParallelRouteRows = 16;
 // few microseconds of work per thread. Instead each pool thread takes pieces of experts (up to this many of an
 // expert's rows), one after another (most rows first), on a serial pool with its own buffers and MatmulScratch, and
 // writes their outputs apart; they are added to the residual afterwards in the order run_expert adds them (the same
-// sums, bit for bit). Not for experts whose matmul calls OpenBLAS (f32).
+// sums, bit for bit). Not for experts whose matmul calls OpenBLAS (dense experts on a CPU without AVX-512).
 inline constexpr int64_t kLaneRows = 32;
 // The lanes' experts are cut into pieces of rows, kLanePieces per lane where the rows allow, each a multiple of
 // kLanePieceRows rows (the q4/q8 kernels' activation-row tile) but an expert's last.

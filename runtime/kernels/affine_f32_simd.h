@@ -86,6 +86,15 @@ inline void tile(const PackedView& w, int64_t p, int slice, const float* x, cons
   for (int t = 0; t < T; ++t) V::store(y + t * ldy + row0, yacc[t], valid);
 }
 
+// step(integral_constant<int, r>) for r = rows, 0 < rows <= R.
+template <int R, class Step>
+inline void tail(int64_t rows, Step& step) {
+  if constexpr (R > 0) {
+    if (rows == R) return step(std::integral_constant<int, R>{});
+    tail<R - 1>(rows, step);
+  }
+}
+
 template <class V, int Bits, SourceType ST>
 void run(const PackedView& w, const float* x, const float* gsum, int64_t n, float* y, int64_t ldy, int64_t p0,
          int64_t p1) {
@@ -99,12 +108,9 @@ void run(const PackedView& w, const float* x, const float* gsum, int64_t n, floa
         tile<V, kT, Bits, ST>(w, p, slice, x + i * cols, gsum + i * groups, y + i * ldy, ldy);
         i += kT;
       };
-      if constexpr (V::kMaxTile >= 8) {
-        while (n - i >= 8) step(std::integral_constant<int, 8>{});
-      }
-      while (n - i >= 4) step(std::integral_constant<int, 4>{});
-      if (n - i >= 2) step(std::integral_constant<int, 2>{});
-      if (n - i >= 1) step(std::integral_constant<int, 1>{});
+      while (n - i >= V::kMaxTile) step(std::integral_constant<int, V::kMaxTile>{});
+      // The tail (fewer rows than a full tile) in one pass: each pass unpacks the slice's codes again.
+      tail<V::kMaxTile - 1>(n - i, step);
     }
   }
 }

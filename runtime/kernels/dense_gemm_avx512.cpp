@@ -1,17 +1,21 @@
-// runtime/kernels/dense_gemm_avx512.cpp — prefill GEMM over dense f16/bf16 weights with AVX-512: Y = X · Wᵀ for a
-// block of activation rows and a block of weight rows, on one thread.
+// runtime/kernels/dense_gemm_avx512.cpp — prefill GEMM over dense f32/f16/bf16 weights with AVX-512: Y = X · Wᵀ for
+// a block of activation rows and a block of weight rows, on one thread.
 //
 // Why not widen the weight to f32 and call sgemm: the widened copy is as large as the weight in f32 (a 4x RAM
 // stream per chunk), and OpenBLAS' own threads fight the pool's (the pool pins its caller, so OpenBLAS' threads
-// inherited one core: f16 prefill did not scale past one core). Here each pool thread packs 64 weight rows x 256
-// columns at a time to f32 on its own stack (64 KiB, in L2), transposed so that one column step of 32 rows is two
-// vectors, and a 12 x 32 register tile (24 accumulators) multiplies every activation row against that block while
-// it is hot. Each weight element is converted once per call, each FMA takes its activation from an embedded
-// broadcast, and the arithmetic is f32 FMA of exactly widened weights, as the sgemm path was.
+// inherited one core: f16 prefill did not scale past one core). f32 weights took OpenBLAS' sgemm directly until
+// its threads, woken between the pool's work, ran a 128-row chunk's projections at 180-220 GFLOP/s on the device's
+// 16 cores where this kernel runs bf16 at ~900. Here each pool thread packs 64 weight rows x 256 columns at a time
+// to f32 on its own stack (64 KiB, in L2), transposed so that one column step of 32 rows is two vectors, and a
+// 12 x 32 register tile (24 accumulators) multiplies every activation row against that block while it is hot. Each
+// weight element is converted once per call, each FMA takes its activation from an embedded broadcast, and the
+// arithmetic is f32 FMA of exactly widened weights, as the sgemm path was. A row's result does not depend on how
+// many rows are multiplied with it, nor on which block of rows it is in.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <array>
+#include <type_traits>
 #include <utility>
 
 #include "runtime/kernels/kernel_isa.h"
@@ -46,18 +50,25 @@ inline void transpose_pass(__m512 (&r)[16]) {
 // The zero-masking forms throughout: GCC 12's unmasked ones start from _mm512_undefined_*(), which -Wextra reports
 // as maybe-uninitialized once inlined into the transpose.
 template <WeightFormat F>
-inline __m512 load16(const uint16_t* p, __mmask16 mask) {
-  const __m256i h = _mm256_maskz_loadu_epi16(mask, p);
-  if constexpr (F == WeightFormat::f16) {
-    return _mm512_maskz_cvtph_ps(mask, h);
+using Element = std::conditional_t<F == WeightFormat::f32, float, uint16_t>;
+
+template <WeightFormat F>
+inline __m512 load16(const Element<F>* p, __mmask16 mask) {
+  if constexpr (F == WeightFormat::f32) {
+    return _mm512_maskz_loadu_ps(mask, p);
   } else {
-    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(mask, _mm512_maskz_cvtepu16_epi32(mask, h), 16));
+    const __m256i h = _mm256_maskz_loadu_epi16(mask, p);
+    if constexpr (F == WeightFormat::f16) {
+      return _mm512_maskz_cvtph_ps(mask, h);
+    } else {
+      return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(mask, _mm512_maskz_cvtepu16_epi32(mask, h), 16));
+    }
   }
 }
 
 // packed[t][k][j] = W[r0 + 32t + j][k0 + k] as f32 for t < 2, k < depth, j < 32; rows past `rows` are zero.
 template <WeightFormat F>
-void pack_block(const uint16_t* w, int64_t cols, int64_t r0, int64_t rows, int64_t k0, int64_t depth,
+void pack_block(const Element<F>* w, int64_t cols, int64_t r0, int64_t rows, int64_t k0, int64_t depth,
                 float* packed) {
   for (int64_t j0 = 0; j0 < kBlockCols; j0 += 16) {
     float* dst = packed + (j0 / kTileCols) * kDepth * kTileCols + (j0 % kTileCols);
@@ -118,7 +129,7 @@ template <WeightFormat F>
 void dense_matmul_typed(const void* weights, int64_t rows, int64_t cols, const float* x, int64_t i0, int64_t i1,
                         float* y, int64_t ldy, int64_t r0, int64_t r1) {
   alignas(64) float packed[2 * kDepth * kTileCols];
-  const auto* w = static_cast<const uint16_t*>(weights);
+  const auto* w = static_cast<const Element<F>*>(weights);
   const int64_t row_end = std::min(r1, rows);
   for (int64_t b = r0; b < row_end; b += kBlockCols) {
     for (int64_t k0 = 0; k0 < cols; k0 += kDepth) {
@@ -141,8 +152,11 @@ void dense_matmul_typed(const void* weights, int64_t rows, int64_t cols, const f
 
 void dense_matmul_avx512(WeightFormat f, const void* w, int64_t rows, int64_t cols, const float* x, int64_t i0,
                          int64_t i1, float* y, int64_t ldy, int64_t r0, int64_t r1) {
-  if (f == WeightFormat::f16) return dense_matmul_typed<WeightFormat::f16>(w, rows, cols, x, i0, i1, y, ldy, r0, r1);
-  return dense_matmul_typed<WeightFormat::bf16>(w, rows, cols, x, i0, i1, y, ldy, r0, r1);
+  switch (f) {
+    case WeightFormat::f16: return dense_matmul_typed<WeightFormat::f16>(w, rows, cols, x, i0, i1, y, ldy, r0, r1);
+    case WeightFormat::bf16: return dense_matmul_typed<WeightFormat::bf16>(w, rows, cols, x, i0, i1, y, ldy, r0, r1);
+    default: return dense_matmul_typed<WeightFormat::f32>(w, rows, cols, x, i0, i1, y, ldy, r0, r1);
+  }
 }
 
 }  // namespace tierlm::kernels

@@ -92,9 +92,9 @@ struct KernelTable {
   void (*dense_matvec)(WeightFormat f, const void* w, int64_t cols, const float* x, float* y, int64_t r0, int64_t r1);
   // out[rows*cols] f32 from rows [r0, r1) of a dense f16/bf16 weight (f32 is never converted).
   void (*dense_to_f32)(WeightFormat f, const void* w, int64_t cols, int64_t r0, int64_t r1, float* out);
-  // Y[i*ldy + r] = X[i,:]·W[r,:] for activation rows i in [i0, i1) and weight rows r in [r0, r1) of a dense f16/bf16
-  // [rows x cols] weight, on the calling thread (prefill). Null where the backend has none (matmul then widens
-  // tiles to f32 for sgemm).
+  // Y[i*ldy + r] = X[i,:]·W[r,:] for activation rows i in [i0, i1) and weight rows r in [r0, r1) of a dense
+  // f32/f16/bf16 [rows x cols] weight, on the calling thread (prefill). Null where the backend has none (matmul then
+  // calls sgemm, widening f16/bf16 tiles to f32 first).
   void (*dense_matmul)(WeightFormat f, const void* w, int64_t rows, int64_t cols, const float* x, int64_t i0,
                        int64_t i1, float* y, int64_t ldy, int64_t r0, int64_t r1);
 };

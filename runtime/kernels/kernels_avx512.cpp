@@ -127,15 +127,17 @@ void packed_matmul_typed(const PackedView& w, const QuantizedRow* x, int64_t n, 
   for (int64_t p = p0; p < p1; ++p) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) panel_tile<8, Bits, ST>(w, p, x + i, y + i * ldy, ldy);
-    if (n - i >= 4) {
-      panel_tile<4, Bits, ST>(w, p, x + i, y + i * ldy, ldy);
-      i += 4;
+    // A tail of 1-7 rows in one pass over the panel: each pass loads and unpacks the panel's codes again.
+    switch (n - i) {
+      case 7: panel_tile<7, Bits, ST>(w, p, x + i, y + i * ldy, ldy); break;
+      case 6: panel_tile<6, Bits, ST>(w, p, x + i, y + i * ldy, ldy); break;
+      case 5: panel_tile<5, Bits, ST>(w, p, x + i, y + i * ldy, ldy); break;
+      case 4: panel_tile<4, Bits, ST>(w, p, x + i, y + i * ldy, ldy); break;
+      case 3: panel_tile<3, Bits, ST>(w, p, x + i, y + i * ldy, ldy); break;
+      case 2: panel_tile<2, Bits, ST>(w, p, x + i, y + i * ldy, ldy); break;
+      case 1: panel_tile<1, Bits, ST>(w, p, x + i, y + i * ldy, ldy); break;
+      default: break;
     }
-    if (n - i >= 2) {
-      panel_tile<2, Bits, ST>(w, p, x + i, y + i * ldy, ldy);
-      i += 2;
-    }
-    if (n - i >= 1) panel_tile<1, Bits, ST>(w, p, x + i, y + i * ldy, ldy);
   }
 }
 

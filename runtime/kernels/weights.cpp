@@ -547,7 +547,8 @@ void matvec(const WeightView& w, const float* x, float* y, ThreadPool& pool) {
   }, &job);
 }
 
-// Up to this many activation rows, dense f16/bf16 matmul runs the matvec kernel per row on cache-resident blocks.
+// Up to this many activation rows, dense matmul runs the matvec kernel per row on cache-resident blocks (f32 too,
+// where the backend has the GEMM kernel).
 constexpr int64_t kSmallDenseBatch = 16;
 // Weight rows per unit of work of the dense GEMM kernel (a multiple of its packed block).
 constexpr int64_t kDenseGemmRows = 64;
@@ -584,9 +585,8 @@ MatmulScratch::Sizes matmul_scratch_sizes(WeightFormat format, int64_t rows, int
 }
 
 bool matmul_uses_blas(WeightFormat format, int64_t n) {
-  if (n <= 1 || !is_dense(format)) return false;
-  if (format == WeightFormat::f32) return true;
-  return n > kSmallDenseBatch && active_kernels().dense_matmul == nullptr;
+  if (n <= 1 || !is_dense(format) || active_kernels().dense_matmul != nullptr) return false;
+  return format == WeightFormat::f32 || n > kSmallDenseBatch;
 }
 
 void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool& pool) {
@@ -596,7 +596,7 @@ void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool
   if (n == 1) return matvec(w, x, y, pool);
   if (takes_f32_activations(w)) return affine_f32_multiply(w, x, n, y, pool);
   if (is_dense(w.format)) {
-    if (w.format == WeightFormat::f32) {
+    if (w.format == WeightFormat::f32 && k.dense_matmul == nullptr) {  // a backend without the GEMM kernel
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(n), static_cast<blasint>(w.rows),
                   static_cast<blasint>(w.cols), 1.0f, x, static_cast<blasint>(w.cols),
                   static_cast<const float*>(w.data), static_cast<blasint>(w.cols), 0.0f, y,

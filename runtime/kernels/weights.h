@@ -74,8 +74,8 @@ MatmulScratch::Sizes matmul_scratch_sizes(WeightFormat format, int64_t rows, int
 inline MatmulScratch::Sizes matmul_scratch_sizes(const WeightView& w, int64_t n) {
   return matmul_scratch_sizes(w.format, w.rows, w.cols, w.group_size, n);
 }
-// Whether matmul of n rows in this format calls OpenBLAS (f32, and f16/bf16 beyond a few rows where the ISA has no
-// dense GEMM kernel): such a call must not run on several threads at once, each with a serial pool (OpenBLAS
+// Whether matmul of n rows in this format calls OpenBLAS (dense formats where the ISA has no dense GEMM kernel: f32,
+// and f16/bf16 beyond a few rows): such a call must not run on several threads at once, each with a serial pool (OpenBLAS
 // threads itself); every other format's matmul runs wholly on the pool it is given.
 bool matmul_uses_blas(WeightFormat format, int64_t n);
 // Writes row `row` of W, dequantized, into out[cols] (embedding lookup).

@@ -15,6 +15,7 @@
 #include "calibrate/fit.h"
 #include "calibrate/planner.h"
 #include "runtime/engine/moe.h"
+#include "runtime/kernels/kernel_isa.h"
 #include "tests/calibrate/planner_profiles.h"
 
 namespace tierlm::calibrate {
@@ -676,9 +677,17 @@ TEST(Planner, PrefillChargesThePerRowWorkSpreadOrSerial) {
   ASSERT_EQ(lanes.expert_format, "q4");
   EXPECT_NEAR(rows_term(lanes, 16), spread / 16, 1e-15);
   EXPECT_NEAR(rows_term(lanes, 1), spread, 1e-15);
-  // f32 experts (OpenBLAS: no lanes), each split over the pool.
   ModelProfile moe = lanes;
   moe.expert_format = "f32";
+  // f32 experts take the lanes where the CPU has the dense GEMM kernel (AVX-512)...
+  if (kernels::detected_isa() == kernels::Isa::avx512) {
+    EXPECT_NEAR(rows_term(moe, 16), spread / 16, 1e-15);
+  }
+  // ...and where it has none, they call OpenBLAS: no lanes, each expert split over the pool.
+  struct IsaGuard {
+    ~IsaGuard() { kernels::set_isa_for_testing(kernels::detected_isa()); }
+  } guard;
+  kernels::set_isa_for_testing(kernels::Isa::scalar);
   const double mH = double(moe.hidden), mL = double(moe.moe_layers), k = double(moe.top_k);
   // 128 rows x top-8 over 128 experts: 8 rows an expert, 8 x 768 values reach kParallelGateElements, so the
   // experts' gate is spread over the pool; the gather and scatter-add stay on the calling thread.

@@ -1,4 +1,4 @@
-// The prefill GEMM over dense f16/bf16 weights (matmul with more rows than the small-batch path takes), on every
+// The prefill GEMM over dense f32/f16/bf16 weights (matmul with more rows than the small-batch path takes), on every
 // ISA, against exact math: each output is compared with the double-precision product of the widened weights and
 // the activations, within the worst-case bound of an f32 dot product of that length (gamma_K * sum |x w|). Shapes
 // cover partial register tiles (activation rows not a multiple of 12, weight rows not a multiple of 32/64), a
@@ -70,7 +70,7 @@ TEST(DenseGemm, MatchesExactProductAcrossShapesThreadsAndIsas) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   IsaGuard guard;
-  for (WeightFormat format : {WeightFormat::f16, WeightFormat::bf16}) {
+  for (WeightFormat format : {WeightFormat::f32, WeightFormat::f16, WeightFormat::bf16}) {
     check_matmul(format, 97, 600, 37, 1, rng);   // 3 packed depths (256, 256, 88), partial tiles both ways
     check_matmul(format, 130, 300, 131, 3, rng);  // 3 weight blocks on 3 threads: activation rows split in groups
     check_matmul(format, 64, 16, 17, 2, rng);     // one exact block, one short depth, just past the small batch
@@ -88,14 +88,16 @@ TEST(DenseGemm, EveryOutputWrittenOnceWithoutAccumulatingStaleValues) {
   for (auto& v : src) v = normal(rng);
   for (auto& v : x) v = normal(rng);
   tiering::Ledger ledger;
-  const Weight w = make_weight(src.data(), SourceType::f32, rows, cols, WeightFormat::f16, ledger, "weights");
   ThreadPool pool(2, false);
-  for (Isa isa : runnable_isas()) {
-    set_isa_for_testing(isa);
-    std::vector<float> clean(static_cast<size_t>(n * rows), 0.0f), dirty(static_cast<size_t>(n * rows), 1e30f);
-    matmul(w.view, x.data(), n, clean.data(), pool);
-    matmul(w.view, x.data(), n, dirty.data(), pool);
-    EXPECT_EQ(clean, dirty) << isa_name(isa);
+  for (WeightFormat format : {WeightFormat::f32, WeightFormat::f16}) {
+    const Weight w = make_weight(src.data(), SourceType::f32, rows, cols, format, ledger, "weights");
+    for (Isa isa : runnable_isas()) {
+      set_isa_for_testing(isa);
+      std::vector<float> clean(static_cast<size_t>(n * rows), 0.0f), dirty(static_cast<size_t>(n * rows), 1e30f);
+      matmul(w.view, x.data(), n, clean.data(), pool);
+      matmul(w.view, x.data(), n, dirty.data(), pool);
+      EXPECT_EQ(clean, dirty) << format_name(format) << " " << isa_name(isa);
+    }
   }
 }
 

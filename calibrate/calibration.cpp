@@ -52,7 +52,7 @@ WisdomEntry calibrate_model(const CalibrateOptions& o) {
   ProbeOptions shapes;
   shapes.seconds_per_probe = kPrefillProbeSeconds;
   shapes.memory_budget = probe_memory_budget(probe_memory());
-  entry.model.prefill = probe_prefill(entry.model, entry.plan.threads, shapes);
+  entry.model.prefill = probe_prefill(entry.model, entry.plan.threads, entry.plan.kv_codec, shapes);
   entry.plan.prediction.prefill_tokens_per_second = predicted_prefill_rate(entry.device, entry.model, entry.plan);
   const std::time_t now = std::time(nullptr);
   char stamp[32];

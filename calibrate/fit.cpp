@@ -91,10 +91,13 @@ FitAnswer fit_model(const FitModelShape& shape, const DeviceProfile& device, con
       ProbeOptions probe;
       probe.seconds_per_probe = kPrefillProbeSeconds;
       probe.memory_budget = probe_memory_budget(probe_memory());
-      PrefillRates probed = probe_prefill(a.profile, a.plan->threads, probe);
+      PrefillRates probed = probe_prefill(a.profile, a.plan->threads, a.plan->kv_codec, probe);
       for (PrefillGemm& g : probed.gemms) rates.gemms.push_back(std::move(g));
       rates.gate_seconds = probed.gate_seconds;
       rates.row_seconds = probed.row_seconds;
+      rates.attention_seconds = probed.attention_seconds;
+      rates.attention_threads = probed.attention_threads;
+      rates.attention_codec = probed.attention_codec;
     }
     a.profile.prefill = rates;
     a.plan->prediction.prefill_tokens_per_second = predicted_prefill_rate(device, a.profile, *a.plan);

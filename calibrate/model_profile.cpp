@@ -259,6 +259,10 @@ bj::value to_json(const ModelProfile& p) {
   }
   if (p.prefill.gate_seconds > 0)
     o["prefill_row_seconds"] = bj::object{{"gate", p.prefill.gate_seconds}, {"row", p.prefill.row_seconds}};
+  if (p.prefill.attention_seconds > 0)
+    o["prefill_attention"] = bj::object{{"seconds", p.prefill.attention_seconds},
+                                        {"threads", p.prefill.attention_threads},
+                                        {"codec", p.prefill.attention_codec}};
   bj::array classes;
   for (auto& c : p.classes) classes.push_back(bj::object{{"name", c.name}, {"bytes", c.bytes}, {"read_per_token", c.read_per_token}});
   o["weight_classes"] = classes;
@@ -421,6 +425,15 @@ ModelProfile model_profile_from_json(const bj::value& v) {
     const auto& r = object(field(o, "prefill_row_seconds", what), what + ".prefill_row_seconds");
     p.prefill.gate_seconds = number(r, "gate", what + ".prefill_row_seconds");
     p.prefill.row_seconds = number(r, "row", what + ".prefill_row_seconds");
+  }
+  if (o.contains("prefill_attention")) {  // optional, as prefill_gemms
+    const std::string at = what + ".prefill_attention";
+    const auto& r = object(field(o, "prefill_attention", what), at);
+    p.prefill.attention_seconds = number(r, "seconds", at);
+    p.prefill.attention_threads = int(integer(r, "threads", at));
+    p.prefill.attention_codec = string(r, "codec", at);
+    if (!(p.prefill.attention_seconds > 0) || p.prefill.attention_threads <= 0)
+      throw std::runtime_error(at + ": seconds and threads must be positive");
   }
   for (auto& c : array(o, "weight_classes", what)) {
     const auto& co = object(c, what + ".weight_classes[]");

@@ -61,10 +61,15 @@ struct PrefillGemm {
 // What prefill costs on this machine beyond the device profile (calibrate's probe_prefill, at the plan's threads):
 // the model's dense shapes, and the per-row work between the GEMMs, seconds per element on one thread: the MLP's
 // gate (silu_gate: an exp per element) and a pass over a row (rms_norm; the MoE block's gather and weighted
-// scatter-add are passes like it). 0: not probed.
+// scatter-add are passes like it). 0: not probed. And attention as the engine runs it (probe_prefill_attention): seconds
+// per query head and position seen, at `attention_threads` in KV `attention_codec` (0: not probed, or a model whose
+// attention the probe does not run: the planner then prices it as f32 GEMM flops).
 struct PrefillRates {
   std::vector<PrefillGemm> gemms;
   double gate_seconds = 0, row_seconds = 0;
+  double attention_seconds = 0;
+  int attention_threads = 0;
+  std::string attention_codec;
 };
 
 // A dense matrix every layer applies in prefill, as the engine fuses them (Forward: one qkv projection, o, one

@@ -537,6 +537,17 @@ double attention_flops(const ModelProfile& m, int64_t start, int64_t rows) {
   return flops;
 }
 
+// Prefill attention of `rows` rows from position `start`: at the rate probe_prefill measured for the plan's threads
+// and KV codec (seconds per query head and position seen), else as f32 GEMM flops.
+static double attention_seconds(const DeviceProfile& d, const ModelProfile& m, const Plan& p, int64_t start,
+                                int64_t rows) {
+  const PrefillRates& r = m.prefill;
+  const double flops = attention_flops(m, start, rows);
+  if (r.attention_seconds > 0 && r.attention_threads == p.threads && r.attention_codec == p.kv_codec && m.head_dim > 0)
+    return flops / (4.0 * double(m.head_dim)) * r.attention_seconds;  // attention_flops: 4 x head_dim a head-position
+  return flops / gemm_flops(d, p.threads, "f32", double(rows));
+}
+
 // The cost model: seconds per decode step by term, tokens/s, memory by account.
 StepCost evaluate(const DeviceProfile& d, const ModelProfile& m, const Plan& p, const RouterTrace* trace) {
   StepCost c;
@@ -695,7 +706,7 @@ PrefillCost prefill_cost(const DeviceProfile& d, const ModelProfile& m, const Pl
   for (int64_t start = 0; start < tokens; start += chunk) {
     const int64_t rows = std::min(chunk, tokens - start);
     cost.dense += std::max(dense_gemm_seconds(d, m, p.threads, double(rows)), layer_bytes / dense_bw);
-    cost.attention += attention_flops(m, start, rows) / gemm_flops(d, p.threads, "f32", double(rows));
+    cost.attention += attention_seconds(d, m, p, start, rows);
     cost.head += double(head) / dense_bw;
     cost.rows += row_work_seconds(m, p.threads, double(rows));
     if (!m.moe()) continue;

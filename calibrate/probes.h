@@ -50,8 +50,11 @@ std::vector<ComputeSample> probe_compute(const Topology& topology, const ProbeOp
 inline constexpr int64_t kPrefillShapeRows[] = {16, 128};
 inline constexpr double kPrefillShapeFlops = 8e9;
 inline constexpr double kPrefillProbeSeconds = 1.0;  // fit's and calibrate's seconds_per_probe for it
-// With them, the per-row work's seconds per element on one thread (PrefillRates::gate_seconds, row_seconds).
-PrefillRates probe_prefill(const ModelProfile& model, int threads, const ProbeOptions& options);
+// With them, the per-row work's seconds per element on one thread (PrefillRates::gate_seconds, row_seconds), and
+// attention in KV `kv_codec` (probe_prefill_attention, for a model whose every layer is plain attention of the
+// model-wide heads; else attention_seconds stays 0).
+PrefillRates probe_prefill(const ModelProfile& model, int threads, const std::string& kv_codec,
+                           const ProbeOptions& options);
 
 // Prefill attention as the engine runs it (Forward::attention: KVCache::attend per row and kv head on the pool) for
 // one layer of the model's heads in KV `codec`: a chunk of 128 rows at positions [0, 128), each seeing its own and

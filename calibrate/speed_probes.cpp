@@ -468,7 +468,8 @@ std::vector<ComputeSample> probe_compute(const Topology& topology, const ProbeOp
   return result;
 }
 
-PrefillRates probe_prefill(const ModelProfile& m, int threads, const ProbeOptions& options) {
+PrefillRates probe_prefill(const ModelProfile& m, int threads, const std::string& kv_codec,
+                           const ProbeOptions& options) {
   using kernels::WeightFormat;
   WeightFormat format = WeightFormat::f32;
   for (WeightFormat f : {WeightFormat::f16, WeightFormat::bf16, WeightFormat::q8_0, WeightFormat::q4,
@@ -532,6 +533,19 @@ PrefillRates probe_prefill(const ModelProfile& m, int threads, const ProbeOption
   result.row_seconds = 1.0 / best_rate(rows_slice, double(H), [&] {
     engine::rms_norm(hidden.data(), weight.data(), H, 1e-6, row.data());
   });
+  // Attention: 128 rows attend over [0, 128) at ~0.8-3 ns a head-position, where the f32 GEMM rate the planner
+  // otherwise divides its flops by made it 0.24-0.8 ms of a chunk the engine spent 1.4-3.8 ms on (fit_accuracy_bench's
+  // MoE, the device's 16-core Xeon and the 2-core VM). Only where every layer is plain attention of the model-wide
+  // shape (no windows, recurrent, latent or per-layer heads), which is what the probe runs.
+  const bool plain = m.layer_windows.empty() && m.layer_recurrent_bytes.empty() && m.layer_latent_floats.empty() &&
+                     m.layer_kv_heads.empty() && m.layer_head_dims.empty();
+  if (plain && m.heads > 0 && m.kv_heads > 0 && m.heads % m.kv_heads == 0 && m.head_dim > 0) {
+    ProbeOptions attention = options;
+    attention.seconds_per_probe = std::max(0.05, options.seconds_per_probe / 4);
+    result.attention_seconds = probe_prefill_attention(m, threads, kv_codec, attention);
+    result.attention_threads = threads;
+    result.attention_codec = kv_codec;
+  }
   return result;
 }
 

@@ -708,9 +708,15 @@ TEST(Planner, PrefillShapesRoundTripAndAreOptional) {
   m.prefill.gemms.push_back({"gate_up", "q4", 2048, 4096, 8, {16, 128}, {120.5, 480.25}});
   m.prefill.gate_seconds = 3.5e-9;
   m.prefill.row_seconds = 0.25e-9;
+  m.prefill.attention_seconds = 1.5e-9;
+  m.prefill.attention_threads = 8;
+  m.prefill.attention_codec = "q8";
   const ModelProfile back = model_profile_from_json(to_json(m));
   EXPECT_EQ(back.prefill.gate_seconds, 3.5e-9);
   EXPECT_EQ(back.prefill.row_seconds, 0.25e-9);
+  EXPECT_EQ(back.prefill.attention_seconds, 1.5e-9);
+  EXPECT_EQ(back.prefill.attention_threads, 8);
+  EXPECT_EQ(back.prefill.attention_codec, "q8");
   ASSERT_EQ(back.prefill.gemms.size(), 1u);
   const PrefillGemm& g = back.prefill.gemms[0];
   EXPECT_EQ(g.kind, "gate_up");
@@ -723,8 +729,41 @@ TEST(Planner, PrefillShapesRoundTripAndAreOptional) {
   boost::json::value old = to_json(m);
   old.as_object().erase("prefill_gemms");
   old.as_object().erase("prefill_row_seconds");
+  old.as_object().erase("prefill_attention");
   EXPECT_TRUE(model_profile_from_json(old).prefill.gemms.empty());
   EXPECT_EQ(model_profile_from_json(old).prefill.gate_seconds, 0.0);
+  EXPECT_EQ(model_profile_from_json(old).prefill.attention_seconds, 0.0);
+  boost::json::value bad = to_json(m);
+  bad.as_object()["prefill_attention"].as_object()["seconds"] = -1.0;
+  EXPECT_THROW(model_profile_from_json(bad), std::runtime_error);
+}
+
+// Prefill attention takes the rate probe_prefill measured (seconds per query head and position seen) where it was
+// measured at the plan's threads and KV codec: for 8B's 32 layers x 32 heads, a 128-row chunk from position 0 sees
+// 32 x 32 x 128 x 129 / 2 head-positions (attention_flops samples the chunk in 8 steps of 16 rows: each step's rows
+// counted at its first row's positions). Elsewhere it stays priced as f32 GEMM flops.
+TEST(Planner, PrefillAttentionTakesTheProbedRateAtThePlansThreadsAndCodec) {
+  const DeviceProfile d = device("server-64gb");
+  ModelProfile m = llama_8b();
+  PlanRequest r;
+  r.budget_bytes = 64ull << 30;
+  const Plan p = make_plan(d, m, r);
+  double head_positions = 0;
+  for (int64_t step = 0; step < 8; ++step) head_positions += double(m.heads) * double(16 * step + 1) * 16;
+  head_positions *= double(m.layers);
+  const double unprobed = prefill_cost(d, m, p, 128).attention;
+  EXPECT_GT(unprobed, 0);
+  m.prefill.attention_seconds = 2e-9;
+  m.prefill.attention_threads = p.threads;
+  m.prefill.attention_codec = p.kv_codec;
+  EXPECT_NEAR(prefill_cost(d, m, p, 128).attention, head_positions * 2e-9, 1e-9 * head_positions * 2e-9);
+  EXPECT_NE(prefill_cost(d, m, p, 128).attention, unprobed);
+  ModelProfile other_threads = m;
+  other_threads.prefill.attention_threads = p.threads + 1;
+  EXPECT_EQ(prefill_cost(d, other_threads, p, 128).attention, unprobed);
+  ModelProfile other_codec = m;
+  other_codec.prefill.attention_codec = p.kv_codec == "f32" ? "q8" : "f32";
+  EXPECT_EQ(prefill_cost(d, other_codec, p, 128).attention, unprobed);
 }
 
 }  // namespace

@@ -380,7 +380,7 @@ TEST(ProbeLimits, PrefillShapeProbeIsKeyedByShapeAndBounded) {
   o.seconds_per_probe = 0.4;
   o.memory_budget = 8ull << 20;
   const auto start = std::chrono::steady_clock::now();
-  const PrefillRates rates = probe_prefill(m, 2, o);
+  const PrefillRates rates = probe_prefill(m, 2, "f32", o);
   const std::vector<PrefillGemm>& gemms = rates.gemms;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const std::vector<GemmShape> shapes = m.dense_gemm_shapes();
@@ -403,6 +403,10 @@ TEST(ProbeLimits, PrefillShapeProbeIsKeyedByShapeAndBounded) {
   EXPECT_EQ(gemms[0].out, shapes[0].out);  // qkv [768 x 512]: whole
   EXPECT_GT(rates.gate_seconds, 0);  // the per-row work, seconds per element
   EXPECT_GT(rates.row_seconds, 0);
+  EXPECT_GT(rates.attention_seconds, 0);  // attention as the engine runs it, at the probe's threads and KV codec
+  EXPECT_LT(rates.attention_seconds, 1e-6);  // seconds per head-position: nanoseconds
+  EXPECT_EQ(rates.attention_threads, 2);
+  EXPECT_EQ(rates.attention_codec, "f32");
   EXPECT_LT(seconds, 3.0);  // 0.4 s of timing, at least two calls a cell (slack for a loaded 2-core VM)
 }
 

@@ -1,10 +1,11 @@
-// bench/peer/tierlm_peer.cpp — tierlm's side of bench/peer.sh: loads a Hugging Face folder in a weight format, then
+// bench/peer/tierlm_peer.cpp — tierlm's side of bench/peer.sh: loads a Hugging Face folder in a weight format (or
+// "stored": as the folder holds it, e.g. an MLX 4-bit one; an MoE model with every expert resident), then
 // prefills a fixed token-id prompt and decodes greedily, and prints one JSON line with prefill and decode tok/s and
 // the greedy tokens (the peer side, llamacpp_peer.mjs, prints the same fields).
 // A warm-up round (a short prompt and a few decode steps) runs first, as llama-bench and llamacpp_peer.mjs do, so
 // the figures are steady state, not first use.
 //
-// Usage: tierlm_peer HF_DIR FORMAT THREADS PROMPT_TOKENS DECODE_TOKENS
+// Usage: tierlm_peer HF_DIR FORMAT|stored THREADS PROMPT_TOKENS DECODE_TOKENS
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
@@ -40,7 +41,13 @@ int main(int argc, char** argv) {
     tiering::Ledger ledger;
     model::LoadOptions options;
     options.ledger = &ledger;
-    options.weight_format = kernels::parse_format(format);
+    if (format != "stored") options.weight_format = kernels::parse_format(format);
+    // An MoE model held wholly in RAM: every expert resident, read once at load (as a plan with room for all of
+    // them makes it), so no step waits on the disk.
+    const model::ModelConfig config = model::load_config(dir);
+    if (config.arch.moe)
+      for (int64_t l = 0; l < config.sparse_layers(); ++l)
+        for (int64_t e = 0; e < config.num_experts; ++e) options.experts.cache.resident.emplace_back(l, e);
     const model::ModelWeights m = model::load_model(dir, options);
     kernels::ThreadPool pool(threads);
     const int64_t context = prompt + decode + 8, chunk = 512;

@@ -66,6 +66,8 @@ MoeBlock::MoeBlock(const model::ModelWeights& w, kernels::ThreadPool& pool, tier
   lookahead_ids_.resize(size_t(k_));
   lookahead_weights_.resize(size_t(k_));
   batch_.reserve(size_t(experts_));
+  row_views_.reserve(size_t(k_));
+  row_tasks_.reserve(size_t(k_));
   const int64_t L = w.config.num_layers;
   expert_layer_.resize(size_t(L));
   next_sparse_.assign(size_t(L), -1);
@@ -226,6 +228,69 @@ void MoeBlock::run_expert(const tiering::ExpertViews& e, std::span<const int32_t
     const float wgt = row_weights[size_t(r)];
     for (int64_t j = 0; j < H; ++j) h[j] += wgt * y[j];
   }
+}
+
+size_t MoeBlock::run_resident_row_experts(int64_t el, std::span<const int32_t> batch, const float* x,
+                                          float* hidden) {
+  // ffn_, act_ and out_ hold max_rows_ rows: one row of each expert here.
+  size_t m = 0;
+  while (m < batch.size() && int64_t(m) < max_rows_ && cache_.resident(el, batch[m])) ++m;
+  if (m < 2) return 0;
+  row_views_.clear();
+  try {
+    for (size_t j = 0; j < m; ++j) row_views_.push_back(cache_.acquire(el, batch[j], &pool_));
+  } catch (...) {
+    for (size_t j = 0; j < m; ++j) cache_.release(el, batch[j]);  // releasing one not acquired is a no-op
+    throw;
+  }
+  auto release = [&] {
+    for (size_t j = 0; j < m; ++j) cache_.release(el, batch[j]);
+  };
+  const tiering::ExpertViews& first = row_views_[0];
+  const bool together = kernels::matvec_batch_supported(first.gate_up.format) &&
+                        kernels::matvec_batch_supported(first.down.format) &&
+                        std::all_of(row_views_.begin(), row_views_.end(), [&](const tiering::ExpertViews& v) {
+                          return v.gate_up.format == first.gate_up.format && v.gate_up.cols == first.gate_up.cols &&
+                                 v.gate_up.group_size == first.gate_up.group_size &&
+                                 v.gate_up.rows == first.gate_up.rows && v.down.format == first.down.format &&
+                                 v.down.cols == first.down.cols && v.down.group_size == first.down.group_size;
+                        });
+  if (!together) {
+    release();
+    return 0;
+  }
+  try {
+    const int64_t H = hidden_size_, I = first.down.cols;
+    float* ffn = ffn_.as<float>();
+    float* act = act_.as<float>();
+    float* out = out_.as<float>();
+    row_tasks_.clear();
+    for (size_t j = 0; j < m; ++j) row_tasks_.push_back({&row_views_[j].gate_up, x, ffn + int64_t(j) * 2 * I});
+    kernels::matvec_batch(row_tasks_, pool_);
+    for (size_t j = 0; j < m; ++j) {  // expert_rows' gate, for its one row
+      float* f = ffn + int64_t(j) * 2 * I;
+      if (row_views_[j].gate_up_bias)
+        for (int64_t c = 0; c < 2 * I; ++c) f[c] += row_views_[j].gate_up_bias[c];
+      gate_(f, I, act + int64_t(j) * I);
+    }
+    row_tasks_.clear();
+    for (size_t j = 0; j < m; ++j)
+      row_tasks_.push_back({&row_views_[j].down, act + int64_t(j) * I, out + int64_t(j) * H});
+    kernels::matvec_batch(row_tasks_, pool_);
+    for (size_t j = 0; j < m; ++j) {  // expert_rows' down bias, then run_expert's weighted add, expert by expert
+      float* y = out + int64_t(j) * H;
+      if (row_views_[j].down_bias)
+        for (int64_t c = 0; c < H; ++c) y[c] += row_views_[j].down_bias[c];
+      const float wgt = expert_weights_[size_t(batch[j])][0];
+      for (int64_t c = 0; c < H; ++c) hidden[c] += wgt * y[c];
+    }
+  } catch (...) {
+    release();
+    throw;
+  }
+  release();
+  ++together_runs_;
+  return m;
 }
 
 void MoeBlock::expert_rows(const tiering::ExpertViews& e, std::span<const int32_t> rows, const float* x,
@@ -414,6 +479,11 @@ void MoeBlock::accumulate(int64_t layer, const float* x, int64_t n, float* hidde
     }
     prefetched = true;
     size_t done = 0;
+    if (n == 1 && together_) {
+      const clock::time_point started = clock::now();
+      done = run_resident_row_experts(el, batch, x, hidden);
+      if (done) computing += clock::now() - started;
+    }
     try {
       for (; done < batch.size(); ++done) {
         const int32_t e = batch[done];

@@ -92,6 +92,10 @@ class MoeBlock {
   // Prefill's experts on lanes (kLaneRows; on by default where the experts' format takes them) or each split over
   // the pool, the comparison baseline.
   void set_lanes(bool on) { lanes_on_ = on; }
+  // A decode row's resident experts together (run_resident_row_experts; on by default), or one after another (the
+  // baseline of tests and benches).
+  void set_row_experts_together(bool on) { together_ = on; }
+  int64_t row_experts_together_runs() const { return together_runs_; }  // how often they ran together
   bool lanes() const { return lane_rows_ > 0 && lanes_on_; }
   bool prefetch() const { return prefetch_; }
 
@@ -101,6 +105,11 @@ class MoeBlock {
   void top_k(const float* logits, const float* bias, int32_t* ids, float* weights) const;
   void run_expert(const tiering::ExpertViews& e, std::span<const int32_t> rows, std::span<const float> row_weights,
                   const float* x, float* hidden);
+  // A decode row's resident experts at the head of a batch, together (kernels::matvec_batch: their gate_ups in one
+  // dispatch, their downs in another, where one after another each took two), added to hidden in batch order: the
+  // same sums as run_expert on each. Returns how many it ran (0: fewer than two, or experts matvec_batch cannot
+  // take together); it pins and releases them itself.
+  size_t run_resident_row_experts(int64_t expert_layer, std::span<const int32_t> batch, const float* x, float* hidden);
   // The expert's output for its rows into out (rows x hidden_size): gather, gate_up, gate, down, biases, on `pool`
   // with the given buffers (gathered: rows x H, ffn: rows x 2I, act: rows x I).
   void expert_rows(const tiering::ExpertViews& e, std::span<const int32_t> rows, const float* x, float* gathered,
@@ -135,6 +144,8 @@ class MoeBlock {
   // multiply on, one MatmulScratch per pool thread, and the outputs of a batch's experts (max_rows x k rows).
   int64_t lane_rows_ = 0, lane_floats_ = 0;
   bool lanes_on_ = true;
+  bool together_ = true;
+  int64_t together_runs_ = 0;
   kernels::ThreadPool serial_{1, false};
   std::vector<std::unique_ptr<kernels::MatmulScratch>> lane_scratch_;
   tiering::LedgerBuffer lanes_, contributions_;
@@ -150,6 +161,8 @@ class MoeBlock {
   };
   std::vector<int32_t> phase_;
   std::vector<Piece> pieces_;
+  std::vector<tiering::ExpertViews> row_views_;  // run_resident_row_experts' experts
+  std::vector<kernels::MatvecTask> row_tasks_;
 };
 
 }  // namespace tierlm::engine

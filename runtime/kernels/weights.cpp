@@ -547,6 +547,78 @@ void matvec(const WeightView& w, const float* x, float* y, ThreadPool& pool) {
   }, &job);
 }
 
+bool matvec_batch_supported(WeightFormat format) { return format != WeightFormat::mxfp4; }
+
+namespace {
+
+struct MatvecBatchJob {
+  const KernelTable* kernels;
+  AffineF32Kernel affine;
+  std::span<const MatvecTask> tasks;
+  const int64_t* first;  // first[t]: task t's first unit; first[tasks.size()]: every unit
+  const QuantizedRow* rows;  // packed formats: task t's quantized x
+  const float* gsum;     // MLX affine: task t's group sums at t * groups
+  int64_t groups;
+};
+
+// Units [b, e) of a MatvecBatchJob: each task's share of them, with matvec's kernel.
+void matvec_batch_units(void* ctx, int64_t b, int64_t e, int) {
+  const auto* j = static_cast<const MatvecBatchJob*>(ctx);
+  size_t t = size_t(std::upper_bound(j->first, j->first + j->tasks.size() + 1, b) - j->first) - 1;
+  for (; b < e; ++t) {
+    const int64_t end = std::min(e, j->first[t + 1]);
+    const int64_t p0 = b - j->first[t], p1 = end - j->first[t];
+    const MatvecTask& task = j->tasks[t];
+    const WeightView& w = *task.w;
+    if (is_dense(w.format)) {
+      j->kernels->dense_matvec(w.format, w.data, w.cols, task.x, task.y, p0 * kPanelRows,
+                               std::min(p1 * kPanelRows, w.rows));
+    } else if (j->affine) {
+      j->affine(packed_view(w), task.x, j->gsum + int64_t(t) * j->groups, 1, task.y, w.rows, p0, p1);
+    } else {
+      j->kernels->packed_matvec(packed_view(w), j->rows[t], task.y, p0, p1);
+    }
+    b = end;
+  }
+}
+
+}  // namespace
+
+void matvec_batch(std::span<const MatvecTask> tasks, ThreadPool& pool) {
+  if (tasks.empty()) return;
+  const WeightView& w0 = *tasks[0].w;
+  for (const MatvecTask& t : tasks)
+    if (t.w->format != w0.format || t.w->cols != w0.cols || t.w->group_size != w0.group_size)
+      throw std::invalid_argument("matvec_batch: tasks of different formats or shapes");
+  if (!matvec_batch_supported(w0.format))
+    throw std::invalid_argument(std::string("matvec_batch: no batched matvec for ") + format_name(w0.format));
+  const KernelTable& k = active_kernels();
+  const int64_t n = int64_t(tasks.size());
+  std::vector<int64_t> first(tasks.size() + 1, 0);
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    const WeightView& w = *tasks[t].w;
+    first[t + 1] = first[t] + (is_dense(w.format) ? (w.rows + kPanelRows - 1) / kPanelRows : packed_view(w).panels);
+  }
+  MatvecBatchJob job{&k, nullptr, tasks, first.data(), nullptr, nullptr, 0};
+  if (takes_f32_activations(w0)) {
+    job.affine = affine_f32_kernel();
+    job.groups = w0.cols / w0.group_size;
+    float* gsum = scratch_floats(MatmulScratch::group_sums, matmul_scratch_sizes(w0, n));
+    for (int64_t t = 0; t < n; ++t) group_sums(tasks[size_t(t)].x, w0.cols, w0.group_size, gsum + t * job.groups);
+    job.gsum = gsum;
+  } else if (!is_dense(w0.format)) {
+    const ActivationScratch s = activation_scratch(matmul_scratch_sizes(w0, n));
+    const int64_t blocks = w0.cols / kActBlock;
+    for (int64_t t = 0; t < n; ++t) {
+      k.quantize_row(tasks[size_t(t)].x, w0.cols, s.q + t * w0.cols, s.dx + t * blocks, s.isum + t * blocks,
+                     s.xsum + t * blocks);
+      s.rows[t] = {s.q + t * w0.cols, s.dx + t * blocks, s.isum + t * blocks, s.xsum + t * blocks};
+    }
+    job.rows = s.rows;
+  }
+  pool.parallel_for(first.back(), matvec_batch_units, &job);
+}
+
 // Up to this many activation rows, dense matmul runs the matvec kernel per row on cache-resident blocks (f32 too,
 // where the backend has the GEMM kernel).
 constexpr int64_t kSmallDenseBatch = 16;

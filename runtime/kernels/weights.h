@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -66,6 +67,19 @@ uint64_t weight_bytes(const WeightView& w);
 // scratch holds less than matmul_scratch_sizes says). q8_0/q4 round x to int8 per 32 columns; MLX
 // weights are multiplied with x in f32 (MLX's own semantics, so an MLX folder computes its dequantized weights' math).
 void matvec(const WeightView& w, const float* x, float* y, ThreadPool& pool);
+// Several matvecs in one dispatch: y_t = W_t · x_t for every task, each task's panels (or dense row blocks) units
+// of one parallel_for, so k small matrices cost the pool one fork/join instead of k (a decode step's experts: at 16
+// threads each expert's matvec was a few microseconds of work a thread, about what its fork/join cost). Every row
+// of y_t is the sum matvec computes, bit for bit. The tasks must share a format, cols and group size, one that
+// matvec_batch_supported accepts (else std::invalid_argument); at most as many tasks as the MatmulScratch holds
+// activation rows for (it grows otherwise, as matmul's would).
+struct MatvecTask {
+  const WeightView* w;
+  const float* x;
+  float* y;
+};
+bool matvec_batch_supported(WeightFormat format);
+void matvec_batch(std::span<const MatvecTask> tasks, ThreadPool& pool);
 // Y[n x rows] = X[n x cols] · Wᵀ, for prefill. Scratch as matvec.
 void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool& pool);
 // What matvec (n == 1) or matmul of n activation rows by a weight of this format and shape takes from the

@@ -232,6 +232,69 @@ TEST(MoeForward, ExpertsOnLanesGiveTheSumsOfExpertsSplitOverThePool) {
   }
 }
 
+// A decode row's resident experts run together (kernels::matvec_batch: their gate_ups in one dispatch, their downs in
+// another) and give, bit for bit, what they give one after another: MLX 4-bit, f32 and q4 experts, gpt-oss's biases
+// (bf16), DeepSeek's shared expert; every expert resident or only half of each layer's (the resident head of a
+// step's batch together, the rest one by one after it). MXFP4 experts run one after another either way.
+TEST(MoeForward, ResidentExpertsOfADecodeRowTogetherGiveTheSumsOfOneAfterAnother) {
+  struct Case {
+    std::string name, format;
+    bool together;  // whether the experts can run together
+  };
+  int64_t half_runs = 0;
+  for (const Case& c : {Case{"qwen3_5_moe-mlx4", "", true}, Case{"qwen3_moe", "", true}, Case{"qwen3_moe", "q4", true},
+                        Case{"gpt_oss", "", true}, Case{"deepseek_v3-mlx4", "", true},
+                        Case{"gpt_oss-mxfp4", "", false}}) {
+    for (bool half : {false, true}) {
+      SCOPED_TRACE(c.name + " " + c.format + (half ? " half resident" : " all resident"));
+      const auto config = model::load_config(fixture(c.name));
+      auto run = [&](bool together, int64_t& runs) {
+        tiering::Ledger ledger;
+        model::LoadOptions o;
+        o.packed_experts = "";
+        o.ledger = &ledger;
+        if (!c.format.empty()) o.weight_format = kernels::parse_format(c.format);
+        for (int64_t l = 0; l < config.sparse_layers(); ++l)
+          for (int64_t e = 0; e < config.num_experts; e += half ? 2 : 1) o.experts.cache.resident.emplace_back(l, e);
+        o.experts.cache.slots = config.num_experts;
+        auto w = model::load_model(fixture(c.name), o);
+        const int64_t H = w.config.hidden_size;
+        kernels::ThreadPool pool(3);
+        engine::MoeBlock block(w, pool, ledger, 4);
+        block.set_row_experts_together(together);
+        std::vector<float> out;
+        for (int64_t layer = 0; layer < w.config.num_layers; ++layer) {
+          if (w.config.layer(layer).expert_layer < 0) continue;
+          for (int64_t row = 0; row < 3; ++row) {
+            std::vector<float> x(static_cast<size_t>(H)), hidden(static_cast<size_t>(H));
+            for (int64_t i = 0; i < H; ++i) {
+              x[size_t(i)] = float((i * 7919 + row * 131 + layer * 17) % 61 - 30) / 16.0f;
+              hidden[size_t(i)] = float((i * 104729 + row) % 37 - 18) / 8.0f;
+            }
+            block.accumulate(layer, x.data(), 1, hidden.data());
+            out.insert(out.end(), hidden.begin(), hidden.end());
+          }
+        }
+        runs = block.row_experts_together_runs();
+        return out;
+      };
+      int64_t runs_on = 0, runs_off = 0;
+      const std::vector<float> on = run(true, runs_on), off = run(false, runs_off);
+      EXPECT_EQ(runs_off, 0);
+      if (!c.together) {
+        EXPECT_EQ(runs_on, 0);
+      } else if (!half) {
+        EXPECT_GT(runs_on, 0) << "the resident experts never ran together";
+      } else {
+        half_runs += runs_on;  // a small model's step may never start with two resident experts
+      }
+      ASSERT_EQ(on.size(), off.size());
+      for (size_t i = 0; i < on.size(); ++i) ASSERT_EQ(on[i], off[i]) << "element " << i;
+    }
+  }
+  EXPECT_GT(half_runs, 0) << "no half-resident step ran its resident head together";
+}
+
 // The lookahead's depth: one decode row through the first sparse layer starts reads for the next sparse layer only,
 // or, with lookahead_layers 2, for the one after it too (each guessed through its own router).
 TEST(MoeForward, LookaheadLayersReachTheSparseLayerAfterNext) {

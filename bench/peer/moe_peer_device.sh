@@ -10,8 +10,10 @@
 #   .devpack/devlibs.tar.xz, llama-src.tar.xz (bench/peer/llamacpp_cuda.sh pack DIR), qwen3.tar.xz (tar -C
 #   .cache/tokenizers -cJf DIR/qwen3.tar.xz qwen3; tools/fetch_tokenizers.sh) and this script; carry DIR.
 # There: bash DIR/moe_peer_device.sh -> $OUT/moe-peer.jsonl (tierlm_peer lines; llama-bench lines), $OUT/log.txt.
-# Env: LAYERS (24), T (16 threads), ROUNDS (2), PROMPTS ("128 512"), DECODE (32), LIMIT_S (540). One call: the
-# machine is given back when idle, and the folder, the GGUF and llama-bench live in its /tmp.
+# Env: LAYERS (24), T (16 threads), ROUNDS (2), PROMPTS ("128 512"), DECODE (32), LIMIT_S (540), APART ("0"; "0 1"
+# adds a tierlm run whose decode rows run their resident experts one after another: the A/B of
+# MoeBlock::set_row_experts_together). One call: the machine is given back when idle, and the folder, the GGUF and
+# llama-bench live in its /tmp.
 set -u
 D=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -41,8 +43,10 @@ echo "llama-bench build rc $(cat /tmp/llama-build.rc) at $(el) s" | tee -a "$OUT
 for r in $(seq ${ROUNDS:-2}); do
   for p in ${PROMPTS:-128 512}; do
     [ "$(el)" -gt "${LIMIT_S:-540}" ] && { echo "stopped at $(el) s" | tee -a "$OUT/log.txt"; break 2; }
-    LD_LIBRARY_PATH=/tmp/dl timeout 150 /tmp/dl/tierlm_peer $M stored $T $p ${DECODE:-32} 2>>"$OUT/tierlm.err" |
-      sed "s/^{/{\"round\":$r,/" | tee -a "$OUT/moe-peer.jsonl"
+    for apart in ${APART:-0}; do  # APART="0 1": also a decode row's resident experts one after another (the old way)
+      TIERLM_PEER_ROW_EXPERTS_APART=$apart LD_LIBRARY_PATH=/tmp/dl timeout 150 /tmp/dl/tierlm_peer $M stored $T $p \
+        ${DECODE:-32} 2>>"$OUT/tierlm.err" | sed "s/^{/{\"round\":$r,\"apart\":$apart,/" | tee -a "$OUT/moe-peer.jsonl"
+    done
     timeout 150 /tmp/llama-cpu/bin/llama-bench -m $M.gguf -t $T -p $p -n ${DECODE:-32} -r 3 -o jsonl \
       2>>"$OUT/llama.err" | python3 -c "import sys,json
 for l in sys.stdin:

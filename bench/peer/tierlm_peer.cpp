@@ -6,6 +6,7 @@
 // the figures are steady state, not first use.
 //
 // Usage: tierlm_peer HF_DIR FORMAT|stored THREADS PROMPT_TOKENS DECODE_TOKENS
+//        (env TIERLM_PEER_ROW_EXPERTS_APART=1: a decode row's resident experts one after another, the old way)
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
@@ -52,6 +53,9 @@ int main(int argc, char** argv) {
     kernels::ThreadPool pool(threads);
     const int64_t context = prompt + decode + 8, chunk = 512;
     engine::Forward forward(m, pool, ledger, chunk, context);
+    // An A/B of a decode row's resident experts together (engine::MoeBlock::set_row_experts_together).
+    if (const char* e = std::getenv("TIERLM_PEER_ROW_EXPERTS_APART"); e && *e == '1' && forward.moe())
+      forward.moe()->set_row_experts_together(false);
     engine::Generator generator(forward, ledger, context);
 
     engine::GenerationRequest warm;

@@ -38,8 +38,9 @@ if [ "${TIERLM_SKIP_SANITIZE:-0}" != 1 ]; then
   # cgroup, and ASan's shadow memory, quarantine and the libraries linked since the hub client (libcurl and its
   # dependencies) leave no room for the model (the child is OOM-killed), so under ASan it measures ASan.
   asan_tests=(ledger_test safetensors_test safetensors_fuzz_test tensor_convert_test config_test forward_test
-              sampler_test default_model_test moe_forward_test weights_test dense_gemm_test mlx_weights_test thread_pool_test
-              kv_codec_test matmul_scratch_test tokenizer_unit_test tokenizer_golden_test chat_template_golden_test
+              sampler_test default_model_test moe_forward_test weights_test dense_gemm_test matvec_batch_test mlx_weights_test
+              thread_pool_test kv_codec_test matmul_scratch_test tokenizer_unit_test tokenizer_golden_test
+              chat_template_golden_test
               chat_template_robustness_test expert_tier_test expert_conversion_worker_test expert_read_errors_test
               planner_test serving_fit_test wisdom_test openai_request_test stop_matcher_test scheduler_test
               http_server_test failed_expert_read_test hub_id_test hub_cache_test layer_spec_test windowed_kv_test

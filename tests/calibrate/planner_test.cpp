@@ -16,6 +16,7 @@
 #include "calibrate/planner.h"
 #include "runtime/engine/moe.h"
 #include "runtime/kernels/kernel_isa.h"
+#include "tests/runtime/kernels/isa_test_util.h"
 #include "tests/calibrate/planner_profiles.h"
 
 namespace tierlm::calibrate {
@@ -684,9 +685,7 @@ TEST(Planner, PrefillChargesThePerRowWorkSpreadOrSerial) {
     EXPECT_NEAR(rows_term(moe, 16), spread / 16, 1e-15);
   }
   // ...and where it has none, they call OpenBLAS: no lanes, each expert split over the pool.
-  struct IsaGuard {
-    ~IsaGuard() { kernels::set_isa_for_testing(kernels::detected_isa()); }
-  } guard;
+  kernels::isa_testing::IsaGuard guard;
   kernels::set_isa_for_testing(kernels::Isa::scalar);
   const double mH = double(moe.hidden), mL = double(moe.moe_layers), k = double(moe.top_k);
   // 128 rows x top-8 over 128 experts: 8 rows an expert, 8 x 768 values reach kParallelGateElements, so the

@@ -12,21 +12,14 @@
 #include <vector>
 
 #include "runtime/kernels/kernel_isa.h"
+#include "tests/runtime/kernels/isa_test_util.h"
 #include "runtime/kernels/weights.h"
 
 namespace tierlm::kernels {
 namespace {
 
-struct IsaGuard {
-  ~IsaGuard() { set_isa_for_testing(detected_isa()); }
-};
-
-std::vector<Isa> runnable_isas() {
-  std::vector<Isa> out{Isa::scalar};
-  if (detected_isa() >= Isa::avx2) out.push_back(Isa::avx2);
-  if (detected_isa() >= Isa::avx512) out.push_back(Isa::avx512);
-  return out;
-}
+using isa_testing::IsaGuard;
+using isa_testing::runnable_isas;
 
 void check_matmul(WeightFormat format, int64_t rows, int64_t cols, int64_t n, int threads, std::mt19937& rng) {
   std::normal_distribution<float> normal(0.0f, 1.0f);

@@ -9,21 +9,14 @@
 #include <vector>
 
 #include "runtime/kernels/kernel_isa.h"
+#include "tests/runtime/kernels/isa_test_util.h"
 #include "runtime/kernels/weights.h"
 
 namespace tierlm::kernels {
 namespace {
 
-struct IsaGuard {
-  ~IsaGuard() { set_isa_for_testing(detected_isa()); }
-};
-
-std::vector<Isa> runnable_isas() {
-  std::vector<Isa> out{Isa::scalar};
-  if (detected_isa() >= Isa::avx2) out.push_back(Isa::avx2);
-  if (detected_isa() >= Isa::avx512) out.push_back(Isa::avx512);
-  return out;
-}
+using isa_testing::IsaGuard;
+using isa_testing::runnable_isas;
 
 // An MLX affine weight of random codes, with f16 scales and biases drawn from a few exact values.
 Weight mlx_weight(std::mt19937& rng, int64_t rows, int64_t cols, int bits, tiering::Ledger& ledger) {

@@ -10,14 +10,13 @@
 #include <vector>
 
 #include "runtime/kernels/kernel_isa.h"
+#include "tests/runtime/kernels/isa_test_util.h"
 #include "runtime/kernels/weights.h"
 
 namespace tierlm::kernels {
 namespace {
 
-struct IsaGuard {
-  ~IsaGuard() { set_isa_for_testing(detected_isa()); }
-};
+using isa_testing::IsaGuard;
 
 // The format's definition, written out independently of the kernels' table.
 double decode(uint8_t code, uint8_t scale) {

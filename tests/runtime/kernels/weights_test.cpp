@@ -9,9 +9,13 @@
 #include <vector>
 
 #include "runtime/kernels/kernel_isa.h"
+#include "tests/runtime/kernels/isa_test_util.h"
 
 namespace tierlm::kernels {
 namespace {
+
+using isa_testing::IsaGuard;
+using isa_testing::runnable_isas;
 
 uint32_t fresh_seed() { return std::random_device{}(); }
 
@@ -23,17 +27,6 @@ std::vector<float> random_matrix(std::mt19937& rng, int64_t n) {
   for (auto& x : v) x = unit(rng) < 0.01f ? normal(rng) * 20.0f : normal(rng);
   return v;
 }
-
-std::vector<Isa> runnable_isas() {
-  std::vector<Isa> out{Isa::scalar};
-  if (detected_isa() >= Isa::avx2) out.push_back(Isa::avx2);
-  if (detected_isa() >= Isa::avx512) out.push_back(Isa::avx512);
-  return out;
-}
-
-struct IsaGuard {
-  ~IsaGuard() { set_isa_for_testing(detected_isa()); }
-};
 
 bool is_packed(WeightFormat f) {
   return f == WeightFormat::q8_0 || f == WeightFormat::q4 || f == WeightFormat::mlx_q4 || f == WeightFormat::mlx_q8;

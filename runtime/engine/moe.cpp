@@ -236,13 +236,10 @@ size_t MoeBlock::run_resident_row_experts(int64_t el, std::span<const int32_t> b
   size_t m = 0;
   while (m < batch.size() && int64_t(m) < max_rows_ && cache_.resident(el, batch[m])) ++m;
   if (m < 2) return 0;
+  // Resident experts: acquire never waits or throws, and release is a no-op; the caller releases the whole batch
+  // if anything here throws.
   row_views_.clear();
-  try {
-    for (size_t j = 0; j < m; ++j) row_views_.push_back(cache_.acquire(el, batch[j], &pool_));
-  } catch (...) {
-    for (size_t j = 0; j < m; ++j) cache_.release(el, batch[j]);  // releasing one not acquired is a no-op
-    throw;
-  }
+  for (size_t j = 0; j < m; ++j) row_views_.push_back(cache_.acquire(el, batch[j], &pool_));
   auto release = [&] {
     for (size_t j = 0; j < m; ++j) cache_.release(el, batch[j]);
   };
@@ -259,7 +256,7 @@ size_t MoeBlock::run_resident_row_experts(int64_t el, std::span<const int32_t> b
     release();
     return 0;
   }
-  try {
+  {
     const int64_t H = hidden_size_, I = first.down.cols;
     float* ffn = ffn_.as<float>();
     float* act = act_.as<float>();
@@ -284,9 +281,6 @@ size_t MoeBlock::run_resident_row_experts(int64_t el, std::span<const int32_t> b
       const float wgt = expert_weights_[size_t(batch[j])][0];
       for (int64_t c = 0; c < H; ++c) hidden[c] += wgt * y[c];
     }
-  } catch (...) {
-    release();
-    throw;
   }
   release();
   ++together_runs_;
@@ -479,12 +473,12 @@ void MoeBlock::accumulate(int64_t layer, const float* x, int64_t n, float* hidde
     }
     prefetched = true;
     size_t done = 0;
-    if (n == 1 && together_) {
-      const clock::time_point started = clock::now();
-      done = run_resident_row_experts(el, batch, x, hidden);
-      if (done) computing += clock::now() - started;
-    }
     try {
+      if (n == 1 && together_) {
+        const clock::time_point started = clock::now();
+        done = run_resident_row_experts(el, batch, x, hidden);
+        if (done) computing += clock::now() - started;
+      }
       for (; done < batch.size(); ++done) {
         const int32_t e = batch[done];
         const tiering::ExpertViews views = cache_.acquire(el, e, &pool_);

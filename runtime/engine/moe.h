@@ -108,7 +108,7 @@ class MoeBlock {
   // A decode row's resident experts at the head of a batch, together (kernels::matvec_batch: their gate_ups in one
   // dispatch, their downs in another, where one after another each took two), added to hidden in batch order: the
   // same sums as run_expert on each. Returns how many it ran (0: fewer than two, or experts matvec_batch cannot
-  // take together); it pins and releases them itself.
+  // take together). It acquires and releases them itself; if it throws, the caller releases the batch.
   size_t run_resident_row_experts(int64_t expert_layer, std::span<const int32_t> batch, const float* x, float* hidden);
   // The expert's output for its rows into out (rows x hidden_size): gather, gate_up, gate, down, biases, on `pool`
   // with the given buffers (gathered: rows x H, ffn: rows x 2I, act: rows x I).

@@ -615,7 +615,17 @@ StepCost evaluate(const DeviceProfile& d, const ModelProfile& m, const Plan& p, 
       t["experts"] = distinct_cpu * double(m.expert_payload_bytes) / expert_bw;
       t["misses"] = misses * double(m.expert_read_bytes) / storage_bw;
       if (!m.packed_experts) t["misses"] += misses * double(m.expert_bytes) / read_bw;  // conversion into the slot
-      t["overhead"] += distinct_cpu * kExpertOverheadSeconds;
+      // Each expert pays its launches, except that a single row's resident experts run together (MoeBlock's
+      // run_resident_row_experts: two launches for all of them; MXFP4 excepted): a layer's expected resident picks
+      // (its frequencies over the resident set) cost one expert's overhead between them.
+      double experts_overhead = distinct_cpu;
+      if (B == 1 && m.expert_format != "mxfp4")
+        for (size_t l = size_t(g); l < m.expert_frequency.size() && l < p.resident_experts.size(); ++l) {
+          double resident = 0;
+          for (int32_t e : p.resident_experts[l]) resident += m.expert_frequency[l][size_t(e)];
+          experts_overhead -= std::max(0.0, resident - 1.0);
+        }
+      t["overhead"] += experts_overhead * kExpertOverheadSeconds;
     }
     if (g > 0 && d.gpu.memory_gbs > 0) {
       const double h2d = std::max(d.gpu.h2d_gbs, 0.1) * 1e9;

@@ -49,6 +49,7 @@ inline constexpr double kDefaultBudgetFraction = 0.85;  // of MemoryInfo::usable
 // measures the per-step fixed cost and the per-expert cost on the model itself.
 inline constexpr double kLayerOverheadSeconds = 30e-6;  // fork/join, norms, RoPE, softmax per layer and step
 inline constexpr double kExpertOverheadSeconds = 8e-6;  // request/acquire/release and two matvec launches per expert
+                                                        // (a decode row's resident experts: per layer, together)
 // GPU: not measurable on the development machine (no GPU), so constants: cost per GPU layer beyond streaming its
 // weights (attention, kernel boundaries, the step's host work spread over the layers) and per VRAM expert, VRAM
 // kept free besides the plan (the CUDA context, cuBLAS workspace), and device scratch. The layer constant is

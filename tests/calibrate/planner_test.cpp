@@ -701,6 +701,32 @@ TEST(Planner, PrefillChargesThePerRowWorkSpreadOrSerial) {
   EXPECT_NEAR(rows_term(moe, 16, 16), spread / 8 / 16 + gate / 8 + gather / 8, 1e-15);
 }
 
+// Without the model's own decode timings, each routed expert of a step pays kExpertOverheadSeconds (its launches),
+// except that a single row's resident experts run together (MoeBlock::run_resident_row_experts): a layer whose
+// every expert is resident pays one expert's overhead for its top-k. Not for batches of rows, nor for MXFP4 experts
+// (matvec_batch has no MXFP4 kernel).
+TEST(Planner, ADecodeRowsResidentExpertsPayOneExpertsOverheadALayer) {
+  const DeviceProfile d = device("server-64gb");
+  auto overhead = [&](ModelProfile m, int64_t batch) {
+    PlanRequest r;
+    r.budget_bytes = 64ull << 30;
+    r.gpu_layers = 0;
+    r.batch = batch;
+    r.context = 4096;
+    const Plan p = make_plan(d, m, r);
+    EXPECT_TRUE(m.timings.empty());
+    EXPECT_EQ(p.resident_count(), m.moe_layers * m.experts) << "every expert resident";
+    return p.prediction.step_seconds.at("overhead");
+  };
+  const ModelProfile m = qwen3_moe_30b();
+  const double L = double(m.layers), layers = double(m.moe_layers), k = double(m.top_k);
+  EXPECT_NEAR(overhead(m, 1), L * kLayerOverheadSeconds + layers * kExpertOverheadSeconds, 1e-12);
+  ModelProfile mxfp4 = m;
+  mxfp4.expert_format = "mxfp4";
+  EXPECT_NEAR(overhead(mxfp4, 1), L * kLayerOverheadSeconds + layers * k * kExpertOverheadSeconds, 1e-12);
+  EXPECT_GT(overhead(m, 2), L * kLayerOverheadSeconds + layers * k * kExpertOverheadSeconds);  // distinct > k
+}
+
 // The probed shapes travel with the model profile (the wisdom file); a profile written before them has none.
 TEST(Planner, PrefillShapesRoundTripAndAreOptional) {
   ModelProfile m = llama_8b();

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <list>
 #include <numeric>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -68,11 +69,8 @@ uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 uint64_t lane_row_bytes(const ModelProfile& m) {
   if (!m.moe()) return 0;
   if (m.lane_row_bytes > 0) return m.lane_row_bytes;
-  using kernels::WeightFormat;
-  for (WeightFormat f : {WeightFormat::f32, WeightFormat::f16, WeightFormat::bf16, WeightFormat::q8_0, WeightFormat::q4,
-                         WeightFormat::mlx_q4, WeightFormat::mlx_q8, WeightFormat::mxfp4})
-    if (m.expert_format == kernels::format_name(f)) return engine::moe_lane_bytes(f, m.hidden, m.moe_intermediate, 32, 1);
-  return 0;
+  const std::optional<kernels::WeightFormat> f = kernels::format_from_name(m.expert_format);
+  return f ? engine::moe_lane_bytes(*f, m.hidden, m.moe_intermediate, 32, 1) : 0;
 }
 
 // Runtime scratch as Forward and MoeBlock allocate it (runtime/engine/forward.cpp, moe.cpp): activations for the
@@ -616,10 +614,11 @@ StepCost evaluate(const DeviceProfile& d, const ModelProfile& m, const Plan& p, 
       t["misses"] = misses * double(m.expert_read_bytes) / storage_bw;
       if (!m.packed_experts) t["misses"] += misses * double(m.expert_bytes) / read_bw;  // conversion into the slot
       // Each expert pays its launches, except that a single row's resident experts run together (MoeBlock's
-      // run_resident_row_experts: two launches for all of them; MXFP4 excepted): a layer's expected resident picks
-      // (its frequencies over the resident set) cost one expert's overhead between them.
+      // run_resident_row_experts: two launches for all of them, in a format kernels::matvec_batch takes): a layer's
+      // expected resident picks (its frequencies over the resident set) cost one expert's overhead between them.
+      const std::optional<kernels::WeightFormat> expert_format = kernels::format_from_name(m.expert_format);
       double experts_overhead = distinct_cpu;
-      if (B == 1 && m.expert_format != "mxfp4")
+      if (B == 1 && expert_format && kernels::matvec_batch_supported(*expert_format))
         for (size_t l = size_t(g); l < m.expert_frequency.size() && l < p.resident_experts.size(); ++l) {
           double resident = 0;
           for (int32_t e : p.resident_experts[l]) resident += m.expert_frequency[l][size_t(e)];

@@ -471,10 +471,7 @@ std::vector<ComputeSample> probe_compute(const Topology& topology, const ProbeOp
 PrefillRates probe_prefill(const ModelProfile& m, int threads, const std::string& kv_codec,
                            const ProbeOptions& options) {
   using kernels::WeightFormat;
-  WeightFormat format = WeightFormat::f32;
-  for (WeightFormat f : {WeightFormat::f16, WeightFormat::bf16, WeightFormat::q8_0, WeightFormat::q4,
-                         WeightFormat::mlx_q4, WeightFormat::mlx_q8, WeightFormat::mxfp4})
-    if (m.weight_format == kernels::format_name(f)) format = f;
+  WeightFormat format = kernels::format_from_name(m.weight_format).value_or(WeightFormat::f32);
   if (format == WeightFormat::mlx_q8) format = WeightFormat::mlx_q4;  // one affine kernel for both (probe_weight: 4-bit)
   std::vector<GemmShape> shapes = m.dense_gemm_shapes();
   std::erase_if(shapes, [](const GemmShape& s) { return s.out <= 0 || s.in <= 0; });  // a shape the model lacks

@@ -53,6 +53,13 @@ const char* format_name(WeightFormat f) {
   return "unknown";
 }
 
+std::optional<WeightFormat> format_from_name(std::string_view name) {
+  for (WeightFormat f : {WeightFormat::f32, WeightFormat::f16, WeightFormat::bf16, WeightFormat::q8_0, WeightFormat::q4,
+                         WeightFormat::mlx_q4, WeightFormat::mlx_q8, WeightFormat::mxfp4})
+    if (name == format_name(f)) return f;
+  return std::nullopt;
+}
+
 WeightFormat parse_format(std::string_view name) {
   if (name == "f32") return WeightFormat::f32;
   if (name == "f16") return WeightFormat::f16;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -20,6 +21,9 @@ enum class WeightFormat : uint8_t { f32, f16, bf16, q8_0, q4, mlx_q4, mlx_q8, mx
 const char* format_name(WeightFormat f);
 // Accepts "f32", "f16", "bf16", "q8_0" (or "q8"), "q4"; throws std::invalid_argument with the accepted list otherwise.
 WeightFormat parse_format(std::string_view name);
+// The format whose format_name is `name` (every format, MLX and MXFP4 included: the names profiles and plans
+// record); nullopt for any other name.
+std::optional<WeightFormat> format_from_name(std::string_view name);
 
 // Element types a weight can be converted from (what safetensors stores for dense weights).
 enum class SourceType : uint8_t { f32, f16, bf16 };
@@ -89,8 +93,8 @@ inline MatmulScratch::Sizes matmul_scratch_sizes(const WeightView& w, int64_t n)
   return matmul_scratch_sizes(w.format, w.rows, w.cols, w.group_size, n);
 }
 // Whether matmul of n rows in this format calls OpenBLAS (dense formats where the ISA has no dense GEMM kernel: f32,
-// and f16/bf16 beyond a few rows): such a call must not run on several threads at once, each with a serial pool (OpenBLAS
-// threads itself); every other format's matmul runs wholly on the pool it is given.
+// and f16/bf16 beyond a few rows): such a call must not run on several threads at once, each with a serial pool
+// (OpenBLAS threads itself); every other format's matmul runs wholly on the pool it is given.
 bool matmul_uses_blas(WeightFormat format, int64_t n);
 // Writes row `row` of W, dequantized, into out[cols] (embedding lookup).
 void dequantize_row(const WeightView& w, int64_t row, float* out);

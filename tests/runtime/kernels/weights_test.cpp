@@ -100,6 +100,12 @@ std::vector<uint16_t> to_half(const std::vector<float>& v, SourceType t) {
 TEST(Weights, FormatNames) {
   for (auto f : kMakeFormats) EXPECT_EQ(parse_format(format_name(f)), f);
   EXPECT_EQ(parse_format("q8"), WeightFormat::q8_0);
+  // format_from_name: every format by the name profiles record, MLX and MXFP4 included; nothing else.
+  for (WeightFormat f : {WeightFormat::f32, WeightFormat::f16, WeightFormat::bf16, WeightFormat::q8_0, WeightFormat::q4,
+                         WeightFormat::mlx_q4, WeightFormat::mlx_q8, WeightFormat::mxfp4})
+    EXPECT_EQ(format_from_name(format_name(f)), f);
+  EXPECT_EQ(format_from_name("q8"), std::nullopt);  // parse_format's alias, not a recorded name
+  EXPECT_EQ(format_from_name("q3_k"), std::nullopt);
   try {
     parse_format("q3_k");
     FAIL();

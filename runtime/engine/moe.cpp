@@ -237,54 +237,43 @@ size_t MoeBlock::run_resident_row_experts(int64_t el, std::span<const int32_t> b
   while (m < batch.size() && int64_t(m) < max_rows_ && cache_.resident(el, batch[m])) ++m;
   if (m < 2) return 0;
   // Resident experts: acquire never waits or throws, and release is a no-op; the caller releases the whole batch
-  // if anything here throws.
+  // if anything here throws. Every expert's views come from the store's one layout: one format and shape.
   row_views_.clear();
   for (size_t j = 0; j < m; ++j) row_views_.push_back(cache_.acquire(el, batch[j], &pool_));
-  auto release = [&] {
-    for (size_t j = 0; j < m; ++j) cache_.release(el, batch[j]);
-  };
-  const tiering::ExpertViews& first = row_views_[0];
-  const bool together = kernels::matvec_batch_supported(first.gate_up.format) &&
-                        kernels::matvec_batch_supported(first.down.format) &&
-                        std::all_of(row_views_.begin(), row_views_.end(), [&](const tiering::ExpertViews& v) {
-                          return v.gate_up.format == first.gate_up.format && v.gate_up.cols == first.gate_up.cols &&
-                                 v.gate_up.group_size == first.gate_up.group_size &&
-                                 v.gate_up.rows == first.gate_up.rows && v.down.format == first.down.format &&
-                                 v.down.cols == first.down.cols && v.down.group_size == first.down.group_size;
-                        });
-  if (!together) {
-    release();
-    return 0;
+  const int64_t H = hidden_size_, I = row_views_[0].down.cols;
+  float* ffn = ffn_.as<float>();
+  float* act = act_.as<float>();
+  float* out = out_.as<float>();
+  row_tasks_.clear();
+  for (size_t j = 0; j < m; ++j) row_tasks_.push_back({&row_views_[j].gate_up, x, ffn + int64_t(j) * 2 * I});
+  kernels::matvec_batch(row_tasks_, pool_);
+  for (size_t j = 0; j < m; ++j) gate_row(row_views_[j], ffn + int64_t(j) * 2 * I, act + int64_t(j) * I);
+  row_tasks_.clear();
+  for (size_t j = 0; j < m; ++j)
+    row_tasks_.push_back({&row_views_[j].down, act + int64_t(j) * I, out + int64_t(j) * H});
+  kernels::matvec_batch(row_tasks_, pool_);
+  for (size_t j = 0; j < m; ++j) {  // run_expert's weighted add, expert by expert
+    float* y = out + int64_t(j) * H;
+    add_down_bias(row_views_[j], y, 1);
+    const float wgt = expert_weights_[size_t(batch[j])][0];
+    for (int64_t c = 0; c < H; ++c) hidden[c] += wgt * y[c];
   }
-  {
-    const int64_t H = hidden_size_, I = first.down.cols;
-    float* ffn = ffn_.as<float>();
-    float* act = act_.as<float>();
-    float* out = out_.as<float>();
-    row_tasks_.clear();
-    for (size_t j = 0; j < m; ++j) row_tasks_.push_back({&row_views_[j].gate_up, x, ffn + int64_t(j) * 2 * I});
-    kernels::matvec_batch(row_tasks_, pool_);
-    for (size_t j = 0; j < m; ++j) {  // expert_rows' gate, for its one row
-      float* f = ffn + int64_t(j) * 2 * I;
-      if (row_views_[j].gate_up_bias)
-        for (int64_t c = 0; c < 2 * I; ++c) f[c] += row_views_[j].gate_up_bias[c];
-      gate_(f, I, act + int64_t(j) * I);
-    }
-    row_tasks_.clear();
-    for (size_t j = 0; j < m; ++j)
-      row_tasks_.push_back({&row_views_[j].down, act + int64_t(j) * I, out + int64_t(j) * H});
-    kernels::matvec_batch(row_tasks_, pool_);
-    for (size_t j = 0; j < m; ++j) {  // expert_rows' down bias, then run_expert's weighted add, expert by expert
-      float* y = out + int64_t(j) * H;
-      if (row_views_[j].down_bias)
-        for (int64_t c = 0; c < H; ++c) y[c] += row_views_[j].down_bias[c];
-      const float wgt = expert_weights_[size_t(batch[j])][0];
-      for (int64_t c = 0; c < H; ++c) hidden[c] += wgt * y[c];
-    }
-  }
-  release();
+  for (size_t j = 0; j < m; ++j) cache_.release(el, batch[j]);
   ++together_runs_;
   return m;
+}
+
+void MoeBlock::gate_row(const tiering::ExpertViews& e, float* ffn, float* act) const {
+  const int64_t I = e.down.cols;
+  if (e.gate_up_bias)
+    for (int64_t j = 0; j < 2 * I; ++j) ffn[j] += e.gate_up_bias[j];
+  gate_(ffn, I, act);
+}
+
+void MoeBlock::add_down_bias(const tiering::ExpertViews& e, float* out, int64_t rows) const {
+  if (!e.down_bias) return;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < hidden_size_; ++j) out[r * hidden_size_ + j] += e.down_bias[j];
 }
 
 void MoeBlock::expert_rows(const tiering::ExpertViews& e, std::span<const int32_t> rows, const float* x,
@@ -298,11 +287,7 @@ void MoeBlock::expert_rows(const tiering::ExpertViews& e, std::span<const int32_
   }
   multiply(e.gate_up, input, m, ffn, pool);
   auto gate_rows = [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      if (e.gate_up_bias)
-        for (int64_t j = 0; j < 2 * I; ++j) ffn[r * 2 * I + j] += e.gate_up_bias[j];
-      gate_(ffn + r * 2 * I, I, act + r * I);
-    }
+    for (int64_t r = begin; r < end; ++r) gate_row(e, ffn + r * 2 * I, act + r * I);
   };
   // The gate over a prefill chunk's rows on the pool: on the calling thread alone it was a quarter to a third of
   // MoE prefill at 16 threads (20-28 ms of a 128-row chunk's 48-59 ms of experts on the device's Xeon, the other
@@ -312,9 +297,7 @@ void MoeBlock::expert_rows(const tiering::ExpertViews& e, std::span<const int32_
   else
     gate_rows(0, m);
   multiply(e.down, act, m, out, pool);
-  if (e.down_bias)
-    for (int64_t r = 0; r < m; ++r)
-      for (int64_t j = 0; j < H; ++j) out[r * H + j] += e.down_bias[j];
+  add_down_bias(e, out, m);
 }
 
 void MoeBlock::run_jobs(std::span<const int32_t> jobs, const float* x) {
@@ -474,7 +457,7 @@ void MoeBlock::accumulate(int64_t layer, const float* x, int64_t n, float* hidde
     prefetched = true;
     size_t done = 0;
     try {
-      if (n == 1 && together_) {
+      if (n == 1 && together_ && kernels::matvec_batch_supported(cache_.store().layout().format)) {
         const clock::time_point started = clock::now();
         done = run_resident_row_experts(el, batch, x, hidden);
         if (done) computing += clock::now() - started;

@@ -105,11 +105,15 @@ class MoeBlock {
   void top_k(const float* logits, const float* bias, int32_t* ids, float* weights) const;
   void run_expert(const tiering::ExpertViews& e, std::span<const int32_t> rows, std::span<const float> row_weights,
                   const float* x, float* hidden);
-  // A decode row's resident experts at the head of a batch, together (kernels::matvec_batch: their gate_ups in one
-  // dispatch, their downs in another, where one after another each took two), added to hidden in batch order: the
-  // same sums as run_expert on each. Returns how many it ran (0: fewer than two, or experts matvec_batch cannot
-  // take together). It acquires and releases them itself; if it throws, the caller releases the batch.
+  // A decode row's resident experts at the head of a batch, together (kernels::matvec_batch, which the experts'
+  // format must take: their gate_ups in one dispatch, their downs in another, where one after another each took
+  // two), added to hidden in batch order: the same sums as run_expert on each. Returns how many it ran (0: fewer
+  // than two). It acquires and releases them itself; if it throws, the caller releases the batch.
   size_t run_resident_row_experts(int64_t expert_layer, std::span<const int32_t> batch, const float* x, float* hidden);
+  // One row's gate: the gate_up bias (gpt-oss), then the activation of ffn (2I) into act (I).
+  void gate_row(const tiering::ExpertViews& e, float* ffn, float* act) const;
+  // The down bias (gpt-oss) on `rows` output rows of hidden_size.
+  void add_down_bias(const tiering::ExpertViews& e, float* out, int64_t rows) const;
   // The expert's output for its rows into out (rows x hidden_size): gather, gate_up, gate, down, biases, on `pool`
   // with the given buffers (gathered: rows x H, ffn: rows x 2I, act: rows x I).
   void expert_rows(const tiering::ExpertViews& e, std::span<const int32_t> rows, const float* x, float* gathered,

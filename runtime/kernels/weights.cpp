@@ -601,12 +601,17 @@ void matvec_batch(std::span<const MatvecTask> tasks, ThreadPool& pool) {
     throw std::invalid_argument(std::string("matvec_batch: no batched matvec for ") + format_name(w0.format));
   const KernelTable& k = active_kernels();
   const int64_t n = int64_t(tasks.size());
-  std::vector<int64_t> first(tasks.size() + 1, 0);
+  // Each task's first unit, on the stack for a decode step's experts (no allocation per step), else on the heap.
+  int64_t small[33];
+  std::vector<int64_t> large;
+  if (tasks.size() >= std::size(small)) large.resize(tasks.size() + 1);
+  int64_t* first = large.empty() ? small : large.data();
+  first[0] = 0;
   for (size_t t = 0; t < tasks.size(); ++t) {
     const WeightView& w = *tasks[t].w;
     first[t + 1] = first[t] + (is_dense(w.format) ? (w.rows + kPanelRows - 1) / kPanelRows : packed_view(w).panels);
   }
-  MatvecBatchJob job{&k, nullptr, tasks, first.data(), nullptr, nullptr, 0};
+  MatvecBatchJob job{&k, nullptr, tasks, first, nullptr, nullptr, 0};
   if (takes_f32_activations(w0)) {
     job.affine = affine_f32_kernel();
     job.groups = w0.cols / w0.group_size;
@@ -623,7 +628,7 @@ void matvec_batch(std::span<const MatvecTask> tasks, ThreadPool& pool) {
     }
     job.rows = s.rows;
   }
-  pool.parallel_for(first.back(), matvec_batch_units, &job);
+  pool.parallel_for(first[tasks.size()], matvec_batch_units, &job);
 }
 
 // Up to this many activation rows, dense matmul runs the matvec kernel per row on cache-resident blocks (f32 too,

@@ -77,6 +77,33 @@ TEST(MatvecBatch, EveryRowIsMatvecsBitForBit) {
   }
 }
 
+// More tasks than matvec_batch keeps on its stack (32): the same sums.
+TEST(MatvecBatch, ManyTasksAreMatvecsBitForBit) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  tiering::Ledger ledger;
+  const int64_t rows = 24, cols = 64;
+  std::vector<Weight> weights;
+  std::vector<std::vector<float>> xs, one, together;
+  for (int t = 0; t < 40; ++t) {
+    std::vector<float> src(size_t(rows * cols));
+    for (auto& v : src) v = normal(rng);
+    weights.push_back(make_weight(src.data(), SourceType::f32, rows, cols, WeightFormat::q8_0, ledger, "weights"));
+    xs.emplace_back(size_t(cols));
+    for (auto& v : xs.back()) v = normal(rng);
+  }
+  ThreadPool pool(3, false);
+  std::vector<MatvecTask> tasks;
+  for (size_t t = 0; t < weights.size(); ++t) {
+    one.emplace_back(size_t(rows), NAN);
+    together.emplace_back(size_t(rows), NAN);
+    matvec(weights[t].view, xs[t].data(), one[t].data(), pool);
+  }
+  for (size_t t = 0; t < weights.size(); ++t) tasks.push_back({&weights[t].view, xs[t].data(), together[t].data()});
+  matvec_batch(tasks, pool);
+  EXPECT_EQ(one, together);
+}
+
 TEST(MatvecBatch, RefusesMixedShapesAndMxfp4) {
   tiering::Ledger ledger;
   std::vector<float> src(64 * 128, 0.5f), x(256, 1.0f), y(64);

@@ -23,6 +23,8 @@ void ExpertTierCounters::refresh() {
   c.prefetches = t.prefetches;
   c.prefetch_hits = t.prefetch_hits;
   c.prefetch_wasted = t.prefetch_wasted;
+  c.prefetch_skipped = t.prefetch_skipped;
+  c.prefetch_precision = t.prefetch_precision;
   c.evictions = t.evictions;
   c.read_stall_seconds = t.read_stall_seconds;
   c.conversions = t.conversions;

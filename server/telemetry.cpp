@@ -184,6 +184,9 @@ json::object Telemetry::health() const {
   tier["prefetches"] = t.prefetches;
   tier["prefetch_hits"] = t.prefetch_hits;
   tier["prefetch_wasted"] = t.prefetch_wasted;
+  // Guesses left unread while reading them did not pay (tiering::prefetch_worth_it), and the guesses' precision.
+  tier["prefetch_skipped"] = t.prefetch_skipped;
+  tier["prefetch_precision"] = t.prefetch_precision;
   h["tiering"] = std::move(tier);
 
   const auto g = gpu();

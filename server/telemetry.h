@@ -33,6 +33,8 @@ struct TieringCounters {
   uint64_t cache_hits = 0, cache_misses = 0;
   uint64_t prefetches = 0, prefetch_hits = 0, evictions = 0;
   uint64_t prefetch_wasted = 0;     // prefetched experts evicted before any use
+  uint64_t prefetch_skipped = 0;    // guesses not read: at their measured precision reading them did not pay
+  double prefetch_precision = 0;    // the guesses' running precision (read or not)
   double read_stall_seconds = 0;
   uint64_t conversions = 0;        // expert reads converted into the slot format (worker or forward thread)
   double conversion_seconds = 0;   // ... and the time that took

@@ -27,6 +27,12 @@ CachePolicy parse_policy(const std::string& name) {
   throw std::invalid_argument("unknown expert cache policy '" + name + "' (accepted: lru, frequency)");
 }
 
+bool prefetch_worth_it(double precision, double read_seconds, double lead_seconds) {
+  if (read_seconds <= 0) return true;
+  const double saved = std::min(read_seconds, std::max(lead_seconds, 0.0));
+  return precision * saved >= (1.0 - precision) * read_seconds;
+}
+
 ExpertCache::ExpertCache(const ExpertStore& store, ExpertReader& reader, Ledger& ledger, ExpertCacheOptions options)
     : store_(store), reader_(reader), ledger_(ledger), options_(std::move(options)) {
   if (options_.slots < 1 && !options_.mapped) throw std::invalid_argument("expert cache: needs at least one slot");
@@ -35,6 +41,10 @@ ExpertCache::ExpertCache(const ExpertStore& store, ExpertReader& reader, Ledger&
   resident_of_.assign(size_t(keys), -1);
   frequency_.assign(size_t(keys), 0);
   counters_.layers.resize(size_t(store_.layers()));
+  guesses_.resize(size_t(store_.layers()));
+  read_latency_ = std::max(0.0, options_.read_seconds_prior);
+  guessed_at_.resize(size_t(store_.layers()));
+  guessed_stall_ns_.resize(size_t(store_.layers()));
   const ExpertLayout& layout = store_.layout();
   if (options_.mapped) {
     if (store_.encoding() != ExpertEncoding::packed)
@@ -198,6 +208,7 @@ void ExpertCache::load(int64_t index, int64_t k, bool prefetch) {
   s.state = State::loading;
   s.error.clear();
   lock.unlock();
+  s.submitted = std::chrono::steady_clock::now();
   s.last_use = clock_;
   slot_of_[size_t(k)] = int32_t(index);
   start_read(int32_t(index));
@@ -231,6 +242,23 @@ void ExpertCache::request(int64_t layer, std::span<const int32_t> experts) {
   if (mapping_) {
     per_layer.hits += experts.size();
     return;
+  }
+  if (std::vector<int32_t>& guessed = guesses_[size_t(layer)]; !guessed.empty()) {
+    // This request is what the layer's guesses were for: score them (each guess one outcome of the running mean,
+    // about the last 64 counting), and the lead they had.
+    constexpr double kWeight = 1.0 / 64;
+    for (int32_t g : guessed) {
+      const bool asked = std::find(experts.begin(), experts.end(), g) != experts.end();
+      guess_precision_ += kWeight * ((asked ? 1.0 : 0.0) - guess_precision_);
+    }
+    // The lead the guess had to hide its read in: the forward thread's time since, less its waits for reads (the
+    // disk was busy with this layer's own misses then, and a guess's read would only have queued behind them).
+    const double waited = double(reader_.stats().stall_ns - guessed_stall_ns_[size_t(layer)]) * 1e-9;
+    const double lead = std::max(
+        0.0, std::chrono::duration<double>(std::chrono::steady_clock::now() - guessed_at_[size_t(layer)]).count() -
+                 waited);
+    guess_lead_ = guess_lead_ > 0 ? guess_lead_ + 0.125 * (lead - guess_lead_) : lead;
+    guessed.clear();
   }
   std::vector<int64_t> missing;
   for (int32_t e : experts) {
@@ -388,7 +416,14 @@ ExpertViews ExpertCache::acquire(int64_t layer, int32_t expert, kernels::ThreadP
   Slot& s = slots_[size_t(i)];
   dispatch();
   std::unique_lock lock(mutex_);
+  bool waited_for_demand_read = false;
   for (;;) {
+    if (waited_for_demand_read && s.state != State::loading) {
+      // The read this request started has landed while the forward thread waited: its whole latency.
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.submitted).count();
+      read_latency_ = read_latency_ > 0 ? read_latency_ + 0.125 * (seconds - read_latency_) : seconds;
+      waited_for_demand_read = false;
+    }
     switch (s.state) {
       case State::ready:
         return store_.layout().views(s.block.data());
@@ -421,7 +456,10 @@ ExpertViews ExpertCache::acquire(int64_t layer, int32_t expert, kernels::ThreadP
       }
       case State::loading:  // hand on whatever lands while waiting for this one
         lock.unlock();
-        if (!reader_.done(s.ticket)) reader_.wait_any();
+        if (!reader_.done(s.ticket)) {
+          waited_for_demand_read = waited_for_demand_read || !s.guess;
+          reader_.wait_any();
+        }
         dispatch();
         lock.lock();
         break;
@@ -446,6 +484,17 @@ void ExpertCache::release(int64_t layer, int32_t expert) {
 
 void ExpertCache::prefetch(int64_t layer, std::span<const int32_t> experts) {
   if (mapping_ || options_.prefetch_limit <= 0 || layer < 0 || layer >= store_.layers()) return;
+  // The guesses not in memory, scored at the layer's next request whether read or not.
+  std::vector<int32_t>& guessed = guesses_[size_t(layer)];
+  guessed.clear();
+  for (int32_t e : experts)
+    if (e >= 0 && e < store_.experts() && !cached(layer, e)) guessed.push_back(e);
+  guessed_at_[size_t(layer)] = std::chrono::steady_clock::now();
+  guessed_stall_ns_[size_t(layer)] = reader_.stats().stall_ns;
+  if (options_.adaptive_prefetch && !prefetch_worth_it(guess_precision_, read_latency_, guess_lead_)) {
+    counters_.prefetch_skipped += guessed.size();
+    return;
+  }
   // Prefetched experts not yet asked for (a request clears the mark), whether their reads are still in flight or
   // have landed: the limit bounds the slots speculation holds.
   int64_t in_flight = 0;
@@ -485,6 +534,9 @@ ExpertTierTelemetry ExpertCache::telemetry() const {
     t.conversion_wait_seconds = conversion_wait_seconds_;
     t.read_errors += conversion_errors_;
   }
+  t.prefetch_precision = guess_precision_;
+  t.read_latency_seconds = read_latency_;
+  t.prefetch_lead_seconds = guess_lead_;
   t.resident_experts = int64_t(resident_blocks_.size());
   t.cache_slots = int64_t(slots_.size());
   t.expert_bytes = store_.layout().bytes;

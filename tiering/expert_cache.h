@@ -16,6 +16,7 @@
 // exceed its slot count, reuse a slot the worker is converting, or allocate outside the ledger.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -47,10 +48,24 @@ struct ExpertCacheOptions {
   // Baseline, not a tier: experts used in place from a read-only mmap of a packed file, so the kernel's page cache
   // decides what stays in memory (no slots, no reads of ours, nothing charged). For comparisons only.
   bool mapped = false;
+  // Reads a guess only while guesses pay (prefetch_worth_it): a guess read in time saves at most the time between
+  // the guess and its layer's request, a wasted one costs a whole read of the disk's time. Guesses are still made
+  // and scored while none are read, so reading resumes when they get better. false: every guess is read (up to
+  // prefetch_limit), as before.
+  bool adaptive_prefetch = true;
+  // A demand read's latency assumed until one is measured (seconds; 0: none, guesses are read until a read the
+  // forward thread waited for has been timed).
+  double read_seconds_prior = 0;
   // Conversions of arrived reads on the cache's worker thread (above); false: on the forward thread inside
   // acquire(), as a comparison baseline. Either way the slot's bytes are the same.
   bool convert_on_worker = true;
 };
+
+// Whether reading guesses pays, from their measured precision (the share of guessed experts their layer's next
+// request asked for), a demand read's latency and the time between a guess and its layer's request: a guess read
+// saves at most min(read, lead) when right and costs a read's worth of the disk when wrong, so reads pay while
+// precision x min(read, lead) >= (1 - precision) x read. No read measured yet (read <= 0): true.
+bool prefetch_worth_it(double precision, double read_seconds, double lead_seconds);
 
 class ExpertCache {
  public:
@@ -105,6 +120,7 @@ class ExpertCache {
     uint64_t last_use = 0;
     bool prefetched = false;
     bool guess = false;  // the read in flight (or failed) was started by prefetch(), even if requested since
+    std::chrono::steady_clock::time_point submitted;  // when its read started
     std::string error;
   };
   int64_t key(int64_t layer, int64_t expert) const { return layer * store_.experts() + expert; }
@@ -136,6 +152,14 @@ class ExpertCache {
   std::vector<uint32_t> frequency_;   // per key, aged
   uint64_t clock_ = 0, uses_since_aging_ = 0;
   int64_t prefetch_in_flight_ = 0;
+  // The prefetch gate (adaptive_prefetch): per layer, the experts guessed for its next request that were not in
+  // memory when guessed (read or not) and when; running means of the guesses' precision, of a demand read's latency
+  // (reads the forward thread waited for) and of the lead from a guess to its layer's request less the forward
+  // thread's waits for reads meanwhile (the disk was busy then: only the compute between can hide a guess's read).
+  std::vector<std::vector<int32_t>> guesses_;
+  std::vector<std::chrono::steady_clock::time_point> guessed_at_;
+  std::vector<uint64_t> guessed_stall_ns_;  // the reader's stall counter at the guess
+  double guess_precision_ = 1.0, read_latency_ = 0, guess_lead_ = 0;
   ExpertTierTelemetry counters_;
   ReaderStats reader_base_;
   const std::byte* mapping_ = nullptr;

@@ -21,6 +21,10 @@ struct ExpertTierTelemetry {
   uint64_t hits = 0, misses = 0, resident_hits = 0;
   // wasted: not asked for by its layer's next routing (or evicted before it)
   uint64_t prefetches = 0, prefetch_hits = 0, prefetch_wasted = 0;
+  // Guesses not read because, as measured so far, reading them did not pay (ExpertCacheOptions::adaptive_prefetch),
+  // and the measures that decided: the guesses' precision (read or not), a demand read's latency, a guess's lead.
+  uint64_t prefetch_skipped = 0;
+  double prefetch_precision = 0, read_latency_seconds = 0, prefetch_lead_seconds = 0;
   uint64_t evictions = 0;
   uint64_t bytes_read = 0;    // bytes returned by the device for expert reads
   uint64_t reads = 0;         // read operations (after splitting into blocks)

@@ -269,7 +269,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--no-wisdom", o->no_wisdom, "Ignore wisdom: run on explicit flags and defaults only");
   cmd->add_option("--expert-prefetch", o->expert_prefetch,
                   "MoE: next-layer expert reads started ahead, predicted by that layer's router (0: off; default: the "
-                  "plan's)")
+                  "plan's); guesses are read only while their measured precision pays for the wasted ones "
+                  "(/health tiering.prefetch_skipped)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--expert-lookahead", o->expert_lookahead,
                   "MoE: sparse layers ahead whose experts decode guesses and starts reading (default 1; more keeps a "

@@ -37,6 +37,7 @@ struct ThreadPool::Impl {
   alignas(64) RangeFn fn = nullptr;
   void* context = nullptr;
   int64_t n = 0;
+  uint64_t forks = 0;  // parallel_for calls that woke the workers (one caller at a time on this path)
   bool stop = false;
 
   void bind_current_thread(int index) {
@@ -167,8 +168,11 @@ void ThreadPool::parallel_for(int64_t n, RangeFn fn, void* context) {
   p.fn = fn;
   p.context = context;
   p.n = n;
+  ++p.forks;
   p.publish_and_run();
 }
+
+uint64_t ThreadPool::forks() const { return impl_->forks; }
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn) {
   using Fn = std::function<void(int64_t, int64_t, int)>;

@@ -33,6 +33,10 @@ class ThreadPool {
   using RangeFn = void (*)(void* context, int64_t begin, int64_t end, int thread_index);
   void parallel_for(int64_t n, RangeFn fn, void* context);
 
+  // parallel_for calls so far that forked to the workers (a serial pool, or n == 1, runs inline and is not counted):
+  // for a caller that wants to know how many fork/joins a piece of work paid. Read by the calling thread.
+  uint64_t forks() const;
+
   // Number of physical cores hwloc sees in this process's allowed cpuset (at least 1).
   static int physical_cores();
 

@@ -122,6 +122,8 @@ void check_worker_matches_inline(tiering::ExpertEncoding encoding) {
     o.prefetch_limit = 3;
     o.resident = {{0, 0}, {0, 1}};
     o.convert_on_worker = worker;
+    // Random guesses: every one read (the gate would stop them, and when depends on the reads' timing).
+    o.adaptive_prefetch = false;
     tiering::ExpertCache cache(store, reader, ledger, o);
     EXPECT_EQ(ledger.used("expert_staging"), store.conversion_bytes());  // one conversion's scratch, either way
     kernels::ThreadPool pool(3, /*pin=*/false);  // the acquiring thread's pool: its own conversions split over it

@@ -5,10 +5,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -341,3 +343,90 @@ TEST(ExpertCache, AGuessItsLayersNextRequestPassesOverIsWastedAndFreesThePrefetc
 }
 
 }  // namespace
+
+namespace tierlm {
+namespace {
+
+// A guess read in time saves at most min(read, lead); a wasted one costs a read: reading pays while
+// precision x min(read, lead) >= (1 - precision) x read.
+TEST(PrefetchGate, ReadsGuessesOnlyWhereTheirPrecisionPaysForTheWastedOnes) {
+  // fit_accuracy_bench's streamed MoE on the device: ~57% of guesses used, a ~1 ms read, ~0.3 ms of a layer to hide
+  // it in: reading them lost 10-40% of decode.
+  EXPECT_FALSE(tiering::prefetch_worth_it(0.57, 1e-3, 0.3e-3));
+  // The real-scale Qwen3-30B-A3B run: 90% used, 1.6 ms reads, 0.7 ms of a layer.
+  EXPECT_TRUE(tiering::prefetch_worth_it(0.90, 1.6e-3, 0.7e-3));
+  // A lead as long as the read: even odds break even.
+  EXPECT_TRUE(tiering::prefetch_worth_it(0.5, 1e-3, 2e-3));
+  EXPECT_FALSE(tiering::prefetch_worth_it(0.49, 1e-3, 2e-3));
+  // No read measured (nor assumed) yet: read them.
+  EXPECT_TRUE(tiering::prefetch_worth_it(0.0, 0.0, 1e-3));
+  EXPECT_FALSE(tiering::prefetch_worth_it(0.99, 1e-3, 0.0));
+}
+
+// Wrong guesses stop being read (counted as skipped, still scored), and reading resumes once they are right again.
+// A lead (10 ms: the pause between a guess and its layer's request) longer than the assumed read (1 ms; the reads
+// measured here are shorter still) puts the break-even at a precision of one half.
+TEST(ExpertCache, GuessesAreReadOnlyWhileTheirMeasuredPrecisionPays) {
+  test::PackedExperts f;  // one layer of 6 experts
+  tiering::ExpertCacheOptions o;
+  o.slots = 2;
+  o.prefetch_limit = 1;
+  o.read_seconds_prior = 1e-3;
+  tiering::ExpertCache cache(*f.store, *f.reader, f.ledger, o);
+  // One token's worth: a guess of an expert not in memory, a pause, then the layer's request (of `right` ? the
+  // guess : expert 0). True if the guess was read.
+  int32_t next = 0;
+  auto round = [&](bool right) {
+    do next = 1 + next % 5;
+    while (cache.cached(0, next));
+    const uint64_t before = cache.telemetry().prefetches;
+    cache.prefetch(0, std::span(&next, 1));
+    const bool read = cache.telemetry().prefetches > before;
+    EXPECT_EQ(cache.cached(0, next), read);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    f.use(cache, right ? next : 0);
+    return read;
+  };
+  EXPECT_TRUE(round(false));  // precision 1 before any guess was scored
+  int wrong = 1;
+  while (wrong < 200 && round(false)) ++wrong;
+  auto t = cache.telemetry();
+  // (63/64)^n < 1/2 from n = 45 wrong guesses on
+  EXPECT_EQ(wrong, 45);
+  EXPECT_LT(t.prefetch_precision, 0.5);
+  EXPECT_EQ(t.prefetch_skipped, 1u);
+  const uint64_t read_before = t.prefetches;
+  EXPECT_FALSE(round(false));  // still wrong: still skipped
+  int right = 0;
+  while (right < 100 && !round(true)) ++right;
+  t = cache.telemetry();
+  // from (63/64)^47 back over one half: 1 - (1 - 0.477) (63/64)^n >= 1/2 from n = 3
+  EXPECT_EQ(right, 3);
+  EXPECT_GE(t.prefetch_precision, 0.5);
+  EXPECT_EQ(t.prefetches, read_before + 1);
+  EXPECT_EQ(t.prefetch_skipped, uint64_t(2 + right));
+  EXPECT_GE(t.prefetch_lead_seconds, 10e-3);
+}
+
+// Without the gate every guess is read however wrong.
+TEST(ExpertCache, WithoutTheGateEveryGuessIsRead) {
+  test::PackedExperts f;
+  tiering::ExpertCacheOptions o;
+  o.slots = 2;
+  o.prefetch_limit = 1;
+  o.read_seconds_prior = 2e-3;
+  o.adaptive_prefetch = false;
+  tiering::ExpertCache cache(*f.store, *f.reader, f.ledger, o);
+  for (int i = 0; i < 80; ++i) {
+    const int32_t guess = 1 + i % 5;
+    cache.prefetch(0, std::span(&guess, 1));
+    EXPECT_TRUE(cache.cached(0, guess));
+    f.use(cache, 0);
+  }
+  const auto t = cache.telemetry();
+  EXPECT_EQ(t.prefetch_skipped, 0u);
+  EXPECT_LT(t.prefetch_precision, 0.5);
+}
+
+}  // namespace
+}  // namespace tierlm

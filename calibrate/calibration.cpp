@@ -20,6 +20,7 @@ WisdomEntry calibrate_model(const CalibrateOptions& o) {
   ProbeOptions probe;
   probe.quick = o.quick;
   probe.storage_dir = o.model_dir.string();
+  probe.storage_file = largest_model_file(o.model_dir.string());  // the tier's own reads, on the model's own file
   probe.progress = o.progress;
   WisdomEntry entry;
   entry.device = probe_device(probe);

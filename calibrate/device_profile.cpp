@@ -115,7 +115,7 @@ bj::value to_json(const DeviceProfile& p) {
                                {"iops", x.iops}, {"cpu_seconds_per_read", x.cpu_seconds_per_read}});
   o["storage"] = bj::object{{"path", s.path},         {"device", s.device},     {"filesystem", s.filesystem},
                             {"rotational", s.rotational}, {"direct_io", s.direct_io}, {"io_uring", s.io_uring},
-                            {"warning", s.warning},   {"sweep", sweep}};
+                            {"warning", s.warning},   {"file", s.file},         {"sweep", sweep}};
   bj::array bw;
   for (auto& b : p.bandwidth)
     bw.push_back(bj::object{{"node", b.node}, {"threads", b.threads}, {"read_gbs", b.read_gbs}, {"copy_gbs", b.copy_gbs}, {"triad_gbs", b.triad_gbs}});
@@ -193,6 +193,7 @@ DeviceProfile device_profile_from_json(const bj::value& v) {
   p.storage.direct_io = boolean(s, "direct_io", sw);
   if (s.contains("io_uring")) p.storage.io_uring = boolean(s, "io_uring", sw);
   p.storage.warning = string_or(s, "warning", "");
+  p.storage.file = string_or(s, "file", "");
   for (auto& x : array(s, "sweep", sw)) {
     const auto& xo = object(x, sw + ".sweep[]");
     p.storage.sweep.push_back({unsigned_integer(xo, "block_size", sw), unsigned(integer(xo, "queue_depth", sw)),

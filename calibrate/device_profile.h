@@ -61,6 +61,7 @@ struct StorageInfo {
   bool direct_io = false;   // O_DIRECT accepted; false: the numbers are buffered reads (page cache)
   bool io_uring = false;
   std::string warning;      // why a fallback was used
+  std::string file;         // the file the sweep read: the model's own (ProbeOptions::storage_file); "": a scratch file
   std::vector<StorageSample> sweep;
   // The best sample's bandwidth, and reads/s of 4 KiB reads at the deepest queue.
   double best_gbs() const;

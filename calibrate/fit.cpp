@@ -98,6 +98,10 @@ FitAnswer fit_model(const FitModelShape& shape, const DeviceProfile& device, con
       rates.attention_seconds = probed.attention_seconds;
       rates.attention_threads = probed.attention_threads;
       rates.attention_codec = probed.attention_codec;
+      rates.expert_gflops = probed.expert_gflops;
+      rates.expert_threads = probed.expert_threads;
+      rates.expert_rows = probed.expert_rows;
+      rates.expert_format = probed.expert_format;
     }
     a.profile.prefill = rates;
     a.plan->prediction.prefill_tokens_per_second = predicted_prefill_rate(device, a.profile, *a.plan);

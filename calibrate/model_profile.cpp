@@ -263,6 +263,9 @@ bj::value to_json(const ModelProfile& p) {
     o["prefill_attention"] = bj::object{{"seconds", p.prefill.attention_seconds},
                                         {"threads", p.prefill.attention_threads},
                                         {"codec", p.prefill.attention_codec}};
+  if (p.prefill.expert_gflops > 0)
+    o["prefill_experts"] = bj::object{{"gflops", p.prefill.expert_gflops}, {"threads", p.prefill.expert_threads},
+                                      {"rows", p.prefill.expert_rows}, {"format", p.prefill.expert_format}};
   bj::array classes;
   for (auto& c : p.classes) classes.push_back(bj::object{{"name", c.name}, {"bytes", c.bytes}, {"read_per_token", c.read_per_token}});
   o["weight_classes"] = classes;
@@ -434,6 +437,16 @@ ModelProfile model_profile_from_json(const bj::value& v) {
     p.prefill.attention_codec = string(r, "codec", at);
     if (!(p.prefill.attention_seconds > 0) || p.prefill.attention_threads <= 0)
       throw std::runtime_error(at + ": seconds and threads must be positive");
+  }
+  if (o.contains("prefill_experts")) {  // optional, as prefill_gemms
+    const std::string at = what + ".prefill_experts";
+    const auto& r = object(field(o, "prefill_experts", what), at);
+    p.prefill.expert_gflops = number(r, "gflops", at);
+    p.prefill.expert_threads = int(integer(r, "threads", at));
+    p.prefill.expert_rows = integer(r, "rows", at);
+    p.prefill.expert_format = string(r, "format", at);
+    if (!(p.prefill.expert_gflops > 0) || p.prefill.expert_threads <= 0 || p.prefill.expert_rows <= 0)
+      throw std::runtime_error(at + ": gflops, threads and rows must be positive");
   }
   for (auto& c : array(o, "weight_classes", what)) {
     const auto& co = object(c, what + ".weight_classes[]");

@@ -70,6 +70,13 @@ struct PrefillRates {
   double attention_seconds = 0;
   int attention_threads = 0;
   std::string attention_codec;
+  // The model's own experts (its hidden and expert intermediate, its expert format) on the engine's lanes, at
+  // expert_rows rows each (a 128-row chunk's rows x top_k over the experts) and expert_threads: GFLOP/s (0: not
+  // probed; the device's expert probe, of Qwen3-30B-A3B's shape at 16 rows, stands in).
+  double expert_gflops = 0;
+  int expert_threads = 0;
+  int64_t expert_rows = 0;
+  std::string expert_format;
 };
 
 // A dense matrix every layer applies in prefill, as the engine fuses them (Forward: one qkv projection, o, one

@@ -706,7 +706,14 @@ PrefillCost prefill_cost(const DeviceProfile& d, const ModelProfile& m, const Pl
   // profile without it keeps the SGEMM probe at kGemmEfficiency plus one stream of each touched expert: what measured MoE prefill
   // matched on the 2-core VM (1.06-1.14 at load 0.7, bench/results/fit-accuracy.md) but 2.6x too slow on an idle
   // 16-core Xeon, where the SGEMM probe's small quick matrix does not scale with the cores.
-  const double probed_expert_gemm = expert_gemm_flops(d, p.threads, expert_format);
+  // The model's own experts probed at the plan's threads (probe_prefill) over the device's expert probe of
+  // Qwen3-30B-A3B's shape: fit_accuracy_bench's 1024 x 1024 q4 experts ran their MoE blocks at 1.5 TFLOP/s on the
+  // device's Xeon where the device probe's shape said 1.7-1.9.
+  const PrefillRates& own = m.prefill;
+  const double probed_expert_gemm = own.expert_gflops > 0 && own.expert_threads == p.threads &&
+                                            own.expert_format == m.expert_format
+                                        ? own.expert_gflops * 1e9
+                                        : expert_gemm_flops(d, p.threads, expert_format);
   const bool expert_probe = probed_expert_gemm > 0;
   const double expert_gemm = expert_probe ? probed_expert_gemm : sgemm_flops(d, p.threads);
   const uint64_t head = gpu_head_bytes(m);

@@ -16,12 +16,22 @@ struct ProbeOptions {
   bool quick = false;                // the whole calibration under 20 s: smaller buffers, fewer sweep points
   double seconds_per_probe = 4.0;    // wall-clock bound of each timed probe (quick: 2.5)
   std::string storage_dir = ".";     // directory on the model's filesystem; the scratch file goes there
+  // The model's own file (its largest: the expert file or shard the tier reads) for the storage sweep to read in
+  // place of a scratch file it writes: the reads the tier will issue, on the file's own extents and in whatever
+  // state the host's caches hold it. Used when it holds at least kStorageFileMinBytes; "" or smaller: scratch.
+  std::string storage_file;
   // Bytes each probe may hold at once (its buffers, the page cache its scratch file dirties): probe_device sets it
   // from probe_memory_budget (calibrate/probe_limits.h) when 0; 0 here means no bound (tests of single probes).
   uint64_t memory_budget = 0;
   // progress(stage, done, total): stage is the probe's name; called at least once at 0 and once at total.
   std::function<void(const std::string&, size_t, size_t)> progress;
 };
+
+inline constexpr uint64_t kStorageFileMinBytes = 64ull << 20;
+
+// The largest of a model folder's files the tier reads (experts.tierlm, *.safetensors), or "" (none: not a local
+// folder, or nothing to read).
+std::string largest_model_file(const std::string& model_dir);
 
 // Files the probes read; tests point them at fake trees.
 struct SystemPaths {

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <span>
 #include <stdexcept>
@@ -138,27 +139,23 @@ kernels::Weight copy_weight(const kernels::Weight& w, tiering::Ledger& ledger) {
   return c;
 }
 
-template <class Step>
-void probe_expert_gemm(std::vector<ComputeSample>& samples, uint64_t budget, double slice, tiering::Ledger& ledger,
-                       Step step) {
-  using kernels::WeightFormat;
-  // Qwen3-30B-A3B's expert shape, halved while its f32 source would take more than an eighth of the budget (a
-  // small cgroup's calibration keeps its bound; the experts then stay within another eighth), down to 512 x 192:
-  // the intermediate stays a multiple of the MLX group (64).
-  int64_t H = 2048, I = 768;
-  while (H > 512 && uint64_t(3 * I * H) * sizeof(float) > budget / 8) H /= 2, I /= 2;
-  const int64_t R = kExpertProbeRows, values = 3 * I * H, down = 2 * I * H;  // gate_up [2I x H], then down [H x I]
+// The lanes' rate (GFLOP/s) of experts of `format` with a [2I x H] gate_up and an [H x I] down, R activation rows
+// each, at each of `thread_counts` (record(threads, gflops)); their ring within `budget` / 8 and kExpertProbeBytes.
+void time_expert_lanes(kernels::WeightFormat format, int64_t H, int64_t I, int64_t R, std::span<const int> thread_counts,
+                       uint64_t budget, double seconds, tiering::Ledger& ledger,
+                       const std::function<void(int, double)>& record) {
+  const int64_t values = 3 * I * H, down = 2 * I * H;  // gate_up [2I x H], then down [H x I]
   tiering::LedgerBuffer source(ledger, tiering::accounts::scratch, size_t(values) * sizeof(float));
-  tiering::LedgerBuffer codes(ledger, tiering::accounts::scratch, size_t(values / 2));  // 4 bits per weight
+  tiering::LedgerBuffer codes(ledger, tiering::accounts::scratch, size_t(values / 2) + 4);  // 4 bits per weight
   uint32_t state = 777;
   fill_random(std::span(source.as<float>(), size_t(values)), state);
   fill_codes(std::span(codes.as<uint32_t>(), size_t(values / 8)), state);
-  auto expert = [&](WeightFormat format) {
+  auto expert = [&] {
     return std::pair{probe_weight(format, source.as<float>(), codes.as<uint32_t>(), 2 * I, H, ledger),
                      probe_weight(format, source.as<float>() + down, codes.as<uint32_t>() + down / 8, H, I, ledger)};
   };
   int threads = 1;
-  for (const ComputeSample& s : samples) threads = std::max(threads, s.threads);
+  for (int t : thread_counts) threads = std::max(threads, t);
   // The input, then per lane its gathered rows, gate_up output and activation (lanes) or gate_up and down outputs
   // (one expert after another); the lanes' outputs (kExpertsPerCall experts of R rows), the residual they add to.
   const int64_t lane_floats = R * (H + 3 * I);
@@ -172,74 +169,91 @@ void probe_expert_gemm(std::vector<ComputeSample>& samples, uint64_t budget, dou
   std::fill(residual, residual + R * H, 0.0f);
   const double flops = 2.0 * double(R) * double(values);
   kernels::ThreadPool serial(1, false);
+  std::vector<std::pair<kernels::Weight, kernels::Weight>> experts;
+  experts.push_back(expert());
+  const uint64_t each = kernels::weight_bytes(experts[0].first.view) + kernels::weight_bytes(experts[0].second.view);
+  const int64_t count =
+      std::clamp<int64_t>(int64_t(std::min(budget / 8, kExpertProbeBytes) / std::max<uint64_t>(each, 1)), 1, 4096);
+  while (int64_t(experts.size()) < count)
+    experts.emplace_back(copy_weight(experts[0].first, ledger), copy_weight(experts[0].second, ledger));
+  const bool lanes = engine::moe_lane_bytes(format, H, I, experts[0].first.view.group_size, R) > 0;
+  std::vector<std::unique_ptr<kernels::MatmulScratch>> scratch;
+  for (int t = 0; t < threads && lanes; ++t) {
+    scratch.push_back(std::make_unique<kernels::MatmulScratch>(ledger));
+    scratch.back()->reserve(engine::moe_lane_matmul_sizes(format, H, I, experts[0].first.view.group_size, R));
+  }
+  for (int pool_threads : thread_counts) {
+    kernels::ThreadPool pool(pool_threads);
+    // Each call takes the next kExpertsPerCall experts of the ring, the ones touched longest ago.
+    const int64_t per_call = std::min(kExpertsPerCall, count);
+    int64_t next = 0;
+    record(pool_threads, best_rate(seconds, flops * double(per_call) / 1e9, [&] {
+      // (the activation's values do not change the time)
+      if (!lanes) {
+        float* ffn = x + R * H;
+        for (int64_t i = 0; i < per_call; ++i) {
+          auto& [gate_up, down_proj] = experts[size_t((next + i) % count)];
+          kernels::matmul(gate_up.view, x, R, ffn, pool);
+          kernels::matmul(down_proj.view, ffn, R, ffn + R * 2 * I, pool);
+        }
+      } else {
+        // In pieces of rows as the engine cuts them.
+        const int64_t piece = engine::lane_piece_rows(per_call * R, pool_threads, std::min(engine::kLaneRows, R));
+        const int64_t parts = (R + piece - 1) / piece, pieces = per_call * parts;
+        // Each piece as MoeBlock::expert_rows runs it (gather, gate_up, SiLU gate, down into the outputs), then
+        // the outputs added to the residual by columns over the pool, as the block adds them.
+        std::atomic<int64_t> taken{0};
+        pool.parallel_for(std::min<int64_t>(pool_threads, pieces), [&](int64_t, int64_t, int t) {
+          kernels::MatmulScratch::Scope scope(*scratch[size_t(t)]);
+          float* gathered = x + R * H + t * lane_floats;
+          float* ffn = gathered + R * H;
+          float* act = ffn + R * 2 * I;
+          for (int64_t i = taken.fetch_add(1); i < pieces; i = taken.fetch_add(1)) {
+            auto& [gate_up, down_proj] = experts[size_t((next + i / parts) % count)];
+            const int64_t r0 = (i % parts) * piece, rows = std::min(R, r0 + piece) - r0;
+            for (int64_t r = 0; r < rows; ++r)
+              std::memcpy(gathered + r * H, x + (r0 + r) * H, size_t(H) * sizeof(float));
+            kernels::matmul(gate_up.view, gathered, rows, ffn, serial);
+            for (int64_t r = 0; r < rows; ++r) engine::silu_gate(ffn + r * 2 * I, I, act + r * I);
+            kernels::matmul(down_proj.view, act, rows, outputs + ((i / parts) * R + r0) * H, serial);
+          }
+        });
+        pool.parallel_for((H + 63) / 64, [&](int64_t b, int64_t e, int) {
+          const int64_t c0 = b * 64, c1 = std::min(H, e * 64);
+          for (int64_t row = 0; row < per_call * R; ++row) {
+            float* h = residual + (row % R) * H;
+            const float* y = outputs + row * H;
+            for (int64_t j = c0; j < c1; ++j) h[j] += 0.125f * y[j];
+          }
+        });
+      }
+      next = (next + per_call) % count;
+    }));
+  }
+}
+
+template <class Step>
+void probe_expert_gemm(std::vector<ComputeSample>& samples, uint64_t budget, double slice, tiering::Ledger& ledger,
+                       Step step) {
+  using kernels::WeightFormat;
+  // Qwen3-30B-A3B's expert shape, halved while its f32 source would take more than an eighth of the budget (a
+  // small cgroup's calibration keeps its bound; the experts then stay within another eighth), down to 512 x 192:
+  // the intermediate stays a multiple of the MLX group (64).
+  int64_t H = 2048, I = 768;
+  while (H > 512 && uint64_t(3 * I * H) * sizeof(float) > budget / 8) H /= 2, I /= 2;
+  std::vector<int> thread_counts;
+  for (const ComputeSample& s : samples) thread_counts.push_back(s.threads);
   // f32 too: a transformers-made model's experts stay f32 unless converted. Their GEMMs run on the dense kernel's
   // lanes, or without AVX-512 on OpenBLAS, one expert after another (fit once priced those at the SGEMM probe plus a
   // stream of each expert: 11.7-12.8 ms of a 128-row chunk where the engine spent 18.6-32.8, fit_accuracy_bench's
   // in-RAM MoE on the device's Xeon).
   for (WeightFormat format : {WeightFormat::q4, WeightFormat::q8_0, WeightFormat::mlx_q4, WeightFormat::mxfp4,
-                              WeightFormat::bf16, WeightFormat::f16, WeightFormat::f32}) {
-    std::vector<std::pair<kernels::Weight, kernels::Weight>> experts;
-    experts.push_back(expert(format));
-    const uint64_t each = kernels::weight_bytes(experts[0].first.view) + kernels::weight_bytes(experts[0].second.view);
-    const int64_t count =
-        std::clamp<int64_t>(int64_t(std::min(budget / 8, kExpertProbeBytes) / std::max<uint64_t>(each, 1)), 1, 4096);
-    while (int64_t(experts.size()) < count)
-      experts.emplace_back(copy_weight(experts[0].first, ledger), copy_weight(experts[0].second, ledger));
-    const bool lanes = engine::moe_lane_bytes(format, H, I, experts[0].first.view.group_size, R) > 0;
-    std::vector<std::unique_ptr<kernels::MatmulScratch>> scratch;
-    for (int t = 0; t < threads && lanes; ++t) {
-      scratch.push_back(std::make_unique<kernels::MatmulScratch>(ledger));
-      scratch.back()->reserve(engine::moe_lane_matmul_sizes(format, H, I, experts[0].first.view.group_size, R));
-    }
-    for (ComputeSample& s : samples) {
-      kernels::ThreadPool pool(s.threads);
-      // Each call takes the next kExpertsPerCall experts of the ring, the ones touched longest ago.
-      const int64_t per_call = std::min(kExpertsPerCall, count);
-      int64_t next = 0;
-      s.expert_gemm_gflops[kernels::format_name(format)] = best_rate(slice / 4, flops * double(per_call) / 1e9, [&] {
-        // (the activation's values do not change the time)
-        if (!lanes) {
-          float* ffn = x + R * H;
-          for (int64_t i = 0; i < per_call; ++i) {
-            auto& [gate_up, down_proj] = experts[size_t((next + i) % count)];
-            kernels::matmul(gate_up.view, x, R, ffn, pool);
-            kernels::matmul(down_proj.view, ffn, R, ffn + R * 2 * I, pool);
-          }
-        } else {
-          // In pieces of rows as the engine cuts them.
-          const int64_t piece = engine::lane_piece_rows(per_call * R, s.threads, std::min(engine::kLaneRows, R));
-          const int64_t parts = (R + piece - 1) / piece, pieces = per_call * parts;
-          // Each piece as MoeBlock::expert_rows runs it (gather, gate_up, SiLU gate, down into the outputs), then
-          // the outputs added to the residual by columns over the pool, as the block adds them.
-          std::atomic<int64_t> taken{0};
-          pool.parallel_for(std::min<int64_t>(s.threads, pieces), [&](int64_t, int64_t, int t) {
-            kernels::MatmulScratch::Scope scope(*scratch[size_t(t)]);
-            float* gathered = x + R * H + t * lane_floats;
-            float* ffn = gathered + R * H;
-            float* act = ffn + R * 2 * I;
-            for (int64_t i = taken.fetch_add(1); i < pieces; i = taken.fetch_add(1)) {
-              auto& [gate_up, down_proj] = experts[size_t((next + i / parts) % count)];
-              const int64_t r0 = (i % parts) * piece, rows = std::min(R, r0 + piece) - r0;
-              for (int64_t r = 0; r < rows; ++r)
-                std::memcpy(gathered + r * H, x + (r0 + r) * H, size_t(H) * sizeof(float));
-              kernels::matmul(gate_up.view, gathered, rows, ffn, serial);
-              for (int64_t r = 0; r < rows; ++r) engine::silu_gate(ffn + r * 2 * I, I, act + r * I);
-              kernels::matmul(down_proj.view, act, rows, outputs + ((i / parts) * R + r0) * H, serial);
-            }
-          });
-          pool.parallel_for((H + 63) / 64, [&](int64_t b, int64_t e, int) {
-            const int64_t c0 = b * 64, c1 = std::min(H, e * 64);
-            for (int64_t row = 0; row < per_call * R; ++row) {
-              float* h = residual + (row % R) * H;
-              const float* y = outputs + row * H;
-              for (int64_t j = c0; j < c1; ++j) h[j] += 0.125f * y[j];
-            }
-          });
-        }
-        next = (next + per_call) % count;
-      });
-    }
-  }
+                              WeightFormat::bf16, WeightFormat::f16, WeightFormat::f32})
+    time_expert_lanes(format, H, I, kExpertProbeRows, thread_counts, budget, slice / 4, ledger,
+                      [&](int threads, double gflops) {
+                        for (ComputeSample& s : samples)
+                          if (s.threads == threads) s.expert_gemm_gflops[kernels::format_name(format)] = gflops;
+                      });
   for (size_t i = 0; i < samples.size(); ++i) step();
 }
 
@@ -543,6 +557,22 @@ PrefillRates probe_prefill(const ModelProfile& m, int threads, const std::string
     result.attention_threads = threads;
     result.attention_codec = kv_codec;
   }
+  // The model's own experts on the lanes at the plan's threads, as many rows each as a 128-row chunk gives them
+  // (rows x top_k over the experts). Shapes the probe weights cannot take (a dimension not a multiple of 64: MLX's
+  // group) are left to the device's expert probe.
+  if (m.moe() && m.hidden % 64 == 0 && m.moe_intermediate % 64 == 0 && m.moe_intermediate > 0 && m.experts > 0)
+    if (std::optional<WeightFormat> ef = kernels::format_from_name(m.expert_format)) {
+      if (*ef == WeightFormat::mlx_q8) ef = WeightFormat::mlx_q4;  // one affine kernel for both
+      const int64_t rows = std::clamp<int64_t>((128 * std::max<int64_t>(m.top_k, 1) + m.experts - 1) / m.experts, 1, 128);
+      const int counts[1] = {threads};
+      time_expert_lanes(*ef, m.hidden, m.moe_intermediate, rows, counts, budget,
+                        std::max(0.05, options.seconds_per_probe / 4), ledger, [&](int, double gflops) {
+                          result.expert_gflops = gflops;
+                        });
+      result.expert_threads = threads;
+      result.expert_rows = rows;
+      result.expert_format = m.expert_format;
+    }
   return result;
 }
 

@@ -98,13 +98,13 @@ double thread_cpu_seconds() {
 
 // One cell of the sweep: random block-aligned reads, `depth` in flight, for `seconds`, with the CPU time this
 // thread spent per read.
-StorageSample time_reads(int fd, Ring* ring, char* buffers, uint64_t file_bytes, uint64_t block, unsigned depth,
-                         double seconds) {
+StorageSample time_burst(int fd, Ring* ring, char* buffers, uint64_t file_bytes, uint64_t block, unsigned depth,
+                         double seconds, uint64_t seed) {
   StorageSample sample;
   sample.block_size = block;
   sample.queue_depth = depth;
-  const uint64_t blocks = file_bytes / block;
-  uint64_t state = 0x2545F4914F6CDD1Dull ^ (block * 131 + depth);
+  const uint64_t blocks = std::max<uint64_t>(file_bytes / block, 1);
+  uint64_t state = 0x2545F4914F6CDD1Dull ^ (block * 131 + depth) ^ (seed * 0x9E3779B97F4A7C15ull);
   uint64_t bytes = 0, reads = 0;
   const double cpu_start = thread_cpu_seconds();
   const auto start = Clock::now();
@@ -152,7 +152,36 @@ StorageSample time_reads(int fd, Ring* ring, char* buffers, uint64_t file_bytes,
   return sample;
 }
 
+// One cell: kStorageBursts bursts of seconds / kStorageBursts each, the median burst's rates. A virtual disk's one
+// burst of a quick sweep (0.28 s) read 1 MiB blocks at 1.1-2.2 GB/s from one run to the next, a minute apart, where
+// the tier's decode moved 15% (fit_accuracy_bench on the device's Xeon).
+constexpr int kStorageBursts = 5;
+StorageSample time_reads(int fd, Ring* ring, char* buffers, uint64_t file_bytes, uint64_t block, unsigned depth,
+                         double seconds) {
+  std::vector<StorageSample> bursts;
+  for (int b = 0; b < kStorageBursts; ++b)
+    bursts.push_back(time_burst(fd, ring, buffers, file_bytes, block, depth, seconds / kStorageBursts, uint64_t(b)));
+  std::sort(bursts.begin(), bursts.end(), [](const StorageSample& a, const StorageSample& b) { return a.gbs < b.gbs; });
+  return bursts[bursts.size() / 2];
+}
+
 }  // namespace
+
+std::string largest_model_file(const std::string& model_dir) {
+  std::error_code ec;
+  if (model_dir.empty() || !fs::is_directory(model_dir, ec)) return "";
+  std::string best;
+  uint64_t best_bytes = 0;
+  for (const auto& entry : fs::directory_iterator(model_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool tier_file = name == "experts.tierlm" ||
+                           (name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0);
+    if (!tier_file || !entry.is_regular_file(ec)) continue;
+    const uint64_t bytes = entry.file_size(ec);
+    if (!ec && bytes > best_bytes) best = entry.path().string(), best_bytes = bytes;
+  }
+  return best;
+}
 
 StorageInfo probe_storage_identity(const std::string& dir) {
   StorageInfo info;
@@ -197,7 +226,7 @@ StorageInfo probe_storage(const ProbeOptions& options) {
       : std::vector<uint64_t>{4096, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20};
   const std::vector<unsigned> depths = options.quick ? std::vector<unsigned>{1, 8, 32}
                                                      : std::vector<unsigned>{1, 4, 16, 32, 64};
-  const uint64_t file_bytes = options.quick ? (64ull << 20) : (256ull << 20);
+  uint64_t file_bytes = options.quick ? (64ull << 20) : (256ull << 20);
   const size_t total = blocks.size() * depths.size() + 1;
   auto progress = [&](size_t done) {
     if (options.progress) options.progress("storage", done, total);
@@ -205,19 +234,32 @@ StorageInfo probe_storage(const ProbeOptions& options) {
   progress(0);
 
   ScratchFile scratch;
-  scratch.path = (fs::path(info.path) / (".tierlm-calibrate-" + std::to_string(getpid()) + ".tmp")).string();
-  write_scratch(scratch.path, file_bytes);
+  std::string target;
+  {
+    std::error_code ec;
+    const uint64_t own = options.storage_file.empty() ? 0 : uint64_t(fs::file_size(options.storage_file, ec));
+    if (!ec && own >= kStorageFileMinBytes) {
+      // The model's own file, read in place: nothing written, nothing removed.
+      target = options.storage_file;
+      file_bytes = own;
+      info.file = target;
+    } else {
+      scratch.path = (fs::path(info.path) / (".tierlm-calibrate-" + std::to_string(getpid()) + ".tmp")).string();
+      write_scratch(scratch.path, file_bytes);
+      target = scratch.path;
+    }
+  }
   progress(1);
 
-  scratch.fd = open(scratch.path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+  scratch.fd = open(target.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
   info.direct_io = scratch.fd >= 0;
   if (!info.direct_io) {
     info.warning = std::string("O_DIRECT refused on ") + (info.filesystem.empty() ? "this filesystem" : info.filesystem) +
                    " (" + std::strerror(errno) + "): measured buffered reads, which the page cache may flatter";
     spdlog::warn("calibrate: {}", info.warning);
-    scratch.fd = open(scratch.path.c_str(), O_RDONLY | O_CLOEXEC);
+    scratch.fd = open(target.c_str(), O_RDONLY | O_CLOEXEC);
     if (scratch.fd < 0)
-      throw std::runtime_error("storage probe: cannot open scratch file " + scratch.path + ": " + std::strerror(errno));
+      throw std::runtime_error("storage probe: cannot open " + target + ": " + std::strerror(errno));
   }
   const unsigned max_depth = *std::max_element(depths.begin(), depths.end());
   Ring ring(max_depth);

@@ -121,7 +121,7 @@ void profile(const ProfileOptions& given) {
   o.model = resolve_model(o.model);
   const calibrate::FitModelShape shape = read_fit_shape(o.model);
   std::string device_source;
-  const calibrate::DeviceProfile device = fit_device(o.device, device_source);
+  const calibrate::DeviceProfile device = fit_device(o.device, device_source, o.model);
   ProfileReport report;
   calibrate::FitRequest base;
   base.largest_context = false;

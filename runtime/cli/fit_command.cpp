@@ -96,7 +96,7 @@ void fit(const FitOptions& o) {
         answers.push_back(probe);
         break;
       }
-      device = fit_device(o.device, device_source);
+      device = fit_device(o.device, device_source, o.model);
     }
     calibrate::FitRequest request = request_for(o, budget);
     // This machine's rates (not a --device file's): the model's prefill shapes are timed here, once per thread count.

@@ -80,7 +80,7 @@ calibrate::FitModelShape read_fit_shape(const std::string& model) {
   return shape;
 }
 
-calibrate::DeviceProfile fit_device(const std::string& device_file, std::string& source) {
+calibrate::DeviceProfile fit_device(const std::string& device_file, std::string& source, const std::string& model) {
   if (!device_file.empty()) {
     source = "device profile " + device_file;
     return calibrate::load_device_profile(device_file);
@@ -100,6 +100,10 @@ calibrate::DeviceProfile fit_device(const std::string& device_file, std::string&
   spdlog::info("fit: no calibration of this machine in {}; running quick probes", path.string());
   calibrate::ProbeOptions probe;
   probe.quick = true;
+  if (const std::string own = calibrate::largest_model_file(model); !own.empty()) {
+    probe.storage_dir = model;
+    probe.storage_file = own;
+  }
   return calibrate::probe_device(probe);
 }
 

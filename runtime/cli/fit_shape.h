@@ -15,7 +15,9 @@ namespace tierlm::cli {
 calibrate::FitModelShape read_fit_shape(const std::string& model);
 
 // The rates fit plans with: a device profile file when given, else this machine's stored calibration (the wisdom
-// file entry with this machine's fingerprint), else quick probes. `source` says which, for the user.
-calibrate::DeviceProfile fit_device(const std::string& device_file, std::string& source);
+// file entry with this machine's fingerprint), else quick probes: their storage sweep reads the model's own largest
+// file where `model` is a local folder (on its filesystem, as the tier will), else a scratch file in the current
+// directory. `source` says which, for the user.
+calibrate::DeviceProfile fit_device(const std::string& device_file, std::string& source, const std::string& model = "");
 
 }  // namespace tierlm::cli

@@ -736,7 +736,15 @@ TEST(Planner, PrefillShapesRoundTripAndAreOptional) {
   m.prefill.attention_seconds = 1.5e-9;
   m.prefill.attention_threads = 8;
   m.prefill.attention_codec = "q8";
+  m.prefill.expert_gflops = 1510.5;
+  m.prefill.expert_threads = 16;
+  m.prefill.expert_rows = 16;
+  m.prefill.expert_format = "q4";
   const ModelProfile back = model_profile_from_json(to_json(m));
+  EXPECT_EQ(back.prefill.expert_gflops, 1510.5);
+  EXPECT_EQ(back.prefill.expert_threads, 16);
+  EXPECT_EQ(back.prefill.expert_rows, 16);
+  EXPECT_EQ(back.prefill.expert_format, "q4");
   EXPECT_EQ(back.prefill.gate_seconds, 3.5e-9);
   EXPECT_EQ(back.prefill.row_seconds, 0.25e-9);
   EXPECT_EQ(back.prefill.attention_seconds, 1.5e-9);
@@ -755,12 +763,43 @@ TEST(Planner, PrefillShapesRoundTripAndAreOptional) {
   old.as_object().erase("prefill_gemms");
   old.as_object().erase("prefill_row_seconds");
   old.as_object().erase("prefill_attention");
+  old.as_object().erase("prefill_experts");
   EXPECT_TRUE(model_profile_from_json(old).prefill.gemms.empty());
+  EXPECT_EQ(model_profile_from_json(old).prefill.expert_gflops, 0.0);
   EXPECT_EQ(model_profile_from_json(old).prefill.gate_seconds, 0.0);
   EXPECT_EQ(model_profile_from_json(old).prefill.attention_seconds, 0.0);
   boost::json::value bad = to_json(m);
   bad.as_object()["prefill_attention"].as_object()["seconds"] = -1.0;
   EXPECT_THROW(model_profile_from_json(bad), std::runtime_error);
+  boost::json::value bad_experts = to_json(m);
+  bad_experts.as_object()["prefill_experts"].as_object()["rows"] = 0;
+  EXPECT_THROW(model_profile_from_json(bad_experts), std::runtime_error);
+}
+
+// In-RAM MoE prefill's experts take the model's own probed rate (probe_prefill) where it was measured at the plan's
+// threads for the model's expert format: the experts' flops over it, every layer of the chunk; elsewhere the
+// device's expert probe of another shape.
+TEST(Planner, PrefillExpertsTakeTheModelsOwnProbedRateAtThePlansThreads) {
+  const DeviceProfile d = device("server-64gb");
+  ModelProfile m = qwen3_moe_30b();
+  PlanRequest r;
+  r.budget_bytes = 64ull << 30;
+  const Plan p = make_plan(d, m, r);
+  ASSERT_EQ(p.resident_count(), m.moe_layers * m.experts);  // in RAM: no reads in the experts' term
+  const double device_probe = prefill_cost(d, m, p, 128).experts;
+  EXPECT_GT(device_probe, 0);
+  const double flops = 128.0 * 2 * double(m.top_k) * 3 * double(m.hidden) * double(m.moe_intermediate);
+  m.prefill.expert_gflops = 400;
+  m.prefill.expert_threads = p.threads;
+  m.prefill.expert_rows = 8;
+  m.prefill.expert_format = m.expert_format;
+  EXPECT_NEAR(prefill_cost(d, m, p, 128).experts, double(m.moe_layers) * flops / 400e9, 1e-9);
+  ModelProfile other_threads = m;
+  other_threads.prefill.expert_threads = p.threads + 1;
+  EXPECT_EQ(prefill_cost(d, other_threads, p, 128).experts, device_probe);
+  ModelProfile other_format = m;
+  other_format.prefill.expert_format = m.expert_format == "q4" ? "q8_0" : "q4";
+  EXPECT_EQ(prefill_cost(d, other_format, p, 128).experts, device_probe);
 }
 
 // Prefill attention takes the rate probe_prefill measured (seconds per query head and position seen) where it was

@@ -155,6 +155,41 @@ TEST(Probes, StorageSweepIsBoundedAndCleansUp) {
   EXPECT_TRUE(s.direct_io || !s.warning.empty());
 }
 
+// Given the model's own file (ProbeOptions::storage_file, at least kStorageFileMinBytes), the sweep reads it in
+// place: nothing written next to it, the file unchanged, and the profile names it; a smaller file leaves the sweep
+// on a scratch file.
+TEST(Probes, StorageSweepReadsTheModelsOwnFileInPlace) {
+  TempDir dir(TIERLM_SOURCE_DIR "/build-cal");
+  const fs::path model = dir.path / "experts.tierlm";
+  {
+    std::ofstream out(model, std::ios::binary);
+    std::vector<char> chunk(1 << 20);
+    for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = char(i * 31 + 7);
+    for (uint64_t i = 0; i < (kStorageFileMinBytes >> 20); ++i) out.write(chunk.data(), std::streamsize(chunk.size()));
+  }
+  std::ofstream(dir.path / "config.json") << "{}";
+  std::ofstream(dir.path / "model-00001-of-00001.safetensors") << "small";
+  EXPECT_EQ(largest_model_file(dir.path.string()), model.string());
+  EXPECT_EQ(largest_model_file((dir.path / "missing").string()), "");
+  const auto written = fs::last_write_time(model);
+  ProbeOptions o;
+  o.quick = true;
+  o.seconds_per_probe = 0.5;
+  o.storage_dir = dir.path.string();
+  o.storage_file = model.string();
+  const StorageInfo s = probe_storage(o);
+  EXPECT_EQ(s.file, model.string());
+  EXPECT_EQ(s.sweep.size(), 9u);
+  for (const StorageSample& c : s.sweep) EXPECT_GT(c.gbs, 0);
+  EXPECT_EQ(fs::file_size(model), kStorageFileMinBytes);
+  EXPECT_EQ(fs::last_write_time(model), written);
+  size_t files = 0;
+  for (const auto& e : fs::directory_iterator(dir.path)) files += e.is_regular_file();
+  EXPECT_EQ(files, 3u);  // no scratch file written (or left)
+  o.storage_file = (dir.path / "model-00001-of-00001.safetensors").string();
+  EXPECT_EQ(probe_storage(o).file, "");  // too small to measure on: the scratch file
+}
+
 TEST(Probes, StorageFallsBackWithAWarningWhereODirectIsRefused) {
   if (!fs::exists("/dev/shm")) GTEST_SKIP();
   TempDir dir("/dev/shm");
@@ -408,6 +443,52 @@ TEST(ProbeLimits, PrefillShapeProbeIsKeyedByShapeAndBounded) {
   EXPECT_EQ(rates.attention_threads, 2);
   EXPECT_EQ(rates.attention_codec, "f32");
   EXPECT_LT(seconds, 3.0);  // 0.4 s of timing, at least two calls a cell (slack for a loaded 2-core VM)
+}
+
+}  // namespace
+}  // namespace tierlm::calibrate
+
+namespace tierlm::calibrate {
+namespace {
+
+// An MoE model's own experts on the engine's lanes (probe_prefill): its hidden x expert intermediate in its expert
+// format, as many rows each as a 128-row chunk gives them (128 x top_k over the experts), at the probe's threads.
+TEST(ProbeLimits, PrefillProbeTimesAnMoeModelsOwnExperts) {
+  model::ModelConfig c;
+  c.model_type = "qwen3_moe";
+  c.arch = *model::find_architecture("qwen3_moe");
+  c.vocab_size = 1000;
+  c.hidden_size = 512;
+  c.intermediate_size = 1024;
+  c.num_layers = 2;
+  c.num_heads = 8;
+  c.num_kv_heads = 2;
+  c.head_dim = 64;
+  c.max_position_embeddings = 4096;
+  c.num_experts = 12;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 256;
+  const ModelProfile m = model_profile_from_config(c, kernels::WeightFormat::f32, kernels::WeightFormat::q4);
+  ProbeOptions o;
+  o.seconds_per_probe = 0.2;
+  o.memory_budget = 32ull << 20;
+  const PrefillRates rates = probe_prefill(m, 2, "f32", o);
+  EXPECT_GT(rates.expert_gflops, 0);
+  EXPECT_LT(rates.expert_gflops, 1e5);  // GFLOP/s of a 2-thread probe: far below 100 TFLOP/s
+  EXPECT_EQ(rates.expert_threads, 2);
+  EXPECT_EQ(rates.expert_rows, 22);  // ceil(128 x 2 / 12)
+  EXPECT_EQ(rates.expert_format, "q4");
+  // A dense model has none.
+  model::ModelConfig dense = c;
+  dense.model_type = "llama";
+  dense.arch = *model::find_architecture("llama");
+  dense.num_experts = 0;
+  dense.num_experts_per_tok = 0;
+  dense.moe_intermediate_size = 0;
+  const PrefillRates none =
+      probe_prefill(model_profile_from_config(dense, kernels::WeightFormat::f32, kernels::WeightFormat::f32), 2, "f32", o);
+  EXPECT_EQ(none.expert_gflops, 0);
+  EXPECT_EQ(none.expert_threads, 0);
 }
 
 }  // namespace

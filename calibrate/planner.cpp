@@ -41,17 +41,53 @@ double matvec_gbs(const DeviceProfile& d, int threads, const std::string& format
   return std::max(c->matvec_q8_gbs, 0.05);
 }
 
-// Storage bandwidth for reads of `block` with up to `depth` in flight: the sweep sample at that block size and
-// the deepest measured depth not above `depth`.
-double storage_gbs(const DeviceProfile& d, uint64_t block, unsigned depth) {
+// Storage bandwidth for reads of `block` with up to `depth` in flight: the sweep at that block size, made
+// non-decreasing in depth (more reads in flight never serve fewer bytes; where a shallower cell measured faster, the
+// two were noise around one rate and are pooled: an isotonic fit), at the deepest measured depth not above `depth`.
+// One cell alone swung 1.3-1.9 GB/s between quick sweeps a minute apart on the device's virtual disk, depth 1 above
+// depth 8 as often as below.
+double storage_gbs(const StorageInfo& storage, uint64_t block, unsigned depth) {
+  std::vector<const StorageSample*> cells;
+  for (auto& s : storage.sweep)
+    if (s.block_size == block) cells.push_back(&s);
+  if (!cells.empty()) {
+    std::sort(cells.begin(), cells.end(),
+              [](const StorageSample* a, const StorageSample* b) { return a->queue_depth < b->queue_depth; });
+    // Pool adjacent violators: blocks of cells with their mean rate, each block's mean above the previous one's.
+    struct Pool {
+      double sum = 0;
+      int count = 0;
+      double mean() const { return sum / count; }
+    };
+    std::vector<Pool> pools;
+    for (size_t i = 0; i < cells.size(); ++i) {
+      pools.push_back({cells[i]->gbs, 1});
+      while (pools.size() > 1 && pools[pools.size() - 2].mean() > pools.back().mean()) {
+        pools[pools.size() - 2].sum += pools.back().sum;
+        pools[pools.size() - 2].count += pools.back().count;
+        pools.pop_back();
+      }
+    }
+    // The pooled rate of the deepest cell not above `depth` (the shallowest when all are deeper).
+    size_t chosen = 0;
+    for (size_t i = 0; i < cells.size(); ++i)
+      if (cells[i]->queue_depth <= depth) chosen = i;
+    size_t first = 0;
+    for (const Pool& p : pools) {
+      if (chosen < first + size_t(p.count)) return std::max(p.mean(), 1e-3);
+      first += size_t(p.count);
+    }
+  }
+  // No cell of that block size: the nearest block size's first cell.
   const StorageSample* best = nullptr;
-  for (auto& s : d.storage.sweep)
-    if (s.block_size == block && s.queue_depth <= depth && (!best || s.queue_depth > best->queue_depth)) best = &s;
-  if (!best)
-    for (auto& s : d.storage.sweep)
-      if (!best || std::abs(double(s.block_size) - double(block)) < std::abs(double(best->block_size) - double(block)))
-        best = &s;
+  for (auto& s : storage.sweep)
+    if (!best || std::abs(double(s.block_size) - double(block)) < std::abs(double(best->block_size) - double(block)))
+      best = &s;
   return best ? std::max(best->gbs, 1e-3) : 0.1;
+}
+
+double storage_gbs(const DeviceProfile& d, uint64_t block, unsigned depth) {
+  return storage_gbs(d.storage, block, depth);
 }
 
 // Expected distinct experts a step of `rows` tokens touches in a layer.
@@ -342,7 +378,8 @@ ReaderChoice choose_reader(const StorageInfo& storage, const ModelProfile& m) {
     // Reads beyond the queue depth start only when the forward thread next polls the reader (ExpertReader::pump),
     // i.e. after the compute they were meant to overlap: one submission (waves == 1) is what the cost assumes.
     if (waves > 1 && s.queue_depth != deepest) continue;
-    const double seconds = double(k * int64_t(bytes)) / (s.gbs * 1e9) + double(layer_requests) * s.cpu_seconds_per_read;
+    const double gbs = storage_gbs(storage, s.block_size, s.queue_depth);  // the cell's isotonic rate
+    const double seconds = double(k * int64_t(bytes)) / (gbs * 1e9) + double(layer_requests) * s.cpu_seconds_per_read;
     candidates.push_back({&s, requests, waves, seconds});
   }
   if (candidates.empty()) return best;
@@ -358,7 +395,7 @@ ReaderChoice choose_reader(const StorageInfo& storage, const ModelProfile& m) {
       chosen = &c;
   best.block_size = chosen->sample->block_size;
   best.queue_depth = std::max(chosen->sample->queue_depth, unsigned(std::min<int64_t>(k, 64)));
-  best.gbs = chosen->sample->gbs;
+  best.gbs = storage_gbs(storage, chosen->sample->block_size, chosen->sample->queue_depth);
   best.requests_per_expert = chosen->requests;
   best.seconds = chosen->seconds;
   best.submissions = chosen->waves;

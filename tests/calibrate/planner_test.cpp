@@ -337,6 +337,33 @@ TEST(Planner, ReaderBlockIsSizedFromTheExpertsReadsAndTheProbedRatePerRequest) {
   EXPECT_EQ(make_plan(slow_large, gptoss, r).reader_block_size, 1u << 20);
 }
 
+// More reads in flight never serve fewer bytes: a shallower cell measured faster than a deeper one is noise around
+// one rate, and the planner pools them (an isotonic fit over depth). A sweep whose 1 MiB cells read 2.0, 1.0, 1.5
+// GB/s at depths 1, 8, 32 plans as one reading 1.5 at all three; one rising with depth keeps its cells.
+TEST(Planner, StorageCellsAreMadeNonDecreasingInDepthBeforeTheyPriceReads) {
+  auto disk = [](double d1, double d8, double d32) {
+    DeviceProfile d = device("desktop-16gb");
+    d.storage.sweep.clear();
+    for (auto [depth, gbs] : {std::pair{1u, d1}, {8u, d8}, {32u, d32}})
+      d.storage.sweep.push_back({1u << 20, depth, gbs, gbs * 1e9 / double(1u << 20), 50e-6});
+    return d;
+  };
+  ModelProfile m = qwen3_moe_30b();
+  PlanRequest r;
+  r.budget_bytes = 8ull << 30;
+  r.context = 4096;
+  const Plan noisy = make_plan(disk(2.0, 1.0, 1.5), m, r), flat = make_plan(disk(1.5, 1.5, 1.5), m, r);
+  ASSERT_GT(flat.prediction.miss_bytes_per_token, 0);  // streamed
+  EXPECT_EQ(noisy.reader_block_size, flat.reader_block_size);
+  EXPECT_EQ(noisy.reader_queue_depth, flat.reader_queue_depth);
+  EXPECT_NEAR(noisy.prediction.decode_tokens_per_second, flat.prediction.decode_tokens_per_second,
+              1e-9 * flat.prediction.decode_tokens_per_second);
+  EXPECT_NEAR(choose_reader(disk(2.0, 1.0, 1.5).storage, m).gbs, 1.5, 1e-12);
+  EXPECT_NEAR(choose_reader(disk(1.0, 1.2, 2.0).storage, m).gbs, 2.0, 1e-12);  // rising: the deep cell as measured
+  const Plan rising = make_plan(disk(1.0, 1.2, 2.0), m, r);
+  EXPECT_NE(rising.prediction.decode_tokens_per_second, flat.prediction.decode_tokens_per_second);
+}
+
 // Two JSON values equal but for doubles within a relative 1e-14: Boost.JSON 1.81's parser may miss a double's
 // last bit (it has no precise-number mode), so a printed plan read back can differ there.
 void expect_json_near(const boost::json::value& a, const boost::json::value& b, const std::string& where) {

@@ -18,6 +18,7 @@
 //        [--trace-tokens N] [--trace-prompts N]   (calibrate's router trace: tokens per prompt, prompts; 0: all)
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstdio>
@@ -55,6 +56,12 @@ struct Measured {
   // CPU seconds the process got per wall second per thread while prefilling and decoding: on a shared machine the
   // run gets a fraction of the cores the probes' best-of bursts saw (1: the cores were ours).
   double prefill_share = 1, decode_share = 1;
+  // Decode's expert misses (the tier's counters between the first sampled token and the last): per decode step,
+  // the forward thread's wait per miss, and the reads' mean size and conversion time per miss.
+  double decode_misses = 0, stall_per_miss = 0, read_bytes = 0, conversion_per_miss = 0;
+  // Per decode step: prefetch reads started, requests they served, ones nobody asked for; bytes read; the wait.
+  double prefetches = 0, prefetch_hits = 0, prefetch_wasted = 0, bytes_per_token = 0, stall_per_token = 0;
+  double prefetch_skipped = 0, prefetch_precision = 0, read_latency = 0, prefetch_lead = 0;  // the gate's view
 };
 
 double cpu_seconds() {
@@ -89,8 +96,12 @@ Measured generate(model::ModelWeights& w, tiering::Ledger& ledger, const calibra
     if (w.experts) w.experts->cache().reset_counters();
     const double cpu_start = cpu_seconds();
     double cpu_first = 0;
+    tiering::ExpertTierTelemetry first;
     const auto stats = generator.generate(request, [&](int32_t) {
-      if (cpu_first == 0) cpu_first = cpu_seconds();
+      if (cpu_first == 0) {
+        cpu_first = cpu_seconds();
+        if (w.experts) first = w.experts->telemetry();
+      }
       return true;
     });
     const double cpu_end = cpu_seconds();
@@ -100,7 +111,27 @@ Measured generate(model::ModelWeights& w, tiering::Ledger& ledger, const calibra
     // generated_tokens counts the first sampled token, which needs no extra forward (as `tierlm bench` counts).
     m.decode = double(stats.generated_tokens - 1) / stats.decode_seconds;
     m.prefill = stats.prefill_tokens_per_second();
-    if (w.experts) m.hit_rate = w.experts->telemetry().hit_rate();
+    if (w.experts) {
+      const tiering::ExpertTierTelemetry t = w.experts->telemetry();
+      m.hit_rate = t.hit_rate();
+      const double misses = double(t.misses - first.misses);
+      const double steps = double(std::max<int64_t>(stats.generated_tokens - 1, 1));
+      m.decode_misses = misses / steps;
+      m.prefetches = double(t.prefetches - first.prefetches) / steps;
+      m.prefetch_hits = double(t.prefetch_hits - first.prefetch_hits) / steps;
+      m.prefetch_wasted = double(t.prefetch_wasted - first.prefetch_wasted) / steps;
+      m.bytes_per_token = double(t.bytes_read - first.bytes_read) / steps;
+      m.stall_per_token = (t.read_stall_seconds - first.read_stall_seconds) / steps;
+      m.prefetch_skipped = double(t.prefetch_skipped - first.prefetch_skipped) / steps;
+      m.prefetch_precision = t.prefetch_precision;
+      m.read_latency = t.read_latency_seconds;
+      m.prefetch_lead = t.prefetch_lead_seconds;
+      if (misses > 0) {
+        m.stall_per_miss = (t.read_stall_seconds - first.read_stall_seconds) / misses;
+        m.conversion_per_miss = (t.conversion_seconds - first.conversion_seconds) / misses;
+      }
+      if (t.reads > first.reads) m.read_bytes = double(t.bytes_read - first.bytes_read) / double(t.reads - first.reads);
+    }
     runs.push_back(m);
   }
   auto median = [&](double Measured::*field) {
@@ -111,7 +142,11 @@ Measured generate(model::ModelWeights& w, tiering::Ledger& ledger, const calibra
   };
   Measured m;
   for (double Measured::*f : {&Measured::decode, &Measured::prefill, &Measured::hit_rate, &Measured::prefill_share,
-                              &Measured::decode_share})
+                              &Measured::decode_share, &Measured::decode_misses, &Measured::stall_per_miss,
+                              &Measured::read_bytes, &Measured::conversion_per_miss, &Measured::prefetches,
+                              &Measured::prefetch_hits, &Measured::prefetch_wasted, &Measured::bytes_per_token,
+                              &Measured::stall_per_token, &Measured::prefetch_skipped, &Measured::prefetch_precision,
+                              &Measured::read_latency, &Measured::prefetch_lead})
     m.*f = median(f);
   return m;
 }
@@ -138,12 +173,32 @@ void breakdown(const std::string& name, model::ModelWeights& w, tiering::Ledger&
     std::vector<int32_t> tokens(size_t(rows), 0);
     for (int64_t i = 0; i < rows; ++i) tokens[size_t(i)] = int32_t((i * 7919 + 13) % w.config.vocab_size);
     std::vector<float> logits(size_t(w.config.vocab_size), 0.0f);
+    uint64_t forks = 0;
     for (int i = 0; i < 1 + forward_repeats; ++i) {
       if (i == 1 && w.experts) w.experts->cache().reset_counters();
       const auto t = std::chrono::steady_clock::now();
+      const uint64_t forks_before = pool.forks();
       forward.run(tokens, 0, cache, logits.data());
+      forks = pool.forks() - forks_before;
       if (i > 0)
         forward_best = std::min(forward_best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
+    }
+    {
+      // The pool's fork/joins a chunk pays, and what one costs with no work in it (median of many, each after a
+      // pause as long as a small pass's work, so the workers are spinning as they are between a layer's passes).
+      std::vector<double> empty;
+      for (int i = 0; i < 2000; ++i) {
+        const auto t = std::chrono::steady_clock::now();
+        pool.parallel_for(int64_t(pool.size()), [](void*, int64_t, int64_t, int) {}, nullptr);
+        empty.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
+        for (auto spin = std::chrono::steady_clock::now();
+             std::chrono::steady_clock::now() - spin < std::chrono::microseconds(5);) {
+        }
+      }
+      std::sort(empty.begin(), empty.end());
+      std::printf("  pool forks per chunk %llu; an empty fork %.2f us (median; p90 %.2f): %.2f ms of forks\n",
+                  (unsigned long long)forks, empty[empty.size() / 2] * 1e6, empty[empty.size() * 9 / 10] * 1e6,
+                  double(forks) * empty[empty.size() / 2] * 1e3);
     }
     if (w.experts && forward_repeats > 0) {
       // The MoE blocks' share of those runs (tiering telemetry: the block's time, its experts' compute within it).
@@ -205,7 +260,7 @@ void breakdown(const std::string& name, model::ModelWeights& w, tiering::Ledger&
 // One row: a plan's predicted decode and prefill (the prompt's time to first token, not a full chunk's rate)
 // against the measured run.
 void report(const std::string& name, const calibrate::Plan& plan, double streamed_fraction, int64_t prompt_tokens,
-            double time_to_first_token, const Measured& m) {
+            double time_to_first_token, const Measured& m, uint64_t expert_read_bytes = 0) {
   const auto& p = plan.prediction;
   const double predicted_prefill = double(prompt_tokens) / time_to_first_token;
   std::printf("%-24s %5.2f %7.1f%% %8.2f %8.2f %5.2f %5.2f %8.1f %8.1f %5.2f %5.2f %6.1f%% %6.1f%%\n",
@@ -220,11 +275,30 @@ void report(const std::string& name, const calibrate::Plan& plan, double streame
               "step ms:%s\n", "", plan.threads, (long long)plan.prefill_chunk, plan.kv_codec.c_str(),
               (long long)plan.resident_count(), (long long)plan.cache_slots,
               (unsigned long long)(plan.reader_block_size / 1024), plan.reader_queue_depth, terms.c_str());
+  if (m.decode_misses > 0 && expert_read_bytes > 0) {
+    // A decode miss as fit priced it (its misses term over its misses a token) against the tier's counters.
+    const double predicted_misses = p.miss_bytes_per_token / double(expert_read_bytes);
+    const auto misses_term = p.step_seconds.find("misses");
+    const double predicted_per_miss =
+        predicted_misses > 0 && misses_term != p.step_seconds.end() ? misses_term->second / predicted_misses : 0;
+    std::printf("%-24s   decode misses a token: predicted %.2f, measured %.2f; per miss: predicted %.3f ms, "
+                "measured wait %.3f ms (reads of %.0f KiB, conversion %.3f ms)\n", "", predicted_misses,
+                m.decode_misses, predicted_per_miss * 1e3, m.stall_per_miss * 1e3, m.read_bytes / 1024,
+                m.conversion_per_miss * 1e3);
+    std::printf("%-24s   decode a token: read %.2f MiB (fit %.2f), wait %.3f ms (fit's misses %.3f); prefetches %.2f, "
+                "their hits %.2f, wasted %.2f\n", "", m.bytes_per_token / double(1 << 20),
+                p.miss_bytes_per_token / double(1 << 20), m.stall_per_token * 1e3,
+                (misses_term != p.step_seconds.end() ? misses_term->second : 0) * 1e3, m.prefetches, m.prefetch_hits,
+                m.prefetch_wasted);
+    std::printf("%-24s   prefetch gate: guesses skipped %.2f a token, precision %.2f, read %.3f ms, lead %.3f ms\n", "",
+                m.prefetch_skipped, m.prefetch_precision, m.read_latency * 1e3, m.prefetch_lead * 1e3);
+  }
   std::fflush(stdout);
 }
 
 void report(const std::string& name, const calibrate::FitAnswer& a, const Measured& m) {
-  report(name, *a.plan, a.streamed_expert_fraction, a.prompt_tokens, a.time_to_first_token_seconds, m);
+  report(name, *a.plan, a.streamed_expert_fraction, a.prompt_tokens, a.time_to_first_token_seconds, m,
+         a.profile.expert_read_bytes);
 }
 
 // fit's prefill without the model's shapes probed (the square-weight probe's rates) against the same run.
@@ -237,6 +311,9 @@ void report_square(const calibrate::FitAnswer& square, const Measured& m) {
 void report_shapes(const calibrate::PrefillRates& rates) {
   std::printf("%-24s   per-row work: gate %.2f ns, row pass %.2f ns per element\n", "", rates.gate_seconds * 1e9,
               rates.row_seconds * 1e9);
+  if (rates.expert_gflops > 0)
+    std::printf("%-24s   own experts probe %s, %lld rows each, %d threads: %.1f GFLOP/s\n", "",
+                rates.expert_format.c_str(), (long long)rates.expert_rows, rates.expert_threads, rates.expert_gflops);
   for (auto& g : rates.gemms) {
     std::printf("%-24s   shape probe %s %s [%lld x %lld] %d threads GFLOP/s:", "", g.kind.c_str(), g.format.c_str(),
                 (long long)g.out, (long long)g.in, g.threads);
@@ -297,6 +374,8 @@ int main(int argc, char** argv) {
   calibrate::ProbeOptions po;
   po.quick = true;
   po.storage_dir = only == "dense" ? fs::temp_directory_path().string() : dir.string();
+  // The sweep on the model's own expert file, as fit and calibrate read it (FIT_SCRATCH_STORAGE=1: a scratch file).
+  if (only != "dense" && !std::getenv("FIT_SCRATCH_STORAGE")) po.storage_file = calibrate::largest_model_file(dir.string());
   calibrate::DeviceProfile device = calibrate::probe_device(po);
   if (device.gpu.present) {
     // The runs below drive the Generator on the CPU only, so fit must plan without the GPU (else it predicts the
@@ -305,8 +384,9 @@ int main(int argc, char** argv) {
     device.gpu = calibrate::GpuInfo{};
     device.gpu.reason = "left out by fit_accuracy_bench (CPU-only runs)";
   }
-  std::printf("device (quick probes, as fit without a calibration): %s; RAM read %.1f GB/s, storage best %.2f GB/s\n",
-              device.identity().c_str(), device.read_gbs(), device.storage.best_gbs());
+  std::printf("device (quick probes, as fit without a calibration): %s; RAM read %.1f GB/s, storage best %.2f GB/s "
+              "(read from %s)\n", device.identity().c_str(), device.read_gbs(), device.storage.best_gbs(),
+              device.storage.file.empty() ? "a scratch file" : device.storage.file.c_str());
   for (auto& c : device.compute) {
     std::printf("  %d threads: matvec q8 %.1f GB/s, q4 %.1f GB/s, f16 %.1f GB/s, bf16 %.1f GB/s, f32 %.1f GB/s, "
                 "SGEMM %.1f GFLOP/s\n", c.threads, c.matvec_q8_gbs, c.matvec_q4_gbs, c.matvec_f16_gbs, c.matvec_bf16_gbs,
@@ -405,6 +485,9 @@ int main(int argc, char** argv) {
       model::LoadOptions lo;
       lo.ledger = &ledger;
       lo.experts = calibrate::expert_tier_options(*a.plan);
+      // A/Bs: FIT_PREFETCH=N reads up to N guesses (0: none), FIT_PREFETCH_ALWAYS=1 reads them however wrong.
+      if (const char* v = std::getenv("FIT_PREFETCH")) lo.experts.cache.prefetch_limit = std::atoll(v);
+      if (std::getenv("FIT_PREFETCH_ALWAYS")) lo.experts.cache.adaptive_prefetch = false;
       model::ModelWeights w = model::load_model(dir, lo);
       const std::string label =
           share >= 1 ? "in RAM" : fmt::format("streamed {:.0f}%", 100 * a.streamed_expert_fraction);

@@ -398,18 +398,24 @@ TEST(ProbeLimits, ComputeAndBandwidthProbesStayWithinTheirBudget) {
 // The model's own prefill shapes (probe_prefill): one entry per dense shape of the model, keyed by its kind,
 // input width, format and threads, at 16 and 128 rows; a weight whose f32 source would take more than a quarter of
 // the memory budget is probed as a slice of its rows; the whole probe stays near the seconds it is given.
-TEST(ProbeLimits, PrefillShapeProbeIsKeyedByShapeAndBounded) {
+// A two-layer model of 512 hidden for the prefill probes.
+model::ModelConfig small_config(const char* model_type, int64_t intermediate) {
   model::ModelConfig c;
-  c.model_type = "llama";
-  c.arch = *model::find_architecture("llama");
+  c.model_type = model_type;
+  c.arch = *model::find_architecture(model_type);
   c.vocab_size = 1000;
   c.hidden_size = 512;
-  c.intermediate_size = 4096;
+  c.intermediate_size = intermediate;
   c.num_layers = 2;
   c.num_heads = 8;
   c.num_kv_heads = 2;
   c.head_dim = 64;
   c.max_position_embeddings = 4096;
+  return c;
+}
+
+TEST(ProbeLimits, PrefillShapeProbeIsKeyedByShapeAndBounded) {
+  const model::ModelConfig c = small_config("llama", 4096);
   const ModelProfile m = model_profile_from_config(c, kernels::WeightFormat::f16, kernels::WeightFormat::f16);
   ProbeOptions o;
   o.seconds_per_probe = 0.4;
@@ -454,17 +460,7 @@ namespace {
 // An MoE model's own experts on the engine's lanes (probe_prefill): its hidden x expert intermediate in its expert
 // format, as many rows each as a 128-row chunk gives them (128 x top_k over the experts), at the probe's threads.
 TEST(ProbeLimits, PrefillProbeTimesAnMoeModelsOwnExperts) {
-  model::ModelConfig c;
-  c.model_type = "qwen3_moe";
-  c.arch = *model::find_architecture("qwen3_moe");
-  c.vocab_size = 1000;
-  c.hidden_size = 512;
-  c.intermediate_size = 1024;
-  c.num_layers = 2;
-  c.num_heads = 8;
-  c.num_kv_heads = 2;
-  c.head_dim = 64;
-  c.max_position_embeddings = 4096;
+  model::ModelConfig c = small_config("qwen3_moe", 1024);
   c.num_experts = 12;
   c.num_experts_per_tok = 2;
   c.moe_intermediate_size = 256;
@@ -479,12 +475,7 @@ TEST(ProbeLimits, PrefillProbeTimesAnMoeModelsOwnExperts) {
   EXPECT_EQ(rates.expert_rows, 22);  // ceil(128 x 2 / 12)
   EXPECT_EQ(rates.expert_format, "q4");
   // A dense model has none.
-  model::ModelConfig dense = c;
-  dense.model_type = "llama";
-  dense.arch = *model::find_architecture("llama");
-  dense.num_experts = 0;
-  dense.num_experts_per_tok = 0;
-  dense.moe_intermediate_size = 0;
+  const model::ModelConfig dense = small_config("llama", 1024);
   const PrefillRates none =
       probe_prefill(model_profile_from_config(dense, kernels::WeightFormat::f32, kernels::WeightFormat::f32), 2, "f32", o);
   EXPECT_EQ(none.expert_gflops, 0);

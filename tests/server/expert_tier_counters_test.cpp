@@ -152,6 +152,12 @@ TEST(ExpertTierCounters, PrefetchCountersReachHealth) {
   EXPECT_EQ(h.at("tiering").at("prefetches").to_number<double>(), double(t.prefetches));
   EXPECT_EQ(h.at("tiering").at("prefetch_hits").to_number<double>(), double(t.prefetch_hits));
   EXPECT_EQ(h.at("tiering").at("prefetch_wasted").to_number<double>(), double(t.prefetch_wasted));
+  // The prefetch gate's view: guesses left unread and the guesses' precision, as the tier counted them.
+  EXPECT_EQ(t.prefetch_skipped, direct.prefetch_skipped);
+  EXPECT_EQ(h.at("tiering").at("prefetch_skipped").to_number<double>(), double(t.prefetch_skipped));
+  EXPECT_EQ(h.at("tiering").at("prefetch_precision").to_number<double>(), direct.prefetch_precision);
+  EXPECT_GE(t.prefetch_precision, 0.0);
+  EXPECT_LE(t.prefetch_precision, 1.0);
 }
 
 }  // namespace

@@ -243,7 +243,11 @@ void ExpertCache::request(int64_t layer, std::span<const int32_t> experts) {
     per_layer.hits += experts.size();
     return;
   }
-  if (std::vector<int32_t>& guessed = guesses_[size_t(layer)]; !guessed.empty()) {
+  if (std::vector<int32_t>& guessed = guesses_[size_t(layer)];
+      !guessed.empty() && std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                        guessed_at_[size_t(layer)]).count() > options_.stale_guess_seconds) {
+    guessed.clear();  // stale: from a sequence that has ended
+  } else if (!guessed.empty()) {
     // This request is what the layer's guesses were for: score them (each guess one outcome of the running mean,
     // about the last 64 counting), and the lead they had.
     constexpr double kWeight = 1.0 / 64;

@@ -56,6 +56,9 @@ struct ExpertCacheOptions {
   // A demand read's latency assumed until one is measured (seconds; 0: none, guesses are read until a read the
   // forward thread waited for has been timed).
   double read_seconds_prior = 0;
+  // Guesses older than this when their layer is next requested are dropped unscored: the sequence ended (the server
+  // went idle, or a new prompt's prefill asks next), and neither their precision nor their lead says anything.
+  double stale_guess_seconds = 1.0;
   // Conversions of arrived reads on the cache's worker thread (above); false: on the forward thread inside
   // acquire(), as a comparison baseline. Either way the slot's bytes are the same.
   bool convert_on_worker = true;

@@ -408,6 +408,31 @@ TEST(ExpertCache, GuessesAreReadOnlyWhileTheirMeasuredPrecisionPays) {
   EXPECT_GE(t.prefetch_lead_seconds, 10e-3);
 }
 
+// A guess whose layer is next requested long after (the sequence ended; the server idled, or a new prompt's
+// prefill asks next) is dropped unscored: neither its precision nor its lead counts.
+TEST(ExpertCache, StaleGuessesAreDroppedUnscored) {
+  test::PackedExperts f;
+  tiering::ExpertCacheOptions o;
+  o.slots = 2;
+  o.prefetch_limit = 1;
+  o.stale_guess_seconds = 0.02;
+  tiering::ExpertCache cache(*f.store, *f.reader, f.ledger, o);
+  const int32_t guess = 1;
+  cache.prefetch(0, std::span(&guess, 1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  f.use(cache, 0);  // wrong, but stale
+  auto t = cache.telemetry();
+  EXPECT_EQ(t.prefetch_precision, 1.0);
+  EXPECT_EQ(t.prefetch_lead_seconds, 0.0);
+  const int32_t next = 2;
+  cache.prefetch(0, std::span(&next, 1));
+  f.use(cache, 0);  // wrong, in time: scored
+  t = cache.telemetry();
+  EXPECT_NEAR(t.prefetch_precision, 63.0 / 64, 1e-12);
+  EXPECT_GT(t.prefetch_lead_seconds, 0.0);
+  EXPECT_LT(t.prefetch_lead_seconds, 0.02);
+}
+
 // Without the gate every guess is read however wrong.
 TEST(ExpertCache, WithoutTheGateEveryGuessIsRead) {
   test::PackedExperts f;

@@ -43,8 +43,6 @@ ExpertCache::ExpertCache(const ExpertStore& store, ExpertReader& reader, Ledger&
   counters_.layers.resize(size_t(store_.layers()));
   guesses_.resize(size_t(store_.layers()));
   read_latency_ = std::max(0.0, options_.read_seconds_prior);
-  guessed_at_.resize(size_t(store_.layers()));
-  guessed_stall_ns_.resize(size_t(store_.layers()));
   const ExpertLayout& layout = store_.layout();
   if (options_.mapped) {
     if (store_.encoding() != ExpertEncoding::packed)
@@ -243,26 +241,23 @@ void ExpertCache::request(int64_t layer, std::span<const int32_t> experts) {
     per_layer.hits += experts.size();
     return;
   }
-  if (std::vector<int32_t>& guessed = guesses_[size_t(layer)];
-      !guessed.empty() && std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                                        guessed_at_[size_t(layer)]).count() > options_.stale_guess_seconds) {
-    guessed.clear();  // stale: from a sequence that has ended
-  } else if (!guessed.empty()) {
-    // This request is what the layer's guesses were for: score them (each guess one outcome of the running mean,
-    // about the last 64 counting), and the lead they had.
-    constexpr double kWeight = 1.0 / 64;
-    for (int32_t g : guessed) {
-      const bool asked = std::find(experts.begin(), experts.end(), g) != experts.end();
-      guess_precision_ += kWeight * ((asked ? 1.0 : 0.0) - guess_precision_);
+  if (Guesses& guessed = guesses_[size_t(layer)]; !guessed.experts.empty()) {
+    const double since = std::chrono::duration<double>(std::chrono::steady_clock::now() - guessed.at).count();
+    // Stale guesses (from a sequence that has ended) are dropped unscored. Otherwise this request is what the
+    // layer's guesses were for: score them (each guess one outcome of the running mean, about the last 64
+    // counting), and the lead they had to hide their reads in: the forward thread's time since, less its waits for
+    // reads (the disk was busy with this layer's own misses then, and a guess's read would only have queued behind
+    // them).
+    if (since <= options_.stale_guess_seconds) {
+      constexpr double kWeight = 1.0 / 64;
+      for (int32_t g : guessed.experts) {
+        const bool asked = std::find(experts.begin(), experts.end(), g) != experts.end();
+        guess_precision_ += kWeight * ((asked ? 1.0 : 0.0) - guess_precision_);
+      }
+      const double lead = std::max(0.0, since - double(reader_.stats().stall_ns - guessed.stall_ns) * 1e-9);
+      guess_lead_ = guess_lead_ > 0 ? guess_lead_ + 0.125 * (lead - guess_lead_) : lead;
     }
-    // The lead the guess had to hide its read in: the forward thread's time since, less its waits for reads (the
-    // disk was busy with this layer's own misses then, and a guess's read would only have queued behind them).
-    const double waited = double(reader_.stats().stall_ns - guessed_stall_ns_[size_t(layer)]) * 1e-9;
-    const double lead = std::max(
-        0.0, std::chrono::duration<double>(std::chrono::steady_clock::now() - guessed_at_[size_t(layer)]).count() -
-                 waited);
-    guess_lead_ = guess_lead_ > 0 ? guess_lead_ + 0.125 * (lead - guess_lead_) : lead;
-    guessed.clear();
+    guessed.experts.clear();
   }
   std::vector<int64_t> missing;
   for (int32_t e : experts) {
@@ -489,14 +484,14 @@ void ExpertCache::release(int64_t layer, int32_t expert) {
 void ExpertCache::prefetch(int64_t layer, std::span<const int32_t> experts) {
   if (mapping_ || options_.prefetch_limit <= 0 || layer < 0 || layer >= store_.layers()) return;
   // The guesses not in memory, scored at the layer's next request whether read or not.
-  std::vector<int32_t>& guessed = guesses_[size_t(layer)];
-  guessed.clear();
+  Guesses& guessed = guesses_[size_t(layer)];
+  guessed.experts.clear();
   for (int32_t e : experts)
-    if (e >= 0 && e < store_.experts() && !cached(layer, e)) guessed.push_back(e);
-  guessed_at_[size_t(layer)] = std::chrono::steady_clock::now();
-  guessed_stall_ns_[size_t(layer)] = reader_.stats().stall_ns;
+    if (e >= 0 && e < store_.experts() && !cached(layer, e)) guessed.experts.push_back(e);
+  guessed.at = std::chrono::steady_clock::now();
+  guessed.stall_ns = reader_.stats().stall_ns;
   if (options_.adaptive_prefetch && !prefetch_worth_it(guess_precision_, read_latency_, guess_lead_)) {
-    counters_.prefetch_skipped += guessed.size();
+    counters_.prefetch_skipped += guessed.experts.size();
     return;
   }
   // Prefetched experts not yet asked for (a request clears the mark), whether their reads are still in flight or

@@ -159,9 +159,12 @@ class ExpertCache {
   // memory when guessed (read or not) and when; running means of the guesses' precision, of a demand read's latency
   // (reads the forward thread waited for) and of the lead from a guess to its layer's request less the forward
   // thread's waits for reads meanwhile (the disk was busy then: only the compute between can hide a guess's read).
-  std::vector<std::vector<int32_t>> guesses_;
-  std::vector<std::chrono::steady_clock::time_point> guessed_at_;
-  std::vector<uint64_t> guessed_stall_ns_;  // the reader's stall counter at the guess
+  struct Guesses {
+    std::vector<int32_t> experts;
+    std::chrono::steady_clock::time_point at;
+    uint64_t stall_ns = 0;  // the reader's stall counter at the guess
+  };
+  std::vector<Guesses> guesses_;  // per layer
   double guess_precision_ = 1.0, read_latency_ = 0, guess_lead_ = 0;
   ExpertTierTelemetry counters_;
   ReaderStats reader_base_;

@@ -171,6 +171,17 @@ ModelProfile model_profile_from_config(const model::ModelConfig& c, kernels::Wei
   return p;
 }
 
+std::vector<fs::path> model_weight_files(const fs::path& dir) {
+  std::vector<fs::path> weights;
+  std::error_code ec;
+  for (auto& entry : fs::directory_iterator(dir, ec)) {
+    const auto ext = entry.path().extension().string();
+    if (ext == ".safetensors" || ext == ".tierlm") weights.push_back(entry.path());
+  }
+  std::sort(weights.begin(), weights.end());
+  return weights;
+}
+
 std::string model_fingerprint(const fs::path& dir, const std::string& formats) {
   std::ostringstream text;
   auto add_file = [&](const fs::path& f, size_t limit) {
@@ -182,14 +193,7 @@ std::string model_fingerprint(const fs::path& dir, const std::string& formats) {
     text << f.filename().string() << ':' << fs::file_size(f, ec) << ':' << head << '\n';
   };
   add_file(dir / "config.json", 1 << 20);
-  std::vector<fs::path> weights;
-  std::error_code ec;
-  for (auto& entry : fs::directory_iterator(dir, ec)) {
-    const auto ext = entry.path().extension().string();
-    if (ext == ".safetensors" || ext == ".tierlm") weights.push_back(entry.path());
-  }
-  std::sort(weights.begin(), weights.end());
-  for (auto& f : weights) add_file(f, 64 << 10);
+  for (auto& f : model_weight_files(dir)) add_file(f, 64 << 10);
   text << formats;
   return fingerprint_hash(text.str());
 }

@@ -212,6 +212,9 @@ ModelProfile measure_model_profile(const std::filesystem::path& model_dir, const
 // Identity of a model: config.json, the names and sizes of its weight files and the first 64 KiB of each
 // (safetensors headers), the run formats. 16 hex digits.
 std::string model_fingerprint(const std::filesystem::path& model_dir, const std::string& formats);
+// A model folder's weight files (*.safetensors shards, a packed *.tierlm expert file), sorted by name; none for a
+// folder that does not exist.
+std::vector<std::filesystem::path> model_weight_files(const std::filesystem::path& model_dir);
 
 // Expert frequencies from a trace (rows sum to top_k), over its tokens [first, last) (last < 0: to the end).
 std::vector<std::vector<double>> frequencies(const RouterTrace& trace, int64_t first = 0, int64_t last = -1);

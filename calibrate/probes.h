@@ -29,8 +29,8 @@ struct ProbeOptions {
 
 inline constexpr uint64_t kStorageFileMinBytes = 64ull << 20;
 
-// The largest of a model folder's files the tier reads (experts.tierlm, *.safetensors), or "" (none: not a local
-// folder, or nothing to read).
+// The largest of a model folder's weight files (model_weight_files: *.safetensors, a packed *.tierlm), or "" (none:
+// not a local folder, or nothing to read).
 std::string largest_model_file(const std::string& model_dir);
 
 // Files the probes read; tests point them at fake trees.

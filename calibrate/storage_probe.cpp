@@ -168,17 +168,14 @@ StorageSample time_reads(int fd, Ring* ring, char* buffers, uint64_t file_bytes,
 }  // namespace
 
 std::string largest_model_file(const std::string& model_dir) {
-  std::error_code ec;
-  if (model_dir.empty() || !fs::is_directory(model_dir, ec)) return "";
+  if (model_dir.empty()) return "";
   std::string best;
   uint64_t best_bytes = 0;
-  for (const auto& entry : fs::directory_iterator(model_dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    const bool tier_file = name == "experts.tierlm" ||
-                           (name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0);
-    if (!tier_file || !entry.is_regular_file(ec)) continue;
-    const uint64_t bytes = entry.file_size(ec);
-    if (!ec && bytes > best_bytes) best = entry.path().string(), best_bytes = bytes;
+  for (const fs::path& f : model_weight_files(model_dir)) {
+    std::error_code ec;
+    if (!fs::is_regular_file(f, ec)) continue;
+    const uint64_t bytes = fs::file_size(f, ec);
+    if (!ec && bytes > best_bytes) best = f.string(), best_bytes = bytes;
   }
   return best;
 }

@@ -389,6 +389,35 @@ std::optional<Value> bound_method(Interpreter& in, const Value& object, const st
   return std::nullopt;
 }
 
+namespace {
+
+// snprintf into a string sized by a first measuring call: no fixed buffer to truncate or leave unterminated.
+template <class T>
+std::string c_format(const std::string& fmt, T value) {
+  int n = std::snprintf(nullptr, 0, fmt.c_str(), value);
+  if (n < 0) throw TemplateError("format specification '" + fmt + "' cannot be applied");
+  std::string out(static_cast<std::size_t>(n) + 1, '\0');
+  std::snprintf(out.data(), out.size(), fmt.c_str(), value);
+  out.resize(static_cast<std::size_t>(n));
+  return out;
+}
+
+// Width and precision of a %-spec, each bounded so a hostile "%999999999999d" is an error, not a huge string.
+void check_format_spec(Interpreter& in, const std::string& spec) {
+  std::size_t number = 0;
+  for (char c : spec) {
+    if (c >= '0' && c <= '9') {
+      number = number * 10 + static_cast<std::size_t>(c - '0');
+      if (number > 1'000'000) throw TemplateError("format width or precision too large: %" + spec);
+      in.check_size(number);
+    } else {
+      number = 0;
+    }
+  }
+}
+
+}  // namespace
+
 std::string printf_format(Interpreter& in, const std::string& format, const Value& args) {
   std::vector<Value> values;
   if (args.is_list() && args.as_list().tuple) values = args.as_list().items;
@@ -411,23 +440,19 @@ std::string printf_format(Interpreter& in, const std::string& format, const Valu
     }
     if (next >= values.size()) throw TemplateError("not enough arguments for format string");
     const Value& v = values[next++];
-    char buf[512];
+    check_format_spec(in, spec);
     if (conv == 's' || conv == 'r') {
       std::string s = conv == 's' ? soft_str(v) : to_repr(v);
       if (spec.empty()) out += s;
-      else {
-        std::snprintf(buf, sizeof buf, ("%" + spec + "s").c_str(), s.c_str());
-        out += buf;
-      }
+      else out += c_format("%" + spec + "s", s.c_str());
     } else if (conv == 'd' || conv == 'i') {
       if (!v.is_number()) throw TemplateError("%d format: a real number is required, not " + v.type_name());
-      int64_t n = v.is_float() ? static_cast<int64_t>(v.as_float()) : (v.is_bool() ? v.as_bool() : v.as_int());
-      std::snprintf(buf, sizeof buf, ("%" + spec + "lld").c_str(), static_cast<long long>(n));
-      out += buf;
+      int64_t n = v.is_float() ? (std::isfinite(v.as_float()) ? int_from_double(v.as_float()) : throw TemplateError("cannot convert float infinity or NaN to integer"))
+                               : (v.is_bool() ? v.as_bool() : v.as_int());
+      out += c_format("%" + spec + "lld", static_cast<long long>(n));
     } else if (conv == 'f' || conv == 'e' || conv == 'g' || conv == 'F' || conv == 'E' || conv == 'G') {
       if (!v.is_number()) throw TemplateError("must be real number, not " + v.type_name());
-      std::snprintf(buf, sizeof buf, ("%" + spec + conv).c_str(), v.to_double());
-      out += buf;
+      out += c_format("%" + spec + conv, v.to_double());
     } else {
       throw TemplateError(std::string("unsupported format character '") + conv + "'");
     }
@@ -468,10 +493,14 @@ void install_globals(Dict& g) {
     }
     if (step == 0) throw TemplateError("range() arg 3 must not be zero");
     std::vector<Value> items;
-    int64_t count = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0)
-                             : (start > stop ? (start - stop - step - 1) / (-step) : 0);
-    a.interpreter->count_iterations(static_cast<std::size_t>(count));
-    for (int64_t i = 0; i < count; ++i) items.emplace_back(start + i * step);
+    // Unsigned distances: stop - start and -step overflow int64 for extreme arguments (range(-2**63, 2**63 - 1)).
+    uint64_t span = step > 0 ? (stop > start ? static_cast<uint64_t>(stop) - static_cast<uint64_t>(start) : 0)
+                             : (start > stop ? static_cast<uint64_t>(start) - static_cast<uint64_t>(stop) : 0);
+    uint64_t stride = step > 0 ? static_cast<uint64_t>(step) : uint64_t(0) - static_cast<uint64_t>(step);
+    uint64_t count = span == 0 ? 0 : (span - 1) / stride + 1;
+    a.interpreter->count_iterations(static_cast<std::size_t>(count));  // throws past the iteration limit
+    for (uint64_t i = 0; i < count; ++i)  // each value lies between start and stop, so it fits
+      items.emplace_back(static_cast<int64_t>(static_cast<uint64_t>(start) + i * static_cast<uint64_t>(step)));
     return Value::list(std::move(items));
   }));
   g.set("namespace", Value::function("namespace", [](const CallArgs& a) {

@@ -1,6 +1,8 @@
 // jinja2's filters and tests (filters.py / tests.py semantics), with transformers' tojson.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <limits>
 #include <unordered_map>
 
 #include <unicode/uchar.h>
@@ -50,7 +52,9 @@ Value get_attribute(Interpreter& in, const Value& item, const Value& attribute) 
     std::size_t dot = path.find('.', start);
     std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
-    v = digits ? in.getitem(v, Value(static_cast<int64_t>(std::stoll(part)))) : in.getitem(v, Value(part));
+    int64_t index = std::numeric_limits<int64_t>::max();  // past 64 bits: no list is that long, so it is missing
+    if (digits) std::from_chars(part.data(), part.data() + part.size(), index);
+    v = digits ? in.getitem(v, Value(index)) : in.getitem(v, Value(part));
     if (dot == std::string::npos) break;
     start = dot + 1;
   }
@@ -118,13 +122,17 @@ Value select_like(Interpreter& in, const Value& input, const CallArgs& a, bool b
   return Value::list(std::move(out));
 }
 
-Value f_tojson(Interpreter&, const Value& v, const CallArgs& a) {
+Value f_tojson(Interpreter& in, const Value& v, const CallArgs& a) {
   JsonOptions o;
   o.ensure_ascii = arg(a, 0, "ensure_ascii", Value(false)).truthy();
   Value indent = arg(a, 1, "indent");
   Value separators = arg(a, 2, "separators");
   o.sort_keys = arg(a, 3, "sort_keys", Value(false)).truthy();
-  if (indent.is_int()) o.indent = std::string(static_cast<std::size_t>(std::max<int64_t>(0, indent.as_int())), ' ');
+  if (indent.is_int()) {
+    auto width = static_cast<std::size_t>(std::max<int64_t>(0, indent.as_int()));
+    in.check_size(width);  // the pad is allocated before any output is written
+    o.indent = std::string(width, ' ');
+  }
   else if (indent.is_string()) o.indent = indent.as_string();
   else if (!indent.is_none()) throw TemplateError("tojson: indent must be an int or a string");
   if (o.indent) o.item_separator = ",";
@@ -221,7 +229,7 @@ Value f_int(Interpreter&, const Value& v, const CallArgs& a) {
   int64_t base = to_int(arg(a, 1, "base", Value(10)), "int");
   if (v.is_int()) return v;
   if (v.is_bool()) return Value(static_cast<int64_t>(v.as_bool()));
-  if (v.is_float()) return std::isfinite(v.as_float()) ? Value(static_cast<int64_t>(v.as_float())) : fallback;
+  if (v.is_float()) return std::isfinite(v.as_float()) ? Value(int_from_double(v.as_float())) : fallback;
   if (v.is_string()) {
     std::string s = text::strip(v.as_string(), true, true);
     s.erase(std::remove(s.begin(), s.end(), '_'), s.end());
@@ -231,7 +239,7 @@ Value f_int(Interpreter&, const Value& v, const CallArgs& a) {
     long long n = std::strtoll(s.c_str(), &end, static_cast<int>(base));
     if (end && *end == '\0' && errno == 0) return Value(static_cast<int64_t>(n));
     double d = std::strtod(s.c_str(), &end);
-    if (end && *end == '\0' && std::isfinite(d)) return Value(static_cast<int64_t>(d));
+    if (end && *end == '\0' && std::isfinite(d)) return Value(int_from_double(d));
   }
   return fallback;
 }
@@ -252,7 +260,7 @@ Value f_abs(Interpreter&, const Value& v, const CallArgs&) {
   if (v.is_float()) return Value(std::fabs(v.as_float()));
   if (v.is_int() || v.is_bool()) {
     int64_t i = v.is_bool() ? v.as_bool() : v.as_int();
-    return Value(i < 0 ? -i : i);
+    return Value(i < 0 ? int_neg(i) : i);
   }
   if (v.is_undefined()) v.fail_undefined();
   throw TemplateError("bad operand type for abs(): '" + v.type_name() + "'");
@@ -354,7 +362,7 @@ Value f_sum(Interpreter& in, const Value& v, const CallArgs& a) {
     Value x = attribute.is_none() ? item : get_attribute(in, item, attribute);
     if (!total.is_number() || !x.is_number()) throw TemplateError("sum: unsupported operand types");
     if (total.is_float() || x.is_float()) total = Value(total.to_double() + x.to_double());
-    else total = Value(static_cast<int64_t>(total.to_double()) + static_cast<int64_t>(x.to_double()));
+    else total = Value(int_add(total.is_bool() ? int64_t(total.as_bool()) : total.as_int(), x.is_bool() ? int64_t(x.as_bool()) : x.as_int()));
   }
   return total;
 }
@@ -384,11 +392,18 @@ Value f_round(Interpreter&, const Value& v, const CallArgs& a) {
   throw TemplateError("method must be common, ceil or floor");
 }
 
-Value f_indent(Interpreter&, const Value& v, const CallArgs& a) {
+Value f_indent(Interpreter& in, const Value& v, const CallArgs& a) {
   Value width = arg(a, 0, "width", Value(4));
   bool first = arg(a, 1, "first", Value(false)).truthy();
   bool blank = arg(a, 2, "blank", Value(false)).truthy();
-  std::string pad = width.is_string() ? width.as_string() : std::string(static_cast<std::size_t>(std::max<int64_t>(0, to_int(width, "indent"))), ' ');
+  std::string pad;
+  if (width.is_string()) {
+    pad = width.as_string();
+  } else {
+    auto n = static_cast<std::size_t>(std::max<int64_t>(0, to_int(width, "indent")));
+    in.check_size(n);
+    pad.assign(n, ' ');
+  }
   std::string s = soft_str(v);
   // jinja2: s += "\n"; lines = s.splitlines(); the first line is never indented unless `first`, empty lines only
   // when `blank`.
@@ -439,8 +454,10 @@ Value f_batch(Interpreter& in, const Value& v, const CallArgs& a) {
     }
   }
   if (!tmp.empty()) {
-    if (!fill.is_none())
+    if (!fill.is_none()) {
+      in.count_iterations(static_cast<std::size_t>(size) - tmp.size());  // a huge batch size would pad without end
       while (static_cast<int64_t>(tmp.size()) < size) tmp.push_back(fill);
+    }
     out.push_back(Value::list(std::move(tmp)));
   }
   return Value::list(std::move(out));
@@ -448,11 +465,12 @@ Value f_batch(Interpreter& in, const Value& v, const CallArgs& a) {
 
 Value f_attr(Interpreter& in, const Value& v, const CallArgs& a) { return in.getattr(v, soft_str(arg(a, 0, "name"))); }
 
-Value f_center(Interpreter&, const Value& v, const CallArgs& a) {
+Value f_center(Interpreter& in, const Value& v, const CallArgs& a) {
   std::string s = soft_str(v);
   int64_t width = to_int(arg(a, 0, "width", Value(80)), "center");
   int64_t len = static_cast<int64_t>(text::length(s));
   if (width <= len) return Value(s);
+  in.check_size(static_cast<std::size_t>(width));
   int64_t total = width - len, left = total / 2 + (total & width & 1);
   return Value(std::string(static_cast<std::size_t>(left), ' ') + s + std::string(static_cast<std::size_t>(total - left), ' '));
 }
@@ -502,7 +520,7 @@ bool t_odd(Interpreter&, const Value& v, const CallArgs&) { return to_int(v, "od
 bool t_divisibleby(Interpreter&, const Value& v, const CallArgs& a) {
   int64_t d = to_int(arg(a, 0, "num"), "divisibleby");
   if (d == 0) throw TemplateError("integer division or modulo by zero");
-  return to_int(v, "divisibleby") % d == 0;
+  return d == -1 || to_int(v, "divisibleby") % d == 0;  // INT64_MIN % -1 is undefined in C++
 }
 bool t_lower(Interpreter&, const Value& v, const CallArgs&) { std::string s = soft_str(v); return text::lower(s) == s; }
 bool t_upper(Interpreter&, const Value& v, const CallArgs&) { std::string s = soft_str(v); return text::upper(s) == s; }

@@ -1,6 +1,7 @@
 #include "runtime/template/interpreter.h"
 
 #include <cmath>
+#include <limits>
 #include <ctime>
 
 #include "runtime/template/builtins.h"
@@ -66,14 +67,22 @@ std::vector<std::size_t> slice_indices(int64_t n, const Value& start_v, const Va
     stop = std::min(stop, n - 1);
   }
   std::vector<std::size_t> out;
+  // Step before adding: start + step can pass INT64_MAX when the step is huge ("abc"[::9223372036854775807]).
   if (step > 0)
-    for (int64_t i = start; i < stop; i += step) out.push_back(static_cast<std::size_t>(i));
+    for (int64_t i = start; i < stop; i += step) {
+      out.push_back(static_cast<std::size_t>(i));
+      if (step >= stop - i) break;
+    }
   else
-    for (int64_t i = start; i > stop; i += step) out.push_back(static_cast<std::size_t>(i));
+    for (int64_t i = start; i > stop; i += step) {
+      out.push_back(static_cast<std::size_t>(i));
+      if (step <= stop - i) break;
+    }
   return out;
 }
 
 int64_t floor_div(int64_t a, int64_t b) {
+  if (b == -1) return int_neg(a);  // INT64_MIN / -1 does not fit
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
   return q;
@@ -87,7 +96,7 @@ void Interpreter::check_size(std::size_t bytes) const {
 }
 
 void Interpreter::count_iterations(std::size_t n) {
-  iterations_ += n;
+  iterations_ = n > std::numeric_limits<std::size_t>::max() - iterations_ ? std::numeric_limits<std::size_t>::max() : iterations_ + n;
   if (iterations_ > limits_.max_loop_iterations)
     throw TemplateError("template exceeds " + std::to_string(limits_.max_loop_iterations) + " loop iterations");
 }
@@ -517,7 +526,7 @@ Value Interpreter::eval(const Expr& e, const ScopePtr& scope) {
       if (v.is_float()) return Value(neg ? -v.as_float() : v.as_float());
       if (v.is_int() || v.is_bool()) {
         int64_t i = as_index(v);
-        return Value(neg ? -i : i);
+        return Value(neg ? int_neg(i) : i);
       }
       throw TemplateError(std::string("bad operand type for unary ") + (neg ? "-" : "+") + ": '" + v.type_name() + "'");
     }
@@ -603,7 +612,7 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
   bool nums = a.is_number() && b.is_number();
   bool ints = nums && !a.is_float() && !b.is_float();
   if (op == "+") {
-    if (ints) return Value(as_index(a) + as_index(b));
+    if (ints) return Value(int_add(as_index(a), as_index(b)));
     if (nums) return Value(a.to_double() + b.to_double());
     if (a.is_string() && b.is_string()) {
       check_size(a.as_string().size() + b.as_string().size());
@@ -621,12 +630,12 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
     throw unsupported();
   }
   if (op == "-") {
-    if (ints) return Value(as_index(a) - as_index(b));
+    if (ints) return Value(int_sub(as_index(a), as_index(b)));
     if (nums) return Value(a.to_double() - b.to_double());
     throw unsupported();
   }
   if (op == "*") {
-    if (ints) return Value(as_index(a) * as_index(b));
+    if (ints) return Value(int_mul(as_index(a), as_index(b)));
     if (nums) return Value(a.to_double() * b.to_double());
     const Value* seq = nullptr;
     const Value* count = nullptr;
@@ -639,13 +648,17 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
     }
     if (!seq) throw TemplateError("can't multiply sequence by non-int of type '" + (a.is_string() || a.is_list() ? b : a).type_name() + "'");
     int64_t n = std::max<int64_t>(0, as_index(*count));
+    std::size_t total = 0;  // n copies; a wrapped product would pass the limits and then loop n times
+    if (__builtin_mul_overflow(static_cast<std::size_t>(n), seq->is_string() ? seq->as_string().size() : seq->as_list().items.size(), &total))
+      total = std::numeric_limits<std::size_t>::max();
     if (seq->is_string()) {
-      check_size(seq->as_string().size() * static_cast<std::size_t>(n));
+      check_size(total);
       std::string s;
       for (int64_t i = 0; i < n; ++i) s += seq->as_string();
       return Value(std::move(s));
     }
-    count_iterations(seq->as_list().items.size() * static_cast<std::size_t>(n));
+    count_iterations(total);
+    if (seq->as_list().items.empty()) n = 0;
     std::vector<Value> items;
     for (int64_t i = 0; i < n; ++i)
       for (const auto& item : seq->as_list().items) items.push_back(item);
@@ -671,6 +684,7 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
     if (ints) {
       int64_t d = as_index(b);
       if (d == 0) throw TemplateError("integer division or modulo by zero");
+      if (d == -1) return Value(int64_t(0));  // INT64_MIN % -1 is undefined in C++; Python gives 0
       int64_t r = as_index(a) % d;
       if (r != 0 && ((r < 0) != (d < 0))) r += d;
       return Value(r);

@@ -2,6 +2,7 @@
 // or render time (raise_exception, undefined use, type errors). Never an abort: hostile templates end here.
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -36,5 +37,30 @@ class TemplateError : public std::runtime_error {
   int line_;
   int column_;
 };
+
+// Integer arithmetic as Python would do it, within 64 bits: Python's ints never overflow, ours throw a
+// TemplateError where the exact result does not fit (a hostile template must not reach signed overflow).
+inline int64_t int_add(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) throw TemplateError("integer result overflows 64 bits");
+  return r;
+}
+inline int64_t int_sub(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_sub_overflow(a, b, &r)) throw TemplateError("integer result overflows 64 bits");
+  return r;
+}
+inline int64_t int_mul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) throw TemplateError("integer result overflows 64 bits");
+  return r;
+}
+inline int64_t int_neg(int64_t a) { return int_sub(0, a); }
+
+// A double converted to an integer the way int() truncates; outside the 64-bit range it is an error, not UB.
+inline int64_t int_from_double(double d) {
+  if (!(d > -9223372036854775809.0 && d < 9223372036854775808.0)) throw TemplateError("float too large to convert to a 64-bit integer");
+  return static_cast<int64_t>(d);
+}
 
 }  // namespace tierlm::tmpl

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "runtime/template/chat_template.h"
 
@@ -252,4 +253,37 @@ TEST(ChatTemplateRobustness, PrintingSelfContainingOrExplodingValuesIsAnError) {
   std::string doubling = "{% set a = ['xxxxxxxx', 'yyyyyyyy'] %}";
   for (int i = 0; i < 30; ++i) doubling += "{% set a = [a, a] %}";
   EXPECT_NE(expect_error(doubling + "{{ a }}").find("exceeds"), std::string::npos);
+}
+
+// Python's ints never overflow; ours are 64 bits. Where the exact result fits, it is Python's; where it does not, a
+// TemplateError says so. Never signed overflow, a wrapped size or an out-of-range float cast (the fuzzer found the
+// first: 111181111 * 11111111111913).
+TEST(ChatTemplateRobustness, IntegerArithmeticIsExactOrAnError) {
+  auto render = [](const std::string& s) { return ChatTemplate::parse(s).render({}); };
+  const std::string min = "(-9223372036854775807 - 1)";
+  EXPECT_EQ(render("{{ " + min + " }}"), "-9223372036854775808");
+  EXPECT_EQ(render("{{ 4611686018427387904 + 4611686018427387903 }}"), "9223372036854775807");
+  EXPECT_EQ(render("{{ " + min + " % -1 }}"), "0");
+  EXPECT_EQ(render("{{ 7 // -1 }}|{{ -7 // 2 }}|{{ -7 % 3 }}"), "-7|-4|2");
+  EXPECT_EQ(render("{{ range(" + min + ", 9223372036854775807, 4611686018427387904) | list }}"),
+            "[-9223372036854775808, -4611686018427387904, 0, 4611686018427387904]");
+  EXPECT_EQ(render("{{ range(9223372036854775807, " + min + ", -4611686018427387904) | list | length }}"), "4");
+  EXPECT_EQ(render("{{ 'abc'[::9223372036854775807] }}|{{ 'abc'[::-9223372036854775807] }}|{{ 'abcdef'[1::4] }}"), "a|c|bf");
+  EXPECT_EQ(render("{{ [9007199254740993, 1] | sum }}"), "9007199254740994");  // exact, not through a double
+  EXPECT_EQ(render("{{ 9 is divisibleby(-1) }}|{{ " + min + " is divisibleby(-1) }}"), "True|True");
+  EXPECT_EQ(render("{{ [[1]] | map(attribute='99999999999999999999999') | list }}"), "[Undefined]");
+
+  for (const std::string& s : std::vector<std::string>{"{{ 111181111 * 11111111111913 }}", "{{ 9223372036854775807 + 1 }}", "{{ " + min + " - 1 }}", "{{ -" + min + " }}",
+        "{{ " + min + " // -1 }}", "{{ " + min + " | abs }}", "{{ [9223372036854775807, 1] | sum }}",
+        "{{ [1] | sum(start=9223372036854775807) }}", "{{ 1e300 | int }}", "{{ '1e300' | int }}", "{{ '%d' % 1e300 }}"})
+    EXPECT_NE(expect_error(s).find("64"), std::string::npos) << s;
+
+  // Sizes that would wrap or allocate without bound meet the output and iteration limits first.
+  for (const char* s : {"{{ 'x' * 9223372036854775807 }}", "{{ 'abc' * 6148914691236517206 }}", "{{ 'x' | center(9223372036854775807) }}",
+                        "{{ 'a\nb' | indent(1000000000000) }}", "{{ {'a': 1} | tojson(indent=1000000000000) }}",
+                        "{{ '%99999999999999999999d' % 1 }}", "{{ '%.999999999s' % 'x' }}"})
+    EXPECT_FALSE(expect_error(s).empty()) << s;
+  for (const char* s : {"{{ [1, 2] * 9223372036854775807 }}", "{{ range(0, 9223372036854775807) | list }}",
+                        "{{ range(-9223372036854775807, 9223372036854775807) | length }}", "{{ [1] | batch(9223372036854775807, 0) | list }}"})
+    EXPECT_NE(expect_error(s).find("loop iterations"), std::string::npos) << s;
 }

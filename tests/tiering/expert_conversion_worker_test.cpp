@@ -36,8 +36,10 @@ struct TempFile {
 
 // E experts of one layer written back to back at unaligned offsets (as tensors sit in a safetensors file), and the
 // store over them.
+// `broken`: an expert whose first scale tensor's extent is listed 2 bytes short (as a lying header would), so its
+// read succeeds and its conversion (ExpertStore::finish) fails; -1: none.
 tiering::ExpertStore write_store(const std::filesystem::path& path, tiering::ExpertEncoding encoding, int64_t E,
-                                 int64_t H, int64_t I) {
+                                 int64_t H, int64_t I, int64_t broken = -1) {
   std::mt19937_64 rng(11);
   std::string file(100, '\0');  // a header-like prefix: nothing below is 4 KiB aligned
   std::vector<std::vector<tiering::Extent>> extents;
@@ -84,6 +86,7 @@ tiering::ExpertStore write_store(const std::filesystem::path& path, tiering::Exp
         append(bf16(size_t(rows * cols)), ext);
       }
     }
+    if (e == broken) ext.at(1).length -= 2;
     extents.push_back(std::move(ext));
   }
   std::ofstream(path, std::ios::binary).write(file.data(), std::streamsize(file.size()));
@@ -221,6 +224,73 @@ TEST(ExpertConversionWorker, MlxRepackSplitOverAPoolWritesTheSameBytes) {
     }
   }
 }
+
+// A conversion that fails (the read landed, ExpertStore::finish threw), on the worker or inline: the acquire of
+// that expert throws ReaderError naming it, once; nothing stays pinned or cached, the other experts are served,
+// the failure is counted (read_errors, as /health shows it), and a later request reads it again rather than
+// finding a failed slot. A guess whose conversion fails never throws into a request.
+class ConversionErrors : public ::testing::TestWithParam<bool> {};  // on the worker, or inline
+
+TEST_P(ConversionErrors, AFailedConversionFailsOnlyItsAcquireAndLeavesNothingBehind) {
+  const int64_t E = 8, H = 256, I = 128;
+  const int32_t broken = 3;
+  TempFile file("tierlm-conversion-errors");
+  const tiering::ExpertStore store = write_store(file.path, tiering::ExpertEncoding::mlx, E, H, I, broken);
+  tiering::Ledger ledger;
+  tiering::ExpertReader reader(store.files());
+  tiering::ExpertCacheOptions o;
+  o.slots = 4;
+  o.prefetch_limit = 2;
+  o.adaptive_prefetch = false;  // the guess below is read whatever the running precision says
+  o.convert_on_worker = GetParam();
+  tiering::ExpertCache cache(store, reader, ledger, o);
+  const uint64_t slot_bytes = ledger.used(tiering::accounts::expert_cache);
+
+  auto expect_failure = [&](int32_t e) {
+    try {
+      cache.acquire(0, e);
+      ADD_FAILURE() << "no ReaderError for expert " << e;
+    } catch (const tiering::ReaderError& err) {
+      EXPECT_NE(std::string(err.what()).find("0.3"), std::string::npos) << err.what();
+      EXPECT_NE(std::string(err.what()).find("MLX tensor sizes do not match"), std::string::npos) << err.what();
+    }
+    cache.release(0, e);  // a no-op after a throw
+  };
+  const int32_t three[3] = {1, broken, 2};
+  cache.request(0, three);
+  EXPECT_NO_THROW(cache.acquire(0, 1));
+  expect_failure(broken);
+  EXPECT_NO_THROW(cache.acquire(0, 2));  // the failure is that expert's alone
+  cache.release(0, 1);
+  cache.release(0, 2);
+  EXPECT_FALSE(cache.cached(0, broken));
+  EXPECT_EQ(cache.available_slots(), 4);  // no pin left behind
+  EXPECT_EQ(cache.telemetry().read_errors, 1u);
+
+  // Asked again: read and converted again (and failing again), not a failed slot handed back.
+  const uint64_t read_before = cache.telemetry().bytes_read;
+  cache.request(0, std::span(&broken, 1));
+  expect_failure(broken);
+  EXPECT_GT(cache.telemetry().bytes_read, read_before);
+  EXPECT_EQ(cache.telemetry().read_errors, 2u);
+
+  // A guess of it: its conversion fails off any request; the next request of another expert is served, and a request
+  // of the broken one reads it again and fails in its own acquire.
+  const int32_t guess[2] = {broken, 5};
+  cache.prefetch(0, guess);
+  reader.drain();
+  const int32_t other = 6;
+  cache.request(0, std::span(&other, 1));
+  EXPECT_NO_THROW(cache.acquire(0, other));
+  cache.release(0, other);
+  cache.request(0, std::span(&broken, 1));
+  expect_failure(broken);
+  EXPECT_EQ(cache.available_slots(), 4);
+  EXPECT_GE(cache.telemetry().read_errors, 3u);
+  EXPECT_EQ(ledger.used(tiering::accounts::expert_cache), slot_bytes);  // the slots stayed within their reservation
+}
+
+INSTANTIATE_TEST_SUITE_P(WorkerAndInline, ConversionErrors, ::testing::Bool());
 
 TEST(ExpertConversionWorker, MlxSlotsAndCountersMatchConvertingInline) {
   check_worker_matches_inline(tiering::ExpertEncoding::mlx);

@@ -49,7 +49,7 @@ if [ "${TIERLM_SKIP_SANITIZE:-0}" != 1 ]; then
               qwen35_config_test qwen35_forward_test qwen35_scheduler_test responses_api_test
               template_tool_calls_test streamed_tool_calls_test gemma4_config_test gemma4_forward_test
               deepseek_forward_test deepseek_yarn_test fp8_test mxfp4_test gpt_oss_forward_test perplexity_test
-              kv_quality_test mlx_moe_layouts_test)
+              kv_quality_test mlx_moe_layouts_test probes_test)
   cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTIERLM_SANITIZE=ON -DTIERLM_BUILD_BENCH=OFF \
         -DTIERLM_CUDA=OFF
   cmake --build build-asan -j"$jobs" --target "${asan_tests[@]}"

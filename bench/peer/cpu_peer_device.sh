@@ -28,24 +28,26 @@ W=/tmp/peer; mkdir -p $W
 for shape in ${SHAPES:-1b}; do
   n=$shape-l0
   [ -f $W/$n-hf/model.safetensors ] || /tmp/devlibs/synthetic_hf $W/$n-hf --shape $shape --layers 0 > /dev/null
-  for q in q4_0 q8_0 f16; do [ -f $W/$n-$q.gguf ] || /tmp/devlibs/gguf_export $W/$n-hf $W/$n-$q.gguf $q > /dev/null & done; wait
+  for q in q4_0 q4_k q8_0 f16; do [ -f $W/$n-$q.gguf ] || /tmp/devlibs/gguf_export $W/$n-hf $W/$n-$q.gguf $q > /dev/null & done; wait
   echo "folder + GGUFs $n at $(el) s" | tee -a "$OUT/log.txt"
 done
 while [ ! -f /tmp/llama-build.rc ]; do sleep 2; done
 echo "llama-bench build rc $(cat /tmp/llama-build.rc) at $(el) s" | tee -a "$OUT/log.txt"
 [ "$(cat /tmp/llama-build.rc)" = 0 ] || { tail -20 /tmp/llama-cfg.log /tmp/llama-build.log | tee -a "$OUT/log.txt"; exit 1; }
-gg() { case $1 in q4) echo q4_0;; *) echo $1;; esac; }
+gg() { case $1 in q4) echo q4_0;; q4k) echo q4_k;; *) echo $1;; esac; }  # q4k: tierlm q4 against Q4_K
+tf() { case $1 in q4k) echo q4;; *) echo $1;; esac; }
 # Same model: greedy tokens from the f16 weights (tierlm_peer prints them; llama-bench does not generate text, so
 # the token check is bench/peer.sh's job here on the dev machine; this script checks the files are the same sizes).
 for r in $(seq ${ROUNDS:-2}); do
   for shape in ${SHAPES:-1b}; do
     n=$shape-l0
     for t in ${THREADS:-16}; do
-      for f in ${FORMATS:-f16 q8_0 q4}; do
+      for f in ${FORMATS:-f16 q8_0 q4 q4k}; do
         [ "$(el)" -gt "$LIMIT_S" ] && { echo "stopped at $(el) s (round $r $n $t $f)" | tee -a "$OUT/log.txt"; break 4; }
         echo "round $r $n t$t $f at $(el) s" >> "$OUT/log.txt"
-        timeout 120 /tmp/devlibs/tierlm_peer $W/$n-hf $f $t $PROMPT $DECODE 2>>"$OUT/tierlm.err" |
-          sed "s/^{/{\"shape\":\"$shape\",\"round\":$r,/" | tee -a "$OUT/cpu-peer.jsonl"
+        timeout 120 /tmp/devlibs/tierlm_peer $W/$n-hf $(tf $f) $t $PROMPT $DECODE 2>>"$OUT/tierlm.err" |
+          sed "s/^{/{\"shape\":\"$shape\",\"round\":$r,/; s/\"format\":\"[^\"]*\"/\"format\":\"$f\"/" |
+          tee -a "$OUT/cpu-peer.jsonl"
         timeout 150 /tmp/llama-cpu/bin/llama-bench -m $W/$n-$(gg $f).gguf -t $t -p $PROMPT -n $DECODE -r 3 -o jsonl \
           2>>"$OUT/llama.err" | python3 -c "import sys,json
 for l in sys.stdin:

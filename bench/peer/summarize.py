@@ -19,8 +19,9 @@ def main(lines_path, out_path, shape, layers):
     check = {r["engine"]: r["tokens"] for r in checks}
     same = check.get("tierlm") is not None and check.get("tierlm") == check.get("llama.cpp")
     table = []
-    keys = sorted({(r["threads"], r["format"]) for r in runs}, key=lambda k: (k[0], ["f16", "q8_0", "q4"].index(k[1])
-                                                                              if k[1] in ["f16", "q8_0", "q4"] else 9))
+    order = ["f16", "q8_0", "q4", "q4k"]  # q4k: tierlm's q4 against llama.cpp's Q4_K
+    keys = sorted({(r["threads"], r["format"]) for r in runs},
+                  key=lambda k: (k[0], order.index(k[1]) if k[1] in order else 9))
     for threads, fmt in keys:
         def med(engine, field):
             v = [r[field] for r in runs if r["engine"] == engine and r["threads"] == threads and r["format"] == fmt]

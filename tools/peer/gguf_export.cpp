@@ -1,7 +1,9 @@
-// tools/peer/gguf_export.cpp — writes a dense Llama-architecture Hugging Face folder as a GGUF file (F16, Q8_0 or
-// Q4_0) for llama.cpp, reading the weights through tierlm's own safetensors loader, so bench/peer.sh compares the
+// tools/peer/gguf_export.cpp — writes a dense Llama-architecture Hugging Face folder as a GGUF file (F16, Q8_0,
+// Q4_0 or Q4_K) for llama.cpp, reading the weights through tierlm's own safetensors loader, so bench/peer.sh compares the
 // two engines on the same values.
-// Owns: GGUF v3 serialisation (metadata, tensor infos, 32-byte aligned data), ggml's Q8_0 / Q4_0 block layouts, the
+// Owns: GGUF v3 serialisation (metadata, tensor infos, 32-byte aligned data), ggml's Q8_0 / Q4_0 block layouts (Q4_K:
+// tools/peer/ggml_q4_k.h; a matrix whose rows are not whole 256-value blocks goes out as Q4_0 instead, said on
+// stderr), the
 // HF -> llama.cpp tensor names, and the q/k row permutation llama.cpp's rope expects. Written from the GGUF and
 // ggml block format descriptions. The vocabulary is a placeholder (the bench feeds token ids, never text).
 // Never: export an architecture or option it does not implement (it throws naming it).
@@ -12,7 +14,7 @@
 // normal f16 values (|v| >= 2^-14), so only scales or biases below that lose bits (counted and printed). The router
 // and the norms go out as F32 (exact).
 //
-// Usage: gguf_export HF_DIR OUT.gguf f16|q8_0|q4_0
+// Usage: gguf_export HF_DIR OUT.gguf f16|q8_0|q4_0|q4_k
 //        gguf_export --from-mlx MLX_DIR OUT.gguf
 #include <cmath>
 #include <cstdint>
@@ -28,6 +30,7 @@
 #include <fmt/format.h>
 
 #include "runtime/kernels/kernel_isa.h"
+#include "tools/peer/ggml_q4_k.h"
 #include "runtime/model/config.h"
 #include "runtime/model/safetensors.h"
 #include "runtime/model/tensor_convert.h"
@@ -36,7 +39,7 @@ namespace {
 
 using tierlm::kernels::f32_to_f16;
 
-enum GgmlType : uint32_t { kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8 };
+enum GgmlType : uint32_t { kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8, kQ4_K = tierlm::tools::kGgmlTypeQ4K };
 enum ValueType : uint32_t { kU32 = 4, kI32 = 5, kF32Value = 6, kBool = 7, kString = 8, kArray = 9 };
 constexpr uint64_t kAlignment = 32;
 constexpr int kBlock = 32;  // Q8_0 and Q4_0 block length
@@ -49,6 +52,7 @@ uint64_t type_bytes(GgmlType t, int64_t elements) {
     case kQ8_0: return uint64_t(elements / kBlock) * 34;  // f16 scale + 32 int8
     case kQ4_0: return uint64_t(elements / kBlock) * 18;  // f16 scale + 16 bytes of nibbles
     case kQ4_1: return uint64_t(elements / kBlock) * 20;  // f16 scale, f16 minimum + 16 bytes of nibbles
+    case kQ4_K: return uint64_t(elements / tierlm::tools::kQ4KValues) * tierlm::tools::kQ4KBytes;
   }
   return 0;
 }
@@ -85,6 +89,9 @@ std::vector<uint8_t> encode(GgmlType t, const std::vector<float>& v) {
       const uint16_t h = f32_to_f16(v[i]);
       std::memcpy(out.data() + 2 * i, &h, 2);
     }
+  } else if (t == kQ4_K) {
+    for (size_t b = 0; b < v.size() / tierlm::tools::kQ4KValues; ++b)
+      tierlm::tools::quantize_q4_k(v.data() + b * tierlm::tools::kQ4KValues, out.data() + b * tierlm::tools::kQ4KBytes);
   } else {
     const size_t block_bytes = t == kQ8_0 ? 34 : 18;
     for (size_t b = 0; b < v.size() / kBlock; ++b)
@@ -214,7 +221,8 @@ void export_gguf(const std::filesystem::path& hf, const std::filesystem::path& o
   if (type_name == "f16") matrix_type = kF16, file_type = 1;
   else if (type_name == "q8_0") matrix_type = kQ8_0, file_type = 7;
   else if (type_name == "q4_0") matrix_type = kQ4_0, file_type = 2;
-  else throw std::invalid_argument("gguf_export: unknown type '" + type_name + "' (accepted: f16, q8_0, q4_0)");
+  else if (type_name == "q4_k") matrix_type = kQ4_K, file_type = 14;  // llama.cpp's MOSTLY_Q4_K_S: every matrix Q4_K
+  else throw std::invalid_argument("gguf_export: unknown type '" + type_name + "' (accepted: f16, q8_0, q4_0, q4_k)");
 
   const TensorIndex index = TensorIndex::open(hf);
   GgufWriter g;
@@ -243,10 +251,16 @@ void export_gguf(const std::filesystem::path& hf, const std::filesystem::path& o
     if (t.shape.size() != 2 || t.shape[1] % kBlock != 0)
       throw std::invalid_argument("gguf_export: " + hf_name + " is not a matrix with columns a multiple of 32");
     const int64_t cols = t.shape[1];
-    g.tensor(gguf_name, {cols, t.shape[0]}, matrix_type, [&, hf_name, cols, permute_heads_count] {
+    GgmlType type = matrix_type;
+    if (type == kQ4_K && cols % tierlm::tools::kQ4KValues != 0) {
+      std::fprintf(stderr, "gguf_export: %s has %lld columns, not whole Q4_K blocks of 256: written as Q4_0\n",
+                   hf_name.c_str(), (long long)cols);
+      type = kQ4_0;
+    }
+    g.tensor(gguf_name, {cols, t.shape[0]}, type, [&, hf_name, cols, permute_heads_count, type] {
       std::vector<float> v = load(hf_name);
       if (permute_heads_count > 0) v = permute_heads(v, permute_heads_count, c.head_dim, cols);
-      return encode(matrix_type, v);
+      return encode(type, v);
     });
   };
   auto vector = [&](const std::string& gguf_name, const std::string& hf_name) {
@@ -393,7 +407,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (argc != 4)
-      throw std::invalid_argument("usage: gguf_export HF_DIR OUT.gguf f16|q8_0|q4_0 | gguf_export --from-mlx MLX_DIR OUT.gguf");
+      throw std::invalid_argument("usage: gguf_export HF_DIR OUT.gguf f16|q8_0|q4_0|q4_k | gguf_export --from-mlx MLX_DIR OUT.gguf");
     export_gguf(argv[1], argv[2], argv[3]);
     std::fprintf(stderr, "gguf_export: wrote %s\n", argv[2]);
     return 0;

@@ -23,7 +23,7 @@ fi
 gguf_type() { case "$1" in f16) echo f16;; q8_0) echo q8_0;; q4) echo q4_0;; q4k) echo q4_k;; *) echo "peer.sh: no GGUF peer for $1" >&2; exit 2;; esac; }
 tierlm_format() { case "$1" in q4k) echo q4;; *) echo "$1";; esac; }  # the row's label is kept on both engines' lines
 [ -f "$hf/model.safetensors" ] || "$build/bench/synthetic_hf" "$hf" --shape "$shape" --layers "$layers"
-for f in $formats; do
+for f in $(printf '%s\n' f16 $formats | sort -u); do  # f16 always: the same-model check below runs on it
   g="$work/$name-$(gguf_type "$f").gguf"
   [ -f "$g" ] || "$build/bench/gguf_export" "$hf" "$g" "$(gguf_type "$f")"
 done

@@ -520,7 +520,8 @@ bool t_odd(Interpreter&, const Value& v, const CallArgs&) { return to_int(v, "od
 bool t_divisibleby(Interpreter&, const Value& v, const CallArgs& a) {
   int64_t d = to_int(arg(a, 0, "num"), "divisibleby");
   if (d == 0) throw TemplateError("integer division or modulo by zero");
-  return d == -1 || to_int(v, "divisibleby") % d == 0;  // INT64_MIN % -1 is undefined in C++
+  const int64_t x = to_int(v, "divisibleby");
+  return d == -1 || x % d == 0;  // INT64_MIN % -1 is undefined in C++
 }
 bool t_lower(Interpreter&, const Value& v, const CallArgs&) { std::string s = soft_str(v); return text::lower(s) == s; }
 bool t_upper(Interpreter&, const Value& v, const CallArgs&) { std::string s = soft_str(v); return text::upper(s) == s; }

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <limits>
 #include <unordered_map>
 
 #include <unicode/uchar.h>
@@ -166,7 +168,8 @@ std::string format_method(Interpreter& in, const std::string& fmt, const CallArg
         if (auto_index >= a.positional.size()) throw TemplateError("Replacement index " + std::to_string(auto_index) + " out of range for positional args tuple");
         v = a.positional[auto_index++];
       } else if (std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; })) {
-        std::size_t idx = std::stoul(field);
+        std::size_t idx = std::numeric_limits<std::size_t>::max();  // past 64 bits: out of range like any too large
+        std::from_chars(field.data(), field.data() + field.size(), idx);
         if (idx >= a.positional.size()) throw TemplateError("Replacement index " + field + " out of range for positional args tuple");
         v = a.positional[idx];
       } else {

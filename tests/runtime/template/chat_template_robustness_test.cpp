@@ -273,6 +273,8 @@ TEST(ChatTemplateRobustness, IntegerArithmeticIsExactOrAnError) {
   EXPECT_EQ(render("{{ 9 is divisibleby(-1) }}|{{ " + min + " is divisibleby(-1) }}"), "True|True");
   EXPECT_EQ(render("{{ [[1]] | map(attribute='99999999999999999999999') | list }}"), "[Undefined]");
   EXPECT_NE(expect_error("{{ 'x' is divisibleby(-1) }}").find("expects an integer"), std::string::npos);
+  EXPECT_EQ(render("{{ '{0}-{1}'.format('a', 'b') }}"), "a-b");
+  EXPECT_NE(expect_error("{{ '{99999999999999999999999}'.format(1) }}").find("out of range"), std::string::npos);
 
   for (const std::string& s : std::vector<std::string>{"{{ 111181111 * 11111111111913 }}", "{{ 9223372036854775807 + 1 }}", "{{ " + min + " - 1 }}", "{{ -" + min + " }}",
         "{{ " + min + " // -1 }}", "{{ " + min + " | abs }}", "{{ [9223372036854775807, 1] | sum }}",

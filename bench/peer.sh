@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # bench/peer.sh — tierlm against llama.cpp (npm node-llama-cpp 3.22.1, prebuilt CPU library) on the same weights:
 # a synthetic Llama-shaped HF folder (f16) for tierlm and GGUF F16 / Q8_0 / Q4_0 / Q4_K written from it by gguf_export
-# for llama.cpp (format q4k: tierlm's q4 against llama.cpp's Q4_K; q4: against Q4_0). First checks that both engines greedy-decode the same tokens from the f16 weights (same model), then
-# runs both interleaved, same threads, ROUNDS times, and prints median prefill and decode tok/s and the ratios per
-# format and thread count (Markdown on stdout, JSON in $WORK/peer-results.json).
+# for llama.cpp (format q4k: tierlm's q4 against llama.cpp's Q4_K; q4: against Q4_0). First checks that both engines
+# greedy-decode the same tokens from the f16 weights (same model), then runs both interleaved, same threads, ROUNDS
+# times, and prints median prefill and decode tok/s and the ratios per format and thread count (Markdown on stdout,
+# JSON in $WORK/peer-results.json).
 #
 # Usage: bench/peer.sh [BUILD_DIR]      (targets synthetic_hf gguf_export tierlm_peer must be built)
 # Environment: SHAPE=1b|8b LAYERS=N (0: the shape's own) THREADS="2" FORMATS="f16 q8_0 q4 q4k" ROUNDS=3

@@ -362,7 +362,7 @@ Value f_sum(Interpreter& in, const Value& v, const CallArgs& a) {
     Value x = attribute.is_none() ? item : get_attribute(in, item, attribute);
     if (!total.is_number() || !x.is_number()) throw TemplateError("sum: unsupported operand types");
     if (total.is_float() || x.is_float()) total = Value(total.to_double() + x.to_double());
-    else total = Value(int_add(total.is_bool() ? int64_t(total.as_bool()) : total.as_int(), x.is_bool() ? int64_t(x.as_bool()) : x.as_int()));
+    else total = Value(int_add(to_int(total, "sum"), to_int(x, "sum")));
   }
   return total;
 }

@@ -1,9 +1,8 @@
 // tools/peer/gguf_export.cpp — writes a dense Llama-architecture Hugging Face folder as a GGUF file (F16, Q8_0,
-// Q4_0 or Q4_K) for llama.cpp, reading the weights through tierlm's own safetensors loader, so bench/peer.sh compares the
-// two engines on the same values.
+// Q4_0 or Q4_K) for llama.cpp, reading the weights through tierlm's own safetensors loader, so bench/peer.sh compares
+// the two engines on the same values.
 // Owns: GGUF v3 serialisation (metadata, tensor infos, 32-byte aligned data), ggml's Q8_0 / Q4_0 block layouts (Q4_K:
-// tools/peer/ggml_q4_k.h; a matrix whose rows are not whole 256-value blocks goes out as Q4_0 instead, said on
-// stderr), the
+// tools/peer/ggml_q4_k.h; a matrix whose rows are not whole 256-value blocks goes out as Q4_0, said on stderr), the
 // HF -> llama.cpp tensor names, and the q/k row permutation llama.cpp's rope expects. Written from the GGUF and
 // ggml block format descriptions. The vocabulary is a placeholder (the bench feeds token ids, never text).
 // Never: export an architecture or option it does not implement (it throws naming it).
@@ -30,10 +29,10 @@
 #include <fmt/format.h>
 
 #include "runtime/kernels/kernel_isa.h"
-#include "tools/peer/ggml_q4_k.h"
 #include "runtime/model/config.h"
 #include "runtime/model/safetensors.h"
 #include "runtime/model/tensor_convert.h"
+#include "tools/peer/ggml_q4_k.h"
 
 namespace {
 

@@ -651,6 +651,7 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
     std::size_t total = 0;  // n copies; a wrapped product would pass the limits and then loop n times
     if (__builtin_mul_overflow(static_cast<std::size_t>(n), seq->is_string() ? seq->as_string().size() : seq->as_list().items.size(), &total))
       total = std::numeric_limits<std::size_t>::max();
+    if (total == 0) n = 0;  // an empty sequence repeated: nothing to loop over, however large n is
     if (seq->is_string()) {
       check_size(total);
       std::string s;
@@ -658,7 +659,6 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
       return Value(std::move(s));
     }
     count_iterations(total);
-    if (seq->as_list().items.empty()) n = 0;
     std::vector<Value> items;
     for (int64_t i = 0; i < n; ++i)
       for (const auto& item : seq->as_list().items) items.push_back(item);

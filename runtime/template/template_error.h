@@ -59,7 +59,7 @@ inline int64_t int_neg(int64_t a) { return int_sub(0, a); }
 
 // A double converted to an integer the way int() truncates; outside the 64-bit range it is an error, not UB.
 inline int64_t int_from_double(double d) {
-  if (!(d > -9223372036854775809.0 && d < 9223372036854775808.0)) throw TemplateError("float too large to convert to a 64-bit integer");
+  if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) throw TemplateError("float too large to convert to a 64-bit integer");
   return static_cast<int64_t>(d);
 }
 

@@ -274,6 +274,10 @@ TEST(ChatTemplateRobustness, IntegerArithmeticIsExactOrAnError) {
   EXPECT_EQ(render("{{ [[1]] | map(attribute='99999999999999999999999') | list }}"), "[Undefined]");
   EXPECT_NE(expect_error("{{ 'x' is divisibleby(-1) }}").find("expects an integer"), std::string::npos);
   EXPECT_EQ(render("{{ '{0}-{1}'.format('a', 'b') }}"), "a-b");
+  EXPECT_EQ(render("{{ -9223372036854775808.0 | int }}"), "-9223372036854775808");  // -2**63 fits
+  const auto start = std::chrono::steady_clock::now();  // nothing repeated 10**18 times is still nothing
+  EXPECT_EQ(render("{{ '' * 1000000000000000000 }}|{{ [] * 1000000000000000000 }}"), "|[]");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
   EXPECT_NE(expect_error("{{ '{99999999999999999999999}'.format(1) }}").find("out of range"), std::string::npos);
 
   for (const std::string& s : std::vector<std::string>{"{{ 111181111 * 11111111111913 }}", "{{ 9223372036854775807 + 1 }}", "{{ " + min + " - 1 }}", "{{ -" + min + " }}",

@@ -15,6 +15,8 @@
 //        each format, every layer and the head on the GPU, and prints one JSON line per format: steady prefill
 //        tok/s of N and --long tokens (median of 3 after a warm-up, as llama-bench's pp), decode tok/s of --decode
 //        greedy steps from position 8 (as llama-bench's tg at depth 0), and the d2d roofline of the same run.
+//        TIERLM_PEER_PROFILE=1: then a profiled pass prints each prompt's and 32 decode steps' device time per
+//        operation to stderr.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -222,6 +224,37 @@ int peer(const std::string& dir, const std::string& formats, int64_t prompt, int
       g->forget(&cache);
     }
     const double d = median(decode_tps), bytes = double(g->weight_bytes());
+    if (const char* e = std::getenv("TIERLM_PEER_PROFILE"); e && *e == '1') {
+      // Where the device time of a step goes (stderr): a profiled GpuLayers (CUDA events around each launch group,
+      // which slow the step), one prefill of each prompt length after a warm-up, then 32 decode steps.
+      o.profile = true;
+      g.reset();
+      g = std::make_shared<gpu::GpuLayers>(w, o, chunk, context);
+      forward.use_gpu(g);
+      for (int64_t n : {prompt, long_prompt}) {
+        if (n <= 0) continue;
+        for (int i = 0; i < 2; ++i) {  // the first is the warm-up
+          engine::KVCache cache(w.config, context, ledger);
+          g->reset_profile();
+          const double t0 = now();
+          run(std::span(tokens.data(), size_t(n)), 0, cache);
+          if (i == 1)
+            std::fprintf(stderr, "profile %s prefill of %lld tokens: %.2f ms wall; device ms per operation:\n%s",
+                         format.c_str(), (long long)n, 1e3 * (now() - t0), g->profile_report().c_str());
+          g->forget(&cache);
+        }
+      }
+      engine::KVCache cache(w.config, context, ledger);
+      run(std::span(tokens.data(), 8), 0, cache);
+      int64_t pos = 8;
+      for (int i = 0; i < 4; ++i, ++pos) run(std::span(&greedy, 1), pos, cache);
+      g->reset_profile();
+      const double t0 = now();
+      for (int i = 0; i < 32; ++i, ++pos) run(std::span(&greedy, 1), pos, cache);
+      std::fprintf(stderr, "profile %s decode, 32 steps: %.1f us a step wall; device ms per operation (32 steps):\n%s",
+                   format.c_str(), 1e6 * (now() - t0) / 32, g->profile_report().c_str());
+      g->forget(&cache);
+    }
     std::printf("{\"engine\":\"tierlm\",\"format\":\"%s\",\"layers\":%lld,\"weight_bytes\":%.0f,"
                 "\"pp%lld\":%.1f,\"pp%lld\":%.1f,\"tg%d\":%.1f,\"of_roofline\":%.4f}\n",
                 format.c_str(), (long long)w.config.num_layers, bytes, (long long)prompt, tps[0],

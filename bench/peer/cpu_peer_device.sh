@@ -8,7 +8,8 @@
 #   an AVX-512 CPU); copy .devpack/devlibs.tar.xz, llama-src.tar.xz and this script into DIR (git-ignored), carry DIR.
 # There: bash DIR/cpu_peer_device.sh -> $OUT/cpu-peer.jsonl (tierlm_peer lines and llama-bench JSON lines),
 #   $OUT/log.txt. bench/peer/cpu_summary.py $OUT/cpu-peer.jsonl prints the table.
-# Env: SHAPES ("1b"; "1b 8b" if time allows), THREADS ("16"), ROUNDS (2), PROMPT (128), DECODE (32), LIMIT_S (470).
+# Env: SHAPES ("1b"; "1b 8b" if time allows), THREADS ("16"), ROUNDS (2), PROMPT (128), DECODE (32), LIMIT_S (470),
+#   FORMATS ("f16 q8_0 q4 q4k"), TIERLM_TIMEOUT (120 s a tierlm_peer process).
 set -uo pipefail
 D=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp/cpu_out}
@@ -45,7 +46,7 @@ for r in $(seq ${ROUNDS:-2}); do
       for f in ${FORMATS:-f16 q8_0 q4 q4k}; do
         [ "$(el)" -gt "$LIMIT_S" ] && { echo "stopped at $(el) s (round $r $n $t $f)" | tee -a "$OUT/log.txt"; break 4; }
         echo "round $r $n t$t $f at $(el) s" >> "$OUT/log.txt"
-        timeout 120 /tmp/devlibs/tierlm_peer $W/$n-hf $(tf $f) $t $PROMPT $DECODE 2>>"$OUT/tierlm.err" |
+        timeout ${TIERLM_TIMEOUT:-120} /tmp/devlibs/tierlm_peer $W/$n-hf $(tf $f) $t $PROMPT $DECODE 2>>"$OUT/tierlm.err" |
           sed "s/^{/{\"shape\":\"$shape\",\"round\":$r,/; s/\"format\":\"[^\"]*\"/\"format\":\"$f\"/" |
           tee -a "$OUT/cpu-peer.jsonl"
         timeout 150 /tmp/llama-cpu/bin/llama-bench -m $W/$n-$(gg $f).gguf -t $t -p $PROMPT -n $DECODE -r 3 -o jsonl \

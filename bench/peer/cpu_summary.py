@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench/peer/cpu_summary.py — the table of bench/peer/cpu_peer_device.sh's JSON lines: per shape, threads and
 format, tierlm's and llama.cpp's prefill and decode tok/s and their ratio for each round (each pair ran back to back),
-then the median of the per-round ratios. Usage: cpu_summary.py cpu-peer.jsonl"""
+then the median of the per-round ratios (q4k: tierlm q4 against Q4_K). Usage: cpu_summary.py cpu-peer.jsonl"""
 import json
 import statistics
 import sys
@@ -23,7 +23,7 @@ print("| shape | threads | format | tierlm prefill | llama.cpp prefill | prefill
       " decode ratio |")
 print("|---|---|---|---|---|---|---|---|---|")
 groups = {}
-for key in sorted(rows, key=lambda k: (k[0], -k[1], ["f16", "q8_0", "q4"].index(k[2]), k[3])):
+for key in sorted(rows, key=lambda k: (k[0], -k[1], ["f16", "q8_0", "q4", "q4k"].index(k[2]), k[3])):
     r = rows[key]
     if len(r) < 4:
         continue

@@ -14,7 +14,10 @@
 #         the last shape
 #  peer:  per shape: tierlm (gpu_bench --model, every layer and the head on the GPU); once llama-bench is built:
 #         llama-bench on the GGUFs, then tierlm again (a second round)
-# LIMIT_S: no new step starts after this many seconds (default 430).
+# LIMIT_S: no new step starts after this many seconds (default 430). GGUF_FORMATS: the GGUFs written and run
+# (default "q4_0 q8_0 f16"); TIERLM_FORMATS: gpu_bench --formats (default f16,q8_0,q4); TIERLM_PEER_PROFILE=1 adds
+# gpu_bench's per-operation profile (stderr, $OUT/gpu_bench.err); TIERLM_TIMEOUT: seconds a gpu_bench process may
+# take (default 200; an 8B format loads and converts 16 GB first); SECOND_ROUND=0: tierlm once, before llama.cpp.
 set -uo pipefail
 D=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp/gpu_out}
@@ -41,7 +44,7 @@ if has peer || has ab; then
      shape=${s%%:*}; layers=0; [ "$s" != "$shape" ] && layers=${s#*:}; n=$shape-l$layers
      [ -f $W/$n-hf/model.safetensors ] || nice -n 10 /tmp/devlibs/synthetic_hf $W/$n-hf --shape $shape --layers $layers
      touch $W/$n.hf-done
-     for q in q4_0 q8_0 f16; do [ -f $W/$n-$q.gguf ] || nice -n 10 /tmp/devlibs/gguf_export $W/$n-hf $W/$n-$q.gguf $q > /dev/null & done; wait
+     for q in ${GGUF_FORMATS:-q4_0 q8_0 f16}; do [ -f $W/$n-$q.gguf ] || nice -n 10 /tmp/devlibs/gguf_export $W/$n-hf $W/$n-$q.gguf $q > /dev/null & done; wait
      echo "folder + GGUFs $n at $(el) s: $(du -sh $W | cut -f1)" >> "$OUT/log.txt"; touch $W/$n.done
    done) &
 fi
@@ -49,12 +52,12 @@ tierlm() {  # FILE shape-layers [env...]
   late "tierlm $2" && return
   while [ ! -f $W/$2.hf-done ]; do sleep 1; done
   echo "=== tierlm $2 at $(el) s ${*:3}" | tee -a "$OUT/$1"
-  env "${@:3}" timeout 200 /tmp/devlibs/gpu_bench --model $W/$2-hf --formats ${TIERLM_FORMATS:-f16,q8_0,q4} --prompt 180 --long 1800 --decode 128 2>>"$OUT/gpu_bench.err" | tee -a "$OUT/$1"
+  env "${@:3}" timeout ${TIERLM_TIMEOUT:-200} /tmp/devlibs/gpu_bench --model $W/$2-hf --formats ${TIERLM_FORMATS:-f16,q8_0,q4} --prompt 180 --long 1800 --decode 128 2>>"$OUT/gpu_bench.err" | tee -a "$OUT/$1"
 }
 llama() {
   while [ ! -f /tmp/llama-build.rc ] || [ ! -f $W/$1.done ]; do sleep 2; done
   [ "$(cat /tmp/llama-build.rc)" = 0 ] || { echo "llama build failed"; tail -20 /tmp/llama-build.out /tmp/llama-build.log | tee -a "$OUT/log.txt"; return; }
-  for q in f16 q8_0 q4_0; do
+  for q in ${GGUF_FORMATS:-f16 q8_0 q4_0}; do
     late "llama $1 $q" && return
     echo "=== llama.cpp $1 $q at $(el) s" | tee -a "$OUT/peer.jsonl"
     LD_LIBRARY_PATH=/usr/local/cuda/lib64 timeout 150 /tmp/llama-build/bin/llama-bench -m $W/$1-$q.gguf -ngl 99 -fa 1 -p 180,1800 -n 128 -r 3 -o jsonl 2>>"$OUT/llama.err" | tee -a "$OUT/peer.jsonl" | python3 -c "import sys,json
@@ -77,7 +80,7 @@ if has tests; then
   echo "tests done at $(el) s"
 fi
 if has peer; then
-  for n in $names; do tierlm peer.jsonl $n; llama $n; tierlm peer.jsonl $n; done
+  for n in $names; do tierlm peer.jsonl $n; llama $n; [ "${SECOND_ROUND:-1}" = 0 ] || tierlm peer.jsonl $n; done
 fi
 if has ab; then  # end-to-end variants on the last shape's folder (e.g. "TIERLM_GPU_PACKED_PANELS=4,TIERLM_GPU_PACKED_MMA=all")
   for e in ${AB_MODEL_ENVS:-}; do tierlm ab_model.jsonl ${names##* } $(echo $e | tr ',' ' '); done

@@ -146,6 +146,9 @@ void attention(const float* qkv, int64_t rows, const QkvParams& p, const int32_t
 // have run on the rows). tile_rows: `tiles` pairs (first row, rows) in device memory. Supported: head_dim 16, 32,
 // 64 or 128, a GQA group of at most 64 heads.
 bool prefill_attention_supported(const QkvParams& p);
+// The f16 KV's tiles on the tensor cores (default) or on the CUDA cores (the kernel every other codec uses), as
+// GpuOptions::prefill_attention_mma says.
+void set_prefill_attention_mma(bool on);
 int64_t prefill_tile_rows(const QkvParams& p);
 void prefill_attention(const float* qkv, int64_t tiles, const int32_t* tile_rows, const QkvParams& p,
                        const int32_t* positions, const KvRef& kv, const PageTables& tables, float* out,

@@ -92,6 +92,18 @@ __device__ __forceinline__ void prefetch_l2_thread(const void* p, uint32_t bytes
 #endif
 }
 
+// c += A B on the tensor cores (mma.m16n8k16, f16 in, f32 accumulation). Fragments (PTX ISA), with g = lane / 4
+// and t = lane % 4: a[0] = A[g][2t, 2t+1], a[1] = A[g+8][2t, 2t+1], a[2] = A[g][2t+8, 2t+9], a[3] = A[g+8][2t+8,
+// 2t+9]; b0 = B[2t, 2t+1][g], b1 = B[2t+8, 2t+9][g] (two halves a register, the lower index in the low half);
+// c[0], c[1] = C[g][2t, 2t+1], c[2], c[3] = C[g+8][2t, 2t+1].
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 // Eight K/V elements of row `at` of `rows` (hd elements a row in the codec: f16, q8 codes with `scales`, hd /
 // q8_block floats a row, or f32) starting at dim j (a multiple of 8), as floats. The pool and a block's staged copy of its
 // chunk have this layout.

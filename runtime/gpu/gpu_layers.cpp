@@ -419,6 +419,7 @@ struct GpuLayers::Impl {
         vram(o.vram_budget ? o.vram_budget : default_budget()) {
     if (!env_on("TIERLM_GPU_PDL")) options.programmatic_launch = false;
     if (!env_on("TIERLM_GPU_PACKED_MMA")) options.packed_mma = false;
+    if (!env_on("TIERLM_GPU_PREFILL_MMA")) options.prefill_attention_mma = false;
     if (const char* v = std::getenv("TIERLM_GPU_SPLIT_GEMM")) options.split_gemm_activations = std::string(v) == "1";
     if (const char* v = std::getenv("TIERLM_GPU_PACKED_MMA"); v && std::string(v) == "all")
       options.packed_mma_4bit = true;
@@ -1293,6 +1294,7 @@ struct GpuLayers::Impl {
     device::set_programmatic_launch(options.programmatic_launch);
     device::set_dense_rows_per_block(fused_matvec ? options.dense_rows_per_block : -1);
     device::set_packed_mma(options.packed_mma, options.packed_mma_4bit);
+    device::set_prefill_attention_mma(options.prefill_attention_mma);
     for (size_t b = 0; b < batch.size() && gpu_layers > 0; ++b) {
       int64_t first = max_context, last = -1;
       for (int64_t i = 0; i < n; ++i)

@@ -65,6 +65,9 @@ struct GpuOptions {
   // cores unless packed_mma_4bit (or TIERLM_GPU_PACKED_MMA=all): end to end that measured ~1% slower (H200, q4).
   bool packed_mma = true;
   bool packed_mma_4bit = false;
+  // Prefill attention of the f16 device KV (head_dim 64 or 128) on the tensor cores; off (or TIERLM_GPU_PREFILL_MMA=0)
+  // runs the CUDA-core kernel the other codecs use, for A/B runs and tests. Both keep f32-like precision.
+  bool prefill_attention_mma = true;
   // Head rows computed and staged at once (the logits staging holds this many rows, in VRAM and pinned RAM).
   // 0: as many as fit in 16 MiB (32 rows of a 128K vocabulary), at least 4, at most the chunk.
   int64_t head_rows_per_pass = 0;

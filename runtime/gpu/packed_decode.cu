@@ -69,14 +69,6 @@ __device__ __forceinline__ uint32_t bytes_as_half2(uint32_t word, __half2 offset
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // One 16-column step: the lane's words of rows 2g (w.x) and 2g+1 (w.y) as the A fragment, against B = (b0, b1).
 __device__ __forceinline__ void mma_step(float (&c)[4], uint2 w, __half2 offset, uint32_t b0, uint32_t b1) {
   const uint32_t a[4] = {bytes_as_half2<0x4140>(w.x, offset), bytes_as_half2<0x4140>(w.y, offset),

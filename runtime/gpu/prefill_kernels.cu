@@ -6,12 +6,15 @@
 // are the panel's 16 rows of two 8-column groups, so its loads are the panel's contiguous 64-byte column quads and
 // its stores whole 32-byte sectors of 16 rows.
 //
-// Prefill attention (flash attention with f32 arithmetic, the precision of the decode kernel): one block per (tile,
+// Prefill attention (flash attention with the precision of f32 arithmetic, the decode kernel's): one block per (tile,
 // KV head), a tile being up to 64 / group consecutive rows of one sequence, so the block's 64 query vectors are
 // those rows x the KV head's group of q heads. The block walks the sequence's KV pages up to the tile's last
 // position: each page's 64 keys and values are decoded into shared memory once for all 64 queries; two threads per
 // query (kThreadsPerQuery) split the page's positions for the scores (online softmax, max and sum exchanged by
-// shuffles) and the head dims for the weighted values.
+// shuffles) and the head dims for the weighted values. With the f16 KV (head_dim 64 or 128) the same tiles run on
+// the tensor cores (prefill_attention_mma_kernel), q and the softmax weights split in hi + lo halves so that the
+// products keep ~22 bits: on the H200 the CUDA-core kernel took 98 of the 145 ms of a 1,800-token Llama-3-8B
+// prefill (gpu_bench --model with TIERLM_PEER_PROFILE=1).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -139,6 +142,10 @@ __global__ void to_f16_vector_kernel(const float* x, int64_t count, __half* out)
   const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
   *reinterpret_cast<uint4*>(out + i) = pack_half8(v);
 }
+
+// The f16 KV's prefill attention on the tensor cores (prefill_attention_mma_kernel) or, when off, on the CUDA cores
+// (prefill_attention_kernel): set_prefill_attention_mma (GpuOptions::prefill_attention_mma).
+bool g_prefill_mma = true;
 
 constexpr int kTileQueries = 64;    // query vectors per block
 // Threads per query: each scores 1/kThreadsPerQuery of a page and sums 1/kThreadsPerQuery of the value dims. (4 was
@@ -286,6 +293,190 @@ __global__ void __launch_bounds__(kTileThreads) prefill_attention_kernel(const f
     *reinterpret_cast<float4*>(o + d) = make_float4(acc[d] * inv, acc[d + 1] * inv, acc[d + 2] * inv, acc[d + 3] * inv);
 }
 
+// The same attention for the f16 KV on the tensor cores (mma.m16n8k16, f32 accumulation), FlashAttention-2's
+// split: warp w owns query vectors [16w, 16w + 16) of the block's 64 and keeps their scores, softmax state and
+// output in registers (the fragment layout of mma16816: lane (g, t) holds rows g and g + 8). A page's keys sit in
+// shared memory as the pool holds them ([position][dim]), its values transposed ([dim][position]), so every B
+// fragment is one 32-bit load; the score fragments of 16 positions are the next mma's A fragment for the values.
+// The f32 kernel's precision is kept where f16 would round: q and the softmax weights go through the mma as hi +
+// lo halves (lo = f16(x - hi)), two mmas each, so a product's error is ~2^-22 of it instead of f16's 2^-11; the
+// keys and values are the cache's f16 values exactly.
+template <int HD>
+struct MmaTile {
+  static constexpr int QLD = HD + 8;         // halves a row of q (hi, lo) and of k: fragment loads hit 32 banks
+  static constexpr int VLD = kTileKeys + 8;  // halves a row of the transposed values
+  static constexpr size_t bytes = size_t(2 * kTileQueries * QLD + kTileKeys * QLD + HD * VLD) * sizeof(__half);
+};
+
+// Two floats as hi + lo half2 words (hi = f16(x), lo = f16(x - hi)).
+__device__ __forceinline__ void split_half2(float x, float y, uint32_t& hi, uint32_t& lo) {
+  const __half2 h = __floats2half2_rn(x, y);
+  const float2 back = __half22float2(h);
+  const __half2 l = __floats2half2_rn(x - back.x, y - back.y);
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  lo = *reinterpret_cast<const uint32_t*>(&l);
+}
+
+__device__ __forceinline__ uint32_t half2_word(const __half* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+template <int HD>
+__global__ void __launch_bounds__(kTileThreads) prefill_attention_mma_kernel(const float* qkv, QkvParams p,
+                                                                              const int32_t* positions, KvRef kv,
+                                                                              PageTables tables,
+                                                                              const int32_t* tiles, float* out) {
+  static_assert(HD % 16 == 0 && kTileThreads == 2 * kTileQueries && kTileKeys == 64, "4 warps of 16 queries");
+  using L = MmaTile<HD>;
+  kernel_entry();
+  extern __shared__ __align__(16) unsigned char mma_tile_shared[];
+  __half* q_hi = reinterpret_cast<__half*>(mma_tile_shared);  // [kTileQueries][QLD], scaled by 1/sqrt(hd)
+  __half* q_lo = q_hi + kTileQueries * L::QLD;
+  __half* ks = q_lo + kTileQueries * L::QLD;  // [kTileKeys][QLD]
+  __half* vt = ks + kTileKeys * L::QLD;       // [HD][VLD]
+  __shared__ int32_t query_pos[kTileQueries];
+  __shared__ int32_t last_pos, first_key;
+  const int group = int(p.heads / p.kv_heads), rows_per_tile = kTileQueries / group;
+  const int tile = int(blockIdx.x / p.kv_heads), kvh = int(blockIdx.x % p.kv_heads);
+  const int first = tiles[2 * tile], rows = tiles[2 * tile + 1];
+  const int64_t stride = (p.heads + 2 * p.kv_heads) * HD;
+  const float scale = rsqrtf(float(HD));
+  for (int idx = threadIdx.x; idx < kTileQueries * (HD / 2); idx += kTileThreads) {
+    const int i = idx / (HD / 2), d = (idx % (HD / 2)) * 2, r = i / group, h = i % group;
+    float2 v = make_float2(0.f, 0.f);
+    if (r < rows && r < rows_per_tile)
+      v = *reinterpret_cast<const float2*>(qkv + int64_t(first + r) * stride + int64_t(kvh * group + h) * HD + d);
+    uint32_t hi, lo;
+    split_half2(v.x * scale, v.y * scale, hi, lo);
+    *reinterpret_cast<uint32_t*>(q_hi + i * L::QLD + d) = hi;
+    *reinterpret_cast<uint32_t*>(q_lo + i * L::QLD + d) = lo;
+  }
+  if (threadIdx.x < kTileQueries) {
+    const int r = threadIdx.x / group;
+    query_pos[threadIdx.x] = r < rows && r < rows_per_tile ? positions[first + r] : -1;
+  }
+  if (threadIdx.x == 0) {  // as prefill_attention_kernel
+    int32_t m = 0, lowest = positions[first];
+    for (int r = 0; r < rows; ++r) m = max(m, positions[first + r]), lowest = min(lowest, positions[first + r]);
+    last_pos = m;
+    first_key = p.window > 0 ? int32_t(max(int64_t(0), int64_t(lowest) - p.window + 1) / kTileKeys * kTileKeys) : 0;
+  }
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int row0 = warp * 16 + g;  // the lane's query vectors: row0 and row0 + 8
+  const int32_t pos[2] = {query_pos[row0], query_pos[row0 + 8]};
+  const int32_t* table = tables.pages + tables.seq_of_row[first] * tables.stride;
+  float o[HD / 8][4];
+#pragma unroll
+  for (int n = 0; n < HD / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const __half* qa_hi = q_hi + row0 * L::QLD + 2 * t;
+  const __half* qa_lo = q_lo + row0 * L::QLD + 2 * t;
+  for (int t0 = first_key; t0 <= last_pos; t0 += kTileKeys) {
+    const int live = min(kTileKeys, last_pos - t0 + 1);
+    __syncthreads();  // the previous page's keys and values are used up
+    const int64_t page_row = int64_t(table[t0 / kKvPage]) * kKvPage;
+    for (int idx = threadIdx.x; idx < kTileKeys * (HD / 8); idx += kTileThreads) {
+      const int key = idx % kTileKeys, j = (idx / kTileKeys) * 8;
+      uint4 kw = make_uint4(0, 0, 0, 0), vw = make_uint4(0, 0, 0, 0);  // unwritten positions: zeros, never NaN * 0
+      if (key < live) {
+        const int64_t at = (page_row + key) * p.kv_heads + kvh;
+        kw = *reinterpret_cast<const uint4*>(static_cast<const __half*>(kv.keys) + at * HD + j);
+        vw = *reinterpret_cast<const uint4*>(static_cast<const __half*>(kv.values) + at * HD + j);
+      }
+      *reinterpret_cast<uint4*>(ks + key * L::QLD + j) = kw;
+      const __half* vh = reinterpret_cast<const __half*>(&vw);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) vt[(j + e) * L::VLD + key] = vh[e];
+    }
+    __syncthreads();
+    // Scores: s[n] is the 16 x 8 block of positions [8n, 8n + 8).
+    float s[kTileKeys / 8][4];
+#pragma unroll
+    for (int n = 0; n < kTileKeys / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int d = 0; d < HD; d += 16) {
+      const uint32_t ah[4] = {half2_word(qa_hi + d), half2_word(qa_hi + 8 * L::QLD + d), half2_word(qa_hi + d + 8),
+                              half2_word(qa_hi + 8 * L::QLD + d + 8)};
+      const uint32_t al[4] = {half2_word(qa_lo + d), half2_word(qa_lo + 8 * L::QLD + d), half2_word(qa_lo + d + 8),
+                              half2_word(qa_lo + 8 * L::QLD + d + 8)};
+#pragma unroll
+      for (int n = 0; n < kTileKeys / 8; ++n) {
+        const __half* kb = ks + (8 * n + g) * L::QLD + d + 2 * t;
+        const uint32_t b0 = half2_word(kb), b1 = half2_word(kb + 8);
+        mma16816(s[n], ah, b0, b1);
+        mma16816(s[n], al, b0, b1);
+      }
+    }
+    // Online softmax per query vector (a row's 64 scores are spread over the 4 lanes of its quad).
+    float page_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < kTileKeys / 8; ++n)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int key = t0 + 8 * n + 2 * t + (c & 1), q = c >> 1;
+        if (key > pos[q] || (p.window > 0 && key <= pos[q] - p.window)) s[n][c] = -INFINITY;
+        page_max[q] = fmaxf(page_max[q], s[n][c]);
+      }
+    float alpha[2];
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      page_max[q] = fmaxf(page_max[q], __shfl_xor_sync(0xffffffffu, page_max[q], 1));
+      page_max[q] = fmaxf(page_max[q], __shfl_xor_sync(0xffffffffu, page_max[q], 2));
+      const float m_new = fmaxf(m[q], page_max[q]);
+      alpha[q] = m_new == -INFINITY ? 1.0f : __expf(m[q] - m_new);
+      m[q] = m_new;
+      l[q] *= alpha[q];
+    }
+#pragma unroll
+    for (int n = 0; n < kTileKeys / 8; ++n)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int q = c >> 1;
+        const float e = s[n][c] == -INFINITY ? 0.0f : __expf(s[n][c] - m[q]);
+        s[n][c] = e;
+        l[q] += e;
+      }
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n) o[n][0] *= alpha[0], o[n][1] *= alpha[0], o[n][2] *= alpha[1], o[n][3] *= alpha[1];
+    // Values: positions [16k, 16k + 16) as the A fragment (score blocks 2k and 2k + 1).
+#pragma unroll
+    for (int k = 0; k < kTileKeys / 16; ++k) {
+      uint32_t ph[4], pl[4];
+      split_half2(s[2 * k][0], s[2 * k][1], ph[0], pl[0]);
+      split_half2(s[2 * k][2], s[2 * k][3], ph[1], pl[1]);
+      split_half2(s[2 * k + 1][0], s[2 * k + 1][1], ph[2], pl[2]);
+      split_half2(s[2 * k + 1][2], s[2 * k + 1][3], ph[3], pl[3]);
+#pragma unroll
+      for (int n = 0; n < HD / 8; ++n) {
+        const __half* vb = vt + (8 * n + g) * L::VLD + 16 * k + 2 * t;
+        const uint32_t b0 = half2_word(vb), b1 = half2_word(vb + 8);
+        mma16816(o[n], ph, b0, b1);
+        mma16816(o[n], pl, b0, b1);
+      }
+    }
+  }
+#pragma unroll
+  for (int q = 0; q < 2; ++q) {
+    l[q] += __shfl_xor_sync(0xffffffffu, l[q], 1);
+    l[q] += __shfl_xor_sync(0xffffffffu, l[q], 2);
+  }
+#pragma unroll
+  for (int q = 0; q < 2; ++q) {
+    if (pos[q] < 0) continue;
+    const int i = row0 + 8 * q, r = i / group, h = i % group;
+    // An attention sink joins the denominator only (as prefill_attention_kernel).
+    float inv = 1.0f / l[q];
+    if (p.sinks) {
+      const float sink = p.sinks[kvh * group + h];
+      inv = sink <= m[q] ? 1.0f / (l[q] + __expf(sink - m[q]))
+                         : __expf(m[q] - sink) / (l[q] * __expf(m[q] - sink) + 1.0f);
+    }
+    float* dst = out + (int64_t(first + r) * p.heads + kvh * group + h) * HD + 2 * t;
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n)
+      *reinterpret_cast<float2*>(dst + 8 * n) = make_float2(o[n][2 * q] * inv, o[n][2 * q + 1] * inv);
+  }
+}
+
 }  // namespace
 
 void dequantize_f16(const MatrixRef& w, int64_t r0, int64_t count, void* out, cudaStream_t stream) {
@@ -308,6 +499,8 @@ void to_f16(const float* x, int64_t count, void* out, cudaStream_t stream) {
   launch(to_f16_vector_kernel, unsigned(((count + 7) / 8 + 255) / 256), 256, 0, stream, x, count, static_cast<__half*>(out));
 }
 
+void set_prefill_attention_mma(bool on) { g_prefill_mma = on; }
+
 bool prefill_attention_supported(const QkvParams& p) {
   return (p.head_dim == 16 || p.head_dim == 32 || p.head_dim == 64 || p.head_dim == 128) && p.kv_heads > 0 && p.heads % p.kv_heads == 0 &&
          p.heads / p.kv_heads <= kTileQueries;
@@ -323,6 +516,13 @@ void prefill_attention(const float* qkv, int64_t tiles, const int32_t* tile_rows
   auto run = [&](auto kernel, size_t shared) {
     launch(kernel, grid, kTileThreads, shared, stream, qkv, p, positions, kv, tables, tile_rows, out);
   };
+  if (g_prefill_mma && kv.codec == 0 && (p.head_dim == 64 || p.head_dim == 128)) {
+    if (p.head_dim == 64)
+      run(prefill_attention_mma_kernel<64>, MmaTile<64>::bytes);
+    else
+      run(prefill_attention_mma_kernel<128>, MmaTile<128>::bytes);
+    return;
+  }
   switch (p.head_dim) {
     case 16: run(prefill_attention_kernel<16>, prefill_shared_bytes<16>()); break;
     case 32: run(prefill_attention_kernel<32>, prefill_shared_bytes<32>()); break;

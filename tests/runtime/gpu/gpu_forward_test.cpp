@@ -448,7 +448,9 @@ TEST(GpuPagedKv, BatchedSequencesMatchEachAlone) {
 // fixture tests hold to the exact-math oracle, on the 1B shape's heads (head_dim 64, 4 q heads per KV head) and on
 // head_dim 128, with the f16 and the q8 device KV: a 150-token prompt in two chunks (100 + 50: tiles across three
 // pages, the second chunk over the first's pages) and a batch of two sequences in one step (a tile ends where its
-// sequence does), every row's logits. TIERLM_GPU_PREFILL_ATTENTION=0 gives the split path (read at construction).
+// sequence does), every row's logits. The f16 KV's tiles run on the tensor cores (q and the softmax weights as hi +
+// lo halves) and, with prefill_attention_mma off, on the CUDA cores: both within 1e-4 of the split attention.
+// TIERLM_GPU_PREFILL_ATTENTION=0 gives the split path (read at construction).
 TEST(GpuPrefillAttention, TilesMatchTheSplitAttention) {
   SKIP_WITHOUT_GPU();
   for (const auto& [head_dim, codec] : {std::pair{int64_t(64), gpu::GpuKvCodec::f16}, {int64_t(64), gpu::GpuKvCodec::q8},
@@ -465,13 +467,16 @@ TEST(GpuPrefillAttention, TilesMatchTheSplitAttention) {
     const model::ModelWeights w = model::synthetic_model(config, kernels::WeightFormat::f16, ledger);
     const int64_t V = config.vocab_size;
     const std::vector<int32_t> a = prompt_of(150, 1, V), b = prompt_of(37, 2, V);
-    std::vector<std::vector<float>> runs[2];
-    for (int tiled = 0; tiled < 2; ++tiled) {
-      setenv("TIERLM_GPU_PREFILL_ATTENTION", tiled ? "1" : "0", 1);
+    // Variant 0: split attention; 1: tiles (the tensor cores with the f16 KV); 2: tiles on the CUDA cores (f16 KV).
+    const int variants = codec == gpu::GpuKvCodec::f16 ? 3 : 2;
+    std::vector<std::vector<float>> runs[3];
+    for (int variant = 0; variant < variants; ++variant) {
+      setenv("TIERLM_GPU_PREFILL_ATTENTION", variant > 0 ? "1" : "0", 1);
       kernels::ThreadPool pool(2);
       gpu::GpuOptions o;
       o.layers = config.num_layers;
       o.kv_codec = codec;
+      o.prefill_attention_mma = variant != 2;
       o.profile = true;  // the report names the attention kernel that ran
       auto g = std::make_shared<gpu::GpuLayers>(w, o, 160, 256);
       engine::Forward forward(w, pool, ledger, 160, 256);
@@ -485,21 +490,25 @@ TEST(GpuPrefillAttention, TilesMatchTheSplitAttention) {
       const engine::BatchItem items[2] = {{std::span(a.data(), 100), 0, &cache_c, batched_a.data(), false},
                                           {b, 0, &cache_b, batched_b.data(), true}};
       forward.run_batch(items);
-      EXPECT_EQ(g->profile_report().find("prefill attention") != std::string::npos, tiled == 1) << g->profile_report();
-      runs[tiled] = {first, second, batched_a, batched_b};
+      EXPECT_EQ(g->profile_report().find("prefill attention") != std::string::npos, variant > 0) << g->profile_report();
+      runs[variant] = {first, second, batched_a, batched_b};
     }
     unsetenv("TIERLM_GPU_PREFILL_ATTENTION");
-    double worst = 0;
-    for (size_t part = 0; part < 4; ++part)
-      for (size_t r = 0; r * size_t(V) < runs[0][part].size(); ++r) {
-        const std::vector<float> split(runs[0][part].begin() + r * V, runs[0][part].begin() + (r + 1) * V),
-            tiles(runs[1][part].begin() + r * V, runs[1][part].begin() + (r + 1) * V);
-        const double d = relative_diff(tiles, split);
-        worst = std::max(worst, d);
-        EXPECT_LE(d, 1e-4) << "head_dim " << head_dim << " part " << part << " row " << r;
-      }
-    std::printf("[ PREFILL  ] head_dim %lld, %s KV: tiles vs split attention, max relative logit difference %.3g\n",
-                (long long)head_dim, codec == gpu::GpuKvCodec::q8 ? "q8" : "f16", worst);
+    for (int variant = 1; variant < variants; ++variant) {
+      double worst = 0;
+      for (size_t part = 0; part < 4; ++part)
+        for (size_t r = 0; r * size_t(V) < runs[0][part].size(); ++r) {
+          const std::vector<float> split(runs[0][part].begin() + r * V, runs[0][part].begin() + (r + 1) * V),
+              tiles(runs[variant][part].begin() + r * V, runs[variant][part].begin() + (r + 1) * V);
+          const double d = relative_diff(tiles, split);
+          worst = std::max(worst, d);
+          EXPECT_LE(d, 1e-4) << "head_dim " << head_dim << " variant " << variant << " part " << part << " row " << r;
+        }
+      std::printf("[ PREFILL  ] head_dim %lld, %s KV, tiles on the %s: vs split attention, max relative logit "
+                  "difference %.3g\n",
+                  (long long)head_dim, codec == gpu::GpuKvCodec::q8 ? "q8" : "f16",
+                  variant == 1 && codec == gpu::GpuKvCodec::f16 ? "tensor cores" : "CUDA cores", worst);
+    }
   }
 }
 

@@ -159,6 +159,50 @@ constexpr size_t prefill_shared_bytes() {
   return size_t(kTileQueries * (HD + 4) + kTileKeys * (HD + 4) + kTileKeys * HD + kTileQueries * (kTileKeys + 1)) * 4;
 }
 
+// Block blockIdx.x's tile: (tile, KV head), its rows [first, first + rows) of the step; query vector i of the block is
+// row i / group's q head kvh * group + i % group.
+struct TileRef {
+  int group, kvh, first, rows;
+  int64_t stride;  // floats a qkv row
+  __device__ TileRef(const QkvParams& p, const int32_t* tiles, int hd)
+      : group(int(p.heads / p.kv_heads)), kvh(int(blockIdx.x % p.kv_heads)),
+        first(tiles[2 * (blockIdx.x / p.kv_heads)]), rows(tiles[2 * (blockIdx.x / p.kv_heads) + 1]),
+        stride((p.heads + 2 * p.kv_heads) * hd) {}
+  // Query vector i's q in the qkv rows (unscaled), or null past the tile's rows.
+  __device__ const float* query(const float* qkv, int i, int hd) const {
+    const int r = i / group;
+    if (r >= rows || r >= kTileQueries / group) return nullptr;
+    return qkv + int64_t(first + r) * stride + int64_t(kvh * group + i % group) * hd;
+  }
+};
+
+// A tile's query positions (query vector i = row i / group, head i % group; -1 past the tile's rows), its last
+// position and, for a windowed layer, the page holding its earliest query's first visible position (pages before
+// it are outside every query's window). The block's threads; __syncthreads() after it before reading them.
+__device__ __forceinline__ void tile_positions(const QkvParams& p, const TileRef& tile, const int32_t* positions,
+                                               int32_t* query_pos, int32_t& last_pos, int32_t& first_key) {
+  const int first = tile.first, rows = tile.rows;
+  if (threadIdx.x < kTileQueries) {
+    const int r = threadIdx.x / tile.group;
+    query_pos[threadIdx.x] = r < rows && r < kTileQueries / tile.group ? positions[first + r] : -1;
+  }
+  if (threadIdx.x == 0) {
+    int32_t m = 0, lowest = positions[first];
+    for (int r = 0; r < rows; ++r) m = max(m, positions[first + r]), lowest = min(lowest, positions[first + r]);
+    last_pos = m;
+    first_key = p.window > 0 ? int32_t(max(int64_t(0), int64_t(lowest) - p.window + 1) / kTileKeys * kTileKeys) : 0;
+  }
+}
+
+// 1 / the softmax denominator of a query with running max m and exp-sum l; an attention sink (p.sinks, by q head)
+// joins the denominator only: p_t = e^(s_t - m) / (l + e^(sink - m)), in the range-safe form of the CPU's attend
+// (kv/attention.cpp).
+__device__ __forceinline__ float softmax_inverse(const QkvParams& p, int64_t head, float m, float l) {
+  if (!p.sinks) return 1.0f / l;
+  const float sink = p.sinks[head];
+  return sink <= m ? 1.0f / (l + __expf(sink - m)) : __expf(m - sink) / (l * __expf(m - sink) + 1.0f);
+}
+
 template <int HD>
 __global__ void __launch_bounds__(kTileThreads) prefill_attention_kernel(const float* qkv, QkvParams p,
                                                                           const int32_t* positions, KvRef kv,
@@ -176,31 +220,17 @@ __global__ void __launch_bounds__(kTileThreads) prefill_attention_kernel(const f
   float* ps = vs + kTileKeys * HD;       // [kTileQueries][PS]
   __shared__ int32_t query_pos[kTileQueries];
   __shared__ int32_t last_pos, first_key;
-  const int group = int(p.heads / p.kv_heads), rows_per_tile = kTileQueries / group;
-  const int tile = int(blockIdx.x / p.kv_heads), kvh = int(blockIdx.x % p.kv_heads);
-  const int first = tiles[2 * tile], rows = tiles[2 * tile + 1];
-  const int64_t stride = (p.heads + 2 * p.kv_heads) * HD;
+  const TileRef tile(p, tiles, HD);
+  const int group = tile.group, kvh = tile.kvh, first = tile.first;
   const float scale = rsqrtf(float(HD));
   for (int idx = threadIdx.x; idx < kTileQueries * (HD / 4); idx += kTileThreads) {
-    const int i = idx / (HD / 4), d4 = idx % (HD / 4), r = i / group, h = i % group;
-    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (r < rows && r < rows_per_tile)
-      v = *reinterpret_cast<const float4*>(qkv + int64_t(first + r) * stride + int64_t(kvh * group + h) * HD + d4 * 4);
+    const int i = idx / (HD / 4), d4 = idx % (HD / 4);
+    const float* src = tile.query(qkv, i, HD);
+    float4 v = src ? *reinterpret_cast<const float4*>(src + d4 * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
     v.x *= scale, v.y *= scale, v.z *= scale, v.w *= scale;
     *reinterpret_cast<float4*>(qs + i * QS + d4 * 4) = v;
   }
-  if (threadIdx.x < kTileQueries) {
-    const int r = threadIdx.x / group;
-    query_pos[threadIdx.x] = r < rows && r < rows_per_tile ? positions[first + r] : -1;
-  }
-  if (threadIdx.x == 0) {
-    int32_t m = 0, lowest = positions[first];
-    for (int r = 0; r < rows; ++r) m = max(m, positions[first + r]), lowest = min(lowest, positions[first + r]);
-    last_pos = m;
-    // A windowed layer: the page holding the tile's earliest query's first visible position; pages before it are
-    // outside every query's window.
-    first_key = p.window > 0 ? int32_t(max(int64_t(0), int64_t(lowest) - p.window + 1) / kTileKeys * kTileKeys) : 0;
-  }
+  tile_positions(p, tile, positions, query_pos, last_pos, first_key);
   __syncthreads();
   const int q = threadIdx.x / kThreadsPerQuery, part = threadIdx.x % kThreadsPerQuery;
   const int32_t my_pos = query_pos[q];
@@ -281,13 +311,7 @@ __global__ void __launch_bounds__(kTileThreads) prefill_attention_kernel(const f
   if (my_pos < 0) return;
   const int r = q / group, h = q % group;
   float* o = out + (int64_t(first + r) * p.heads + kvh * group + h) * HD + part * PART;
-  // An attention sink joins the denominator only: p_t = e^(s_t - m) / (l + e^(sink - m)), in the range-safe form
-  // of the CPU's attend (kv/attention.cpp).
-  float inv = 1.0f / l;
-  if (p.sinks) {
-    const float sink = p.sinks[kvh * group + h];
-    inv = sink <= m ? 1.0f / (l + __expf(sink - m)) : __expf(m - sink) / (l * __expf(m - sink) + 1.0f);
-  }
+  const float inv = softmax_inverse(p, kvh * group + h, m, l);
 #pragma unroll
   for (int d = 0; d < PART; d += 4)
     *reinterpret_cast<float4*>(o + d) = make_float4(acc[d] * inv, acc[d + 1] * inv, acc[d + 2] * inv, acc[d + 3] * inv);
@@ -334,31 +358,19 @@ __global__ void __launch_bounds__(kTileThreads) prefill_attention_mma_kernel(con
   __half* vt = ks + kTileKeys * L::QLD;       // [HD][VLD]
   __shared__ int32_t query_pos[kTileQueries];
   __shared__ int32_t last_pos, first_key;
-  const int group = int(p.heads / p.kv_heads), rows_per_tile = kTileQueries / group;
-  const int tile = int(blockIdx.x / p.kv_heads), kvh = int(blockIdx.x % p.kv_heads);
-  const int first = tiles[2 * tile], rows = tiles[2 * tile + 1];
-  const int64_t stride = (p.heads + 2 * p.kv_heads) * HD;
+  const TileRef tile(p, tiles, HD);
+  const int group = tile.group, kvh = tile.kvh, first = tile.first;
   const float scale = rsqrtf(float(HD));
   for (int idx = threadIdx.x; idx < kTileQueries * (HD / 2); idx += kTileThreads) {
-    const int i = idx / (HD / 2), d = (idx % (HD / 2)) * 2, r = i / group, h = i % group;
-    float2 v = make_float2(0.f, 0.f);
-    if (r < rows && r < rows_per_tile)
-      v = *reinterpret_cast<const float2*>(qkv + int64_t(first + r) * stride + int64_t(kvh * group + h) * HD + d);
+    const int i = idx / (HD / 2), d = (idx % (HD / 2)) * 2;
+    const float* src = tile.query(qkv, i, HD);
+    const float2 v = src ? *reinterpret_cast<const float2*>(src + d) : make_float2(0.f, 0.f);
     uint32_t hi, lo;
     split_half2(v.x * scale, v.y * scale, hi, lo);
     *reinterpret_cast<uint32_t*>(q_hi + i * L::QLD + d) = hi;
     *reinterpret_cast<uint32_t*>(q_lo + i * L::QLD + d) = lo;
   }
-  if (threadIdx.x < kTileQueries) {
-    const int r = threadIdx.x / group;
-    query_pos[threadIdx.x] = r < rows && r < rows_per_tile ? positions[first + r] : -1;
-  }
-  if (threadIdx.x == 0) {  // as prefill_attention_kernel
-    int32_t m = 0, lowest = positions[first];
-    for (int r = 0; r < rows; ++r) m = max(m, positions[first + r]), lowest = min(lowest, positions[first + r]);
-    last_pos = m;
-    first_key = p.window > 0 ? int32_t(max(int64_t(0), int64_t(lowest) - p.window + 1) / kTileKeys * kTileKeys) : 0;
-  }
+  tile_positions(p, tile, positions, query_pos, last_pos, first_key);
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int row0 = warp * 16 + g;  // the lane's query vectors: row0 and row0 + 8
@@ -463,13 +475,7 @@ __global__ void __launch_bounds__(kTileThreads) prefill_attention_mma_kernel(con
   for (int q = 0; q < 2; ++q) {
     if (pos[q] < 0) continue;
     const int i = row0 + 8 * q, r = i / group, h = i % group;
-    // An attention sink joins the denominator only (as prefill_attention_kernel).
-    float inv = 1.0f / l[q];
-    if (p.sinks) {
-      const float sink = p.sinks[kvh * group + h];
-      inv = sink <= m[q] ? 1.0f / (l[q] + __expf(sink - m[q]))
-                         : __expf(m[q] - sink) / (l[q] * __expf(m[q] - sink) + 1.0f);
-    }
+    const float inv = softmax_inverse(p, kvh * group + h, m[q], l[q]);
     float* dst = out + (int64_t(first + r) * p.heads + kvh * group + h) * HD + 2 * t;
 #pragma unroll
     for (int n = 0; n < HD / 8; ++n)

@@ -16,6 +16,17 @@
 
 namespace tierlm::tmpl {
 
+int64_t need_int(const Value& v, const char* what) {
+  if (v.is_int()) return v.as_int();
+  if (v.is_bool()) return v.as_bool();
+  if (v.is_undefined()) v.fail_undefined();
+  throw TemplateError(std::string(what) + " expects an integer, got " + v.type_name());
+}
+
+std::string soft_str(const Value& v) {
+  return to_str(v);  // undefined (even a sandbox-forbidden one) prints as ""
+}
+
 namespace {
 
 Value arg_or(const CallArgs& a, std::size_t i, std::string_view name, Value fallback) {
@@ -27,18 +38,6 @@ const std::string& need_string(const Value& v, const char* what) {
   if (v.is_undefined()) v.fail_undefined();
   if (!v.is_string()) throw TemplateError(std::string(what) + " expects a string, got " + v.type_name());
   return v.as_string();
-}
-
-int64_t need_int(const Value& v, const char* what) {
-  if (v.is_int()) return v.as_int();
-  if (v.is_bool()) return v.as_bool();
-  if (v.is_undefined()) v.fail_undefined();
-  throw TemplateError(std::string(what) + " expects an integer, got " + v.type_name());
-}
-
-// Python's str(x) where jinja2 filters call soft_str: undefined becomes "".
-std::string soft_str(const Value& v) {
-  return to_str(v);  // undefined (even a sandbox-forbidden one) prints as ""
 }
 
 // Code-point index of a byte offset.

@@ -23,17 +23,6 @@ Value arg(const CallArgs& a, std::size_t i, std::string_view name, Value fallbac
   return v ? *v : fallback;
 }
 
-std::string soft_str(const Value& v) {
-  return to_str(v);  // undefined (even a sandbox-forbidden one) prints as ""
-}
-
-int64_t to_int(const Value& v, const char* what) {
-  if (v.is_int()) return v.as_int();
-  if (v.is_bool()) return v.as_bool();
-  if (v.is_undefined()) v.fail_undefined();
-  throw TemplateError(std::string(what) + " expects an integer, got " + v.type_name());
-}
-
 std::size_t py_len(const Value& v) {
   if (v.is_string()) return text::length(v.as_string());
   if (v.is_list()) return v.as_list().items.size();
@@ -226,7 +215,7 @@ Value f_escape(Interpreter&, const Value& v, const CallArgs&) { return Value(htm
 
 Value f_int(Interpreter&, const Value& v, const CallArgs& a) {
   Value fallback = arg(a, 0, "default", Value(0));
-  int64_t base = to_int(arg(a, 1, "base", Value(10)), "int");
+  int64_t base = need_int(arg(a, 1, "base", Value(10)), "int");
   if (v.is_int()) return v;
   if (v.is_bool()) return Value(static_cast<int64_t>(v.as_bool()));
   if (v.is_float()) return std::isfinite(v.as_float()) ? Value(int_from_double(v.as_float())) : fallback;
@@ -362,7 +351,7 @@ Value f_sum(Interpreter& in, const Value& v, const CallArgs& a) {
     Value x = attribute.is_none() ? item : get_attribute(in, item, attribute);
     if (!total.is_number() || !x.is_number()) throw TemplateError("sum: unsupported operand types");
     if (total.is_float() || x.is_float()) total = Value(total.to_double() + x.to_double());
-    else total = Value(int_add(to_int(total, "sum"), to_int(x, "sum")));
+    else total = Value(int_add(need_int(total, "sum"), need_int(x, "sum")));
   }
   return total;
 }
@@ -379,7 +368,7 @@ Value f_reverse(Interpreter& in, const Value& v, const CallArgs&) {
 }
 
 Value f_round(Interpreter&, const Value& v, const CallArgs& a) {
-  int64_t precision = to_int(arg(a, 0, "precision", Value(0)), "round");
+  int64_t precision = need_int(arg(a, 0, "precision", Value(0)), "round");
   std::string method = soft_str(arg(a, 1, "method", Value("common")));
   if (!v.is_number()) throw TemplateError("round expects a number");
   double x = v.to_double(), scale = std::pow(10.0, static_cast<double>(precision));
@@ -400,7 +389,7 @@ Value f_indent(Interpreter& in, const Value& v, const CallArgs& a) {
   if (width.is_string()) {
     pad = width.as_string();
   } else {
-    auto n = static_cast<std::size_t>(std::max<int64_t>(0, to_int(width, "indent")));
+    auto n = static_cast<std::size_t>(std::max<int64_t>(0, need_int(width, "indent")));
     in.check_size(n);
     pad.assign(n, ' ');
   }
@@ -442,7 +431,7 @@ Value f_wordcount(Interpreter&, const Value& v, const CallArgs&) {
 }
 
 Value f_batch(Interpreter& in, const Value& v, const CallArgs& a) {
-  int64_t size = to_int(arg(a, 0, "linecount", Value()), "batch");
+  int64_t size = need_int(arg(a, 0, "linecount", Value()), "batch");
   if (size <= 0) throw TemplateError("batch size must be positive");
   Value fill = arg(a, 1, "fill_with");
   std::vector<Value> out, tmp;
@@ -467,7 +456,7 @@ Value f_attr(Interpreter& in, const Value& v, const CallArgs& a) { return in.get
 
 Value f_center(Interpreter& in, const Value& v, const CallArgs& a) {
   std::string s = soft_str(v);
-  int64_t width = to_int(arg(a, 0, "width", Value(80)), "center");
+  int64_t width = need_int(arg(a, 0, "width", Value(80)), "center");
   int64_t len = static_cast<int64_t>(text::length(s));
   if (width <= len) return Value(s);
   in.check_size(static_cast<std::size_t>(width));
@@ -515,12 +504,12 @@ bool t_sequence(Interpreter&, const Value& v, const CallArgs&) {
 }
 bool t_callable(Interpreter&, const Value& v, const CallArgs&) { return v.is_callable(); }
 bool t_escaped(Interpreter&, const Value&, const CallArgs&) { return false; }
-bool t_even(Interpreter&, const Value& v, const CallArgs&) { return to_int(v, "even") % 2 == 0; }
-bool t_odd(Interpreter&, const Value& v, const CallArgs&) { return to_int(v, "odd") % 2 != 0; }
+bool t_even(Interpreter&, const Value& v, const CallArgs&) { return need_int(v, "even") % 2 == 0; }
+bool t_odd(Interpreter&, const Value& v, const CallArgs&) { return need_int(v, "odd") % 2 != 0; }
 bool t_divisibleby(Interpreter&, const Value& v, const CallArgs& a) {
-  int64_t d = to_int(arg(a, 0, "num"), "divisibleby");
+  int64_t d = need_int(arg(a, 0, "num"), "divisibleby");
   if (d == 0) throw TemplateError("integer division or modulo by zero");
-  const int64_t x = to_int(v, "divisibleby");
+  const int64_t x = need_int(v, "divisibleby");
   return d == -1 || x % d == 0;  // INT64_MIN % -1 is undefined in C++
 }
 bool t_lower(Interpreter&, const Value& v, const CallArgs&) { std::string s = soft_str(v); return text::lower(s) == s; }

@@ -1,6 +1,11 @@
 // runtime/kernels/kernel_dispatch.cpp — picks the kernel backend at run time from the CPU's features, with a
 // process-wide override for tests and benchmarks.
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -10,6 +15,38 @@ namespace tierlm::kernels {
 
 namespace {
 std::atomic<int> g_forced{-1};
+
+// CPUID leaf 7: EDX bits 22 (AMX-BF16) and 24 (AMX-TILE); subleaf 1 EAX bit 5 (AVX512-BF16). Then Linux's permission
+// for the tile data state (ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA), without which the first tile instruction
+// faults.
+bool amx_granted() {
+  static const bool granted = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 22)) || !(d & (1u << 24))) return false;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !(a & (1u << 5))) return false;
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return granted;
+}
+
+std::atomic<bool> g_amx_on{[] {
+  const char* v = std::getenv("TIERLM_AMX");
+  return !(v && std::string(v) == "0");
+}()};
+}  // namespace
+
+bool amx_supported() { return detected_isa() == Isa::avx512 && amx_granted(); }
+
+bool amx_enabled() {
+  return g_amx_on.load(std::memory_order_relaxed) && active_isa() == Isa::avx512 && amx_supported();
+}
+
+void set_amx_for_testing(bool on) {
+  if (on && !amx_supported())
+    throw std::invalid_argument("set_amx_for_testing: this CPU or OS gives no AMX tiles (AMX-BF16, AMX-TILE, "
+                                "AVX512-BF16 and the tile state permission are needed)");
+  g_amx_on.store(on, std::memory_order_relaxed);
 }
 
 const char* isa_name(Isa isa) {

@@ -21,6 +21,16 @@ Isa active_isa();
 // Test/bench hook: forces an ISA for all subsequent calls (process-wide). Pass detected_isa() to restore.
 void set_isa_for_testing(Isa isa);
 
+// AMX (AMX-TILE + AMX-BF16 with AVX512-BF16: Sapphire Rapids and later) for the packed prefill GEMM:
+// amx_supported() when the CPU has them and the OS granted this process the tile state (arch_prctl, asked once);
+// amx_enabled() when also AVX-512 is the active ISA and AMX is not switched off (TIERLM_AMX=0 at start, or
+// set_amx_for_testing(false)). set_amx_for_testing(true) where !amx_supported() throws std::invalid_argument.
+bool amx_supported();
+bool amx_enabled();
+void set_amx_for_testing(bool on);
+// Activation rows from which matmul takes the AMX path (packed_matmul_amx.cpp) where it is enabled.
+inline constexpr int64_t kAmxMinRows = 32;
+
 // ---- Packed layout (q8_0, q4, mlx_q4, mlx_q8) -----------------------------------------------------------------
 // Rows are grouped into panels of kPanelRows; the last panel is padded with zero rows (scale 0).
 // Within a panel, columns are walked in "quads" of 4: one quad holds 16 rows x 4 consecutive columns = 64 bytes
@@ -101,6 +111,13 @@ struct KernelTable {
 
 void dense_matmul_avx512(WeightFormat f, const void* w, int64_t rows, int64_t cols, const float* x, int64_t i0,
                          int64_t i1, float* y, int64_t ldy, int64_t r0, int64_t r1);
+// The AMX prefill GEMM (packed_matmul_amx.cpp; only where amx_enabled()). activations_to_bf16_amx: rows [r0, r1) of
+// the bf16 copy of x (rows of cols f32). packed_matmul_bf16_amx: Y[i*ldy + row] for i in [0, n) (n a multiple of 16)
+// and panels [p0, p1) from that copy, in f32 sums of bf16 products of the dequantized weights (not bit-equal to the
+// int8 kernels: see the file).
+void activations_to_bf16_amx(const float* x, int64_t cols, int64_t r0, int64_t r1, uint16_t* out);
+void packed_matmul_bf16_amx(const PackedView& w, const uint16_t* xb, int64_t n, float* y, int64_t ldy, int64_t p0,
+                            int64_t p1);
 
 const KernelTable& scalar_kernels();
 const KernelTable& avx2_kernels();

@@ -1,7 +1,7 @@
 // runtime/kernels/matmul_scratch.h — the working memory matvec / matmul need beside their inputs and outputs: the
 // activations quantized to int8 (values, block scales, block integer sums, block sums, row pointers), MXFP4's
-// even/odd split of the activations, MLX's per-group activation sums, and the f32 tile of a dense matrix multiplied
-// without a GEMM kernel. Which regions a multiplication takes, and how much, is matmul_scratch_sizes (weights.h):
+// even/odd split of the activations, MLX's per-group activation sums, the f32 tile of a dense matrix multiplied
+// without a GEMM kernel, and the bf16 copy of the activations the AMX prefill GEMM multiplies. Which regions a multiplication takes, and how much, is matmul_scratch_sizes (weights.h):
 // the dispatch's own rule.
 // Owns: that memory, region by region, each charged to a ledger's "scratch" account before it exists (growing past
 // the budget throws LedgerError). MatmulScratch::Scope makes one the calling thread's (Forward does for its steps,
@@ -21,7 +21,7 @@ namespace tierlm::kernels {
 class MatmulScratch {
  public:
   enum Region : int { act_values, act_scales, act_int_sums, act_sums, act_rows, mxfp4_split, group_sums, dense_tile,
-                      kRegions };
+                      act_bf16, kRegions };
   using Sizes = std::array<size_t, kRegions>;  // bytes per region
 
   explicit MatmulScratch(tiering::Ledger& ledger) : ledger_(&ledger) {}

@@ -454,6 +454,13 @@ struct PackedMatmulJob {
   int64_t n;
   float* y;
 };
+struct AmxJob {
+  PackedView w;
+  const float* x;
+  uint16_t* xb;
+  int64_t n;
+  float* y;
+};
 
 struct DenseSmallBatchJob {
   const KernelTable* kernels;
@@ -659,6 +666,10 @@ MatmulScratch::Sizes matmul_scratch_sizes(WeightFormat format, int64_t rows, int
       s[MatmulScratch::dense_tile] = size_t(std::min(dense_tile_rows(cols), rows) * cols) * sizeof(float);
     return s;
   }
+  // Where the CPU has AMX, matmul of kAmxMinRows rows or more multiplies a bf16 copy of its whole tiles of 16 rows
+  // (the rest take the int8 regions); it is counted at every n, beside the int8 regions, so that the scratch stays
+  // linear in n with no fixed part (the planner measures it at 1 and 2 rows) and what n rows reserve covers fewer.
+  if (amx_enabled()) s[MatmulScratch::act_bf16] = size_t(n * cols) * sizeof(uint16_t);
   const size_t blocks = size_t(n * (cols / kActBlock));
   s[MatmulScratch::act_values] = values;
   s[MatmulScratch::act_scales] = blocks * sizeof(float);
@@ -667,6 +678,8 @@ MatmulScratch::Sizes matmul_scratch_sizes(WeightFormat format, int64_t rows, int
   s[MatmulScratch::act_rows] = size_t(n) * sizeof(QuantizedRow);
   return s;
 }
+
+bool matmul_uses_amx() { return amx_enabled(); }
 
 bool matmul_uses_blas(WeightFormat format, int64_t n) {
   if (n <= 1 || !is_dense(format) || active_kernels().dense_matmul != nullptr) return false;
@@ -745,6 +758,27 @@ void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool
                   static_cast<blasint>(w.cols), 0.0f, y + r0, static_cast<blasint>(w.rows));
     }
     return;
+  }
+  if (n >= kAmxMinRows && amx_enabled()) {
+    // AMX: the whole tiles of 16 rows once as bf16, then the panels on the tiles; the last n % 16 rows below, on the
+    // int8 kernels.
+    const int64_t tiled = n / 16 * 16;
+    const MatmulScratch::Sizes need = matmul_scratch_sizes(w, n);
+    auto* xb = static_cast<uint16_t*>(MatmulScratch::current().region(MatmulScratch::act_bf16,
+                                                                        need[MatmulScratch::act_bf16]));
+    AmxJob job{packed_view(w), x, xb, tiled, y};
+    pool.parallel_for(tiled / 16, [](void* ctx, int64_t b, int64_t e, int) {
+      auto* j = static_cast<AmxJob*>(ctx);
+      activations_to_bf16_amx(j->x, j->w.cols, b * 16, e * 16, j->xb);
+    }, &job);
+    pool.parallel_for(job.w.panels, [](void* ctx, int64_t b, int64_t e, int) {
+      auto* j = static_cast<AmxJob*>(ctx);
+      packed_matmul_bf16_amx(j->w, j->xb, j->n, j->y, j->w.rows, b, e);
+    }, &job);
+    if (tiled == n) return;
+    x += tiled * w.cols;
+    y += tiled * w.rows;
+    n -= tiled;
   }
   const ActivationScratch s = activation_scratch(matmul_scratch_sizes(w, n));
   const int64_t blocks = w.cols / kActBlock;

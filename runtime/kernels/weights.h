@@ -89,6 +89,9 @@ void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool
 // What matvec (n == 1) or matmul of n activation rows by a weight of this format and shape takes from the
 // MatmulScratch, region by region (the dispatch's own rule: the kernels request exactly these sizes).
 MatmulScratch::Sizes matmul_scratch_sizes(WeightFormat format, int64_t rows, int64_t cols, int group_size, int64_t n);
+// True where matmul multiplies packed (q8_0 / q4) weights by 32 rows or more on AMX bf16 tiles (this CPU has them and
+// they are not switched off: TIERLM_AMX=0); the rows then also take a bf16 copy in the scratch.
+bool matmul_uses_amx();
 inline MatmulScratch::Sizes matmul_scratch_sizes(const WeightView& w, int64_t n) {
   return matmul_scratch_sizes(w.format, w.rows, w.cols, w.group_size, n);
 }

@@ -470,8 +470,9 @@ TEST(Planner, TurboKvOnlyWhereItsMeasuredPerplexityCostIsSmall) {
   PlanRequest r;
   r.context = 4096;
   r.batch = 3;
-  r.budget_bytes = m.dense_bytes() + kv_cache_bytes(m, "turbo4", 4096, 3) + (96ull << 20);
-  ASSERT_GT(kv_cache_bytes(m, "q8", 4096, 3), kv_cache_bytes(m, "turbo4", 4096, 3) + (96ull << 20));
+  // The margin holds the scratch and the minimum expert cache, with the AMX prefill's bf16 rows where the CPU has it.
+  r.budget_bytes = m.dense_bytes() + kv_cache_bytes(m, "turbo4", 4096, 3) + (128ull << 20);
+  ASSERT_GT(kv_cache_bytes(m, "q8", 4096, 3), kv_cache_bytes(m, "turbo4", 4096, 3) + (128ull << 20));
 
   m.kv_perplexity_increase = {{"f16", 0.00002}, {"q8", 0.0007}, {"turbo4", 0.008}, {"turbo3", 0.0145}};
   const Plan measured = make_plan(d, m, r);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <stdexcept>
 #include <vector>
@@ -62,10 +63,24 @@ std::vector<double> dequantized(const WeightView& w) {
 // Checks y = W·x for one activation row against the dequantized weight. For packed formats two references:
 // with the activation quantized exactly as specified (tight), and with the float activation (bounded by the
 // activation rounding: sum |w| * dx/2).
+// bf16: products of weights and activations each rounded to 8 significant bits (the AMX prefill path).
 void expect_row_matches(const WeightView& w, const std::vector<double>& wd, const float* x, const float* y,
-                        const std::string& what) {
+                        const std::string& what, bool bf16 = false) {
   std::vector<double> xd, half;
   if (is_packed(w.format)) reference_activation(x, w.cols, xd, half);
+  if (bf16) {
+    for (int64_t r = 0; r < w.rows; ++r) {
+      double exact = 0, magnitude = 0;
+      for (int64_t c = 0; c < w.cols; ++c) {
+        exact += wd[r * w.cols + c] * x[c];
+        magnitude += std::fabs(wd[r * w.cols + c] * x[c]);
+      }
+      // Each factor within 2^-8 of itself (bf16 keeps 8 significant bits; round to nearest), so each product within
+      // 2^-7 + 2^-16; the f32 sums' own rounding on top.
+      ASSERT_NEAR(y[r], exact, magnitude * (std::ldexp(1.0, -7) + std::ldexp(1.0, -15)) + 1e-6) << what << " row " << r;
+    }
+    return;
+  }
   for (int64_t r = 0; r < w.rows; ++r) {
     double exact = 0, magnitude = 0, quant_ref = 0, quant_bound = 0;
     for (int64_t c = 0; c < w.cols; ++c) {
@@ -185,11 +200,74 @@ TEST(Weights, MatvecAndMatmulAllFormatsAllIsas) {
             if (cols == 4096 && isa == Isa::scalar && n != 37) continue;
             std::vector<float> ym(static_cast<size_t>(n * rows), NAN);
             matmul(w.view, x.data(), n, ym.data(), pool);
+            // Packed weights take the AMX path from kAmxMinRows rows where the CPU has it, for the whole tiles of 16
+            // rows (the rest on the int8 kernels).
+            const bool amx = is_packed(f) && n >= kAmxMinRows && amx_enabled();
             for (int64_t i = 0; i < n; ++i)
               expect_row_matches(w.view, wd, x.data() + i * cols, ym.data() + i * rows,
-                                 "matmul n " + std::to_string(n) + " i " + std::to_string(i) + " " + what);
+                                 "matmul n " + std::to_string(n) + " i " + std::to_string(i) + " " + what,
+                                 amx && i < n / 16 * 16);
           }
         }
+      }
+    }
+  }
+}
+
+// Round to the nearest bf16 (ties to even), as the AMX path's conversions do.
+double to_bf16(double v) {
+  const float f = static_cast<float>(v);
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+  float r;
+  std::memcpy(&r, &u, 4);
+  return r;
+}
+
+// Where the CPU has AMX, matmul of packed weights from kAmxMinRows rows is, for its whole tiles of 16 rows, the f32
+// sum of bf16(weight) x bf16(activation) with each weight dequantized in f32 first: held to that within 1e-5 of the
+// magnitude, far below the int8 path's distance from it (the same call with AMX off, checked to be outside the
+// bound somewhere).
+TEST(Weights, AmxPrefillIsBf16ProductsOfTheDequantizedWeights) {
+  if (!amx_supported()) GTEST_SKIP() << "this CPU or OS gives no AMX-BF16 tiles";
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  IsaGuard guard;
+  set_isa_for_testing(Isa::avx512);
+  ThreadPool pool(2);
+  tiering::Ledger ledger;
+  for (int64_t cols : {96, 4096}) {
+    const int64_t rows = 67;  // a partial last panel
+    const auto src = random_matrix(rng, rows * cols);
+    const auto x = random_matrix(rng, 100 * cols);
+    for (auto f : {WeightFormat::q8_0, WeightFormat::q4}) {
+      Weight w = make_weight(src.data(), SourceType::f32, rows, cols, f, ledger, "weights");
+      const auto wd = dequantized(w.view);
+      for (int64_t n : {kAmxMinRows, int64_t(37), int64_t(100)}) {  // 100: two chunks of tiles, a partial tile
+        const std::string what = std::string(format_name(f)) + " cols " + std::to_string(cols) + " n " +
+                                 std::to_string(n);
+        std::vector<float> y(static_cast<size_t>(n * rows), NAN), y_int8(y.size(), NAN);
+        set_amx_for_testing(true);
+        matmul(w.view, x.data(), n, y.data(), pool);
+        set_amx_for_testing(false);
+        matmul(w.view, x.data(), n, y_int8.data(), pool);
+        set_amx_for_testing(true);
+        bool int8_outside = false;
+        for (int64_t i = 0; i < n / 16 * 16; ++i)  // whole tiles: the rest take the int8 kernels
+          for (int64_t r = 0; r < rows; ++r) {
+            double expect = 0, magnitude = 0;
+            for (int64_t c = 0; c < cols; ++c) {
+              const double wv = wd[r * cols + c], xv = x[i * cols + c];
+              expect += to_bf16(wv) * to_bf16(xv);
+              magnitude += std::fabs(wv * xv);
+            }
+            const double bound = 1e-5 * magnitude + 1e-6;
+            ASSERT_NEAR(y[i * rows + r], expect, bound) << what << " row " << i << " output " << r;
+            int8_outside |= std::fabs(y_int8[i * rows + r] - expect) > bound;
+          }
+        EXPECT_TRUE(int8_outside) << what << ": the int8 path lands within the bf16 bound everywhere";
       }
     }
   }

@@ -198,31 +198,43 @@ int peer(const std::string& dir, const std::string& formats, int64_t prompt, int
       const engine::BatchItem item{ids, pos, &cache, logits.data(), false, &greedy};
       forward.run_batch(std::span(&item, 1));
     };
+    // One prompt of n tokens on a fresh sequence; then (decode) `steps` greedy steps after an 8-token prompt and 4
+    // warm-up steps. `before` runs just before the timed part. Seconds of the timed part.
+    auto prefill_seconds = [&](int64_t n, const std::function<void()>& before) {
+      engine::KVCache cache(w.config, context, ledger);
+      before();
+      const double t0 = now();
+      run(std::span(tokens.data(), size_t(n)), 0, cache);
+      const double seconds = now() - t0;
+      g->forget(&cache);
+      return seconds;
+    };
+    auto decode_seconds = [&](int steps, const std::function<void()>& before) {
+      engine::KVCache cache(w.config, context, ledger);
+      run(std::span(tokens.data(), 8), 0, cache);
+      int64_t pos = 8;
+      for (int i = 0; i < 4; ++i, ++pos) run(std::span(&greedy, 1), pos, cache);
+      before();
+      const double t0 = now();
+      for (int i = 0; i < steps; ++i, ++pos) run(std::span(&greedy, 1), pos, cache);
+      const double seconds = now() - t0;
+      g->forget(&cache);
+      return seconds;
+    };
+    const auto nothing = [] {};
     double tps[2] = {0, 0};
     for (int k = 0; k < 2; ++k) {
       const int64_t n = k == 0 ? prompt : long_prompt;
       if (n <= 0) continue;
       std::vector<double> times;
       for (int i = 0; i < 4; ++i) {  // the first is the warm-up
-        engine::KVCache cache(w.config, context, ledger);
-        const double t0 = now();
-        run(std::span(tokens.data(), size_t(n)), 0, cache);
-        if (i > 0) times.push_back(now() - t0);
-        g->forget(&cache);
+        const double t = prefill_seconds(n, nothing);
+        if (i > 0) times.push_back(t);
       }
       tps[k] = double(n) / median(times);
     }
     std::vector<double> decode_tps;
-    for (int r = 0; r < 3; ++r) {
-      engine::KVCache cache(w.config, context, ledger);
-      run(std::span(tokens.data(), 8), 0, cache);
-      int64_t pos = 8;
-      for (int i = 0; i < 4; ++i, ++pos) run(std::span(&greedy, 1), pos, cache);
-      const double t0 = now();
-      for (int i = 0; i < decode; ++i, ++pos) run(std::span(&greedy, 1), pos, cache);
-      decode_tps.push_back(decode / (now() - t0));
-      g->forget(&cache);
-    }
+    for (int r = 0; r < 3; ++r) decode_tps.push_back(decode / decode_seconds(decode, nothing));
     const double d = median(decode_tps), bytes = double(g->weight_bytes());
     if (const char* e = std::getenv("TIERLM_PEER_PROFILE"); e && *e == '1') {
       // Where the device time of a step goes (stderr): a profiled GpuLayers (CUDA events around each launch group,
@@ -231,29 +243,17 @@ int peer(const std::string& dir, const std::string& formats, int64_t prompt, int
       g.reset();
       g = std::make_shared<gpu::GpuLayers>(w, o, chunk, context);
       forward.use_gpu(g);
+      const auto reset = [&] { g->reset_profile(); };
       for (int64_t n : {prompt, long_prompt}) {
         if (n <= 0) continue;
-        for (int i = 0; i < 2; ++i) {  // the first is the warm-up
-          engine::KVCache cache(w.config, context, ledger);
-          g->reset_profile();
-          const double t0 = now();
-          run(std::span(tokens.data(), size_t(n)), 0, cache);
-          if (i == 1)
-            std::fprintf(stderr, "profile %s prefill of %lld tokens: %.2f ms wall; device ms per operation:\n%s",
-                         format.c_str(), (long long)n, 1e3 * (now() - t0), g->profile_report().c_str());
-          g->forget(&cache);
-        }
+        prefill_seconds(n, reset);  // the warm-up
+        const double t = prefill_seconds(n, reset);
+        std::fprintf(stderr, "profile %s prefill of %lld tokens: %.2f ms wall; device ms per operation:\n%s",
+                     format.c_str(), (long long)n, 1e3 * t, g->profile_report().c_str());
       }
-      engine::KVCache cache(w.config, context, ledger);
-      run(std::span(tokens.data(), 8), 0, cache);
-      int64_t pos = 8;
-      for (int i = 0; i < 4; ++i, ++pos) run(std::span(&greedy, 1), pos, cache);
-      g->reset_profile();
-      const double t0 = now();
-      for (int i = 0; i < 32; ++i, ++pos) run(std::span(&greedy, 1), pos, cache);
+      const double t = decode_seconds(32, reset);
       std::fprintf(stderr, "profile %s decode, 32 steps: %.1f us a step wall; device ms per operation (32 steps):\n%s",
-                   format.c_str(), 1e6 * (now() - t0) / 32, g->profile_report().c_str());
-      g->forget(&cache);
+                   format.c_str(), 1e6 * t / 32, g->profile_report().c_str());
     }
     std::printf("{\"engine\":\"tierlm\",\"format\":\"%s\",\"layers\":%lld,\"weight_bytes\":%.0f,"
                 "\"pp%lld\":%.1f,\"pp%lld\":%.1f,\"tg%d\":%.1f,\"of_roofline\":%.4f}\n",

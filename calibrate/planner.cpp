@@ -135,9 +135,9 @@ uint64_t runtime_scratch_bytes(const ModelProfile& m, int64_t prefill_chunk, int
   }
   // The kernels' MatmulScratch: int8 activations of the widest weight input (a byte a value, 12 bytes a block of 32,
   // a row pointer set per row), as kernels::matmul_scratch_sizes gives for quantized weights, and where this CPU has
-  // AMX their bf16 copy too (2 bytes a value, 16 rows more).
+  // AMX their bf16 copy too (2 bytes a value).
   const int64_t widest = std::max({m.hidden, q, m.intermediate, m.moe_intermediate, m.shared_intermediate});
-  const uint64_t bf16 = kernels::matmul_uses_amx() ? uint64_t(chunk + 16) * uint64_t(widest) * 2 : 0;
+  const uint64_t bf16 = kernels::matmul_uses_amx() ? uint64_t(chunk) * uint64_t(widest) * 2 : 0;
   return uint64_t(floats) * 4 + uint64_t(chunk) * (uint64_t(widest) + uint64_t(widest) / 32 * 12 + 32) + bf16 + lanes;
 }
 

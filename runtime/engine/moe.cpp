@@ -202,18 +202,23 @@ void MoeBlock::route(int64_t layer, const float* x, int64_t n) {
       for (int64_t j = 0; j < n * k_; ++j) weights[j] *= L.per_expert_scale[size_t(ids[j])];
   }
   if (observer_) observer_(expert_layer, n, std::span<const int32_t>(ids, size_t(n * k_)));
+  group(ids, weights, n, k_);
+}
+
+void MoeBlock::group(const int32_t* ids, const float* weights, int64_t n, int64_t k) {
   for (int32_t e : used_) {
     expert_rows_[size_t(e)].clear();
     expert_weights_[size_t(e)].clear();
   }
   used_.clear();
   for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < k_; ++j) {
-      const int32_t e = ids[i * k_ + j];
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t e = ids[i * k + j];
+      if (e == kNotHere) continue;
       if (e < 0 || e >= experts_) throw std::out_of_range("router chose an expert that does not exist");
       if (expert_rows_[size_t(e)].empty()) used_.push_back(e);
       expert_rows_[size_t(e)].push_back(int32_t(i));
-      expert_weights_[size_t(e)].push_back(weights[i * k_ + j]);
+      expert_weights_[size_t(e)].push_back(weights[i * k + j]);
     }
 }
 
@@ -402,8 +407,32 @@ void MoeBlock::accumulate(int64_t layer, const float* x, int64_t n, float* hidde
   if (!route_x) route_x = x;
   using clock = std::chrono::steady_clock;
   const clock::time_point entered = clock::now();
-  clock::duration computing{};
   route(layer, route_x, n);
+  const double computing = run_grouped(layer, el, x, n, hidden, route_x, prefetch_);
+  if (w_.layers[size_t(layer)].shared_down.view.rows) shared_expert(w_.layers[size_t(layer)], x, n, hidden);
+  cache_.add_moe_time(std::chrono::duration<double>(clock::now() - entered).count(), computing);
+}
+
+void MoeBlock::accumulate_routed(int64_t layer, const float* x, int64_t n, std::span<const int32_t> ids,
+                                 std::span<const float> weights, float* hidden) {
+  if (n > max_rows_) throw std::invalid_argument("moe: more rows than the block was sized for");
+  const int64_t el = expert_layer_.at(size_t(layer));
+  if (el < 0) throw std::logic_error("moe: accumulate_routed on a dense layer");
+  if (n <= 0) return;
+  const int64_t k = int64_t(ids.size()) / n;
+  if (k * n != int64_t(ids.size()) || weights.size() != ids.size() || k > k_)
+    throw std::invalid_argument("moe: accumulate_routed takes n rows of at most top_k choices");
+  using clock = std::chrono::steady_clock;
+  const clock::time_point entered = clock::now();
+  group(ids.data(), weights.data(), n, k);
+  const double computing = run_grouped(layer, el, x, n, hidden, x, /*prefetch=*/false);
+  cache_.add_moe_time(std::chrono::duration<double>(clock::now() - entered).count(), computing);
+}
+
+double MoeBlock::run_grouped(int64_t layer, int64_t el, const float* x, int64_t n, float* hidden,
+                             const float* route_x, bool prefetch) {
+  using clock = std::chrono::steady_clock;
+  clock::duration computing{};
   // Experts in memory first: while they compute, the reads of the missing ones are in flight.
   std::stable_partition(used_.begin(), used_.end(), [&](int32_t e) { return cache_.cached(el, e); });
   bool prefetched = false;
@@ -439,7 +468,7 @@ void MoeBlock::accumulate(int64_t layer, const float* x, int64_t n, float* hidde
       computing += clock::now() - started;  // the lanes' waits for reads included: prefill's, not decode's
       continue;
     }
-    if (!prefetched && prefetch_ && n == 1 && !override_ && next_layer >= 0) {
+    if (!prefetched && prefetch && n == 1 && !override_ && next_layer >= 0) {
       // Lookahead: the residual stream changes slowly, so a later sparse layer's router on this input predicts its
       // choice: the next one first, then as many more as the cache's lookahead_layers (nearest first, so their
       // reads queue in the order they are needed).
@@ -477,9 +506,7 @@ void MoeBlock::accumulate(int64_t layer, const float* x, int64_t n, float* hidde
       throw;
     }
   }
-  if (w_.layers[size_t(layer)].shared_down.view.rows) shared_expert(w_.layers[size_t(layer)], x, n, hidden);
-  cache_.add_moe_time(std::chrono::duration<double>(clock::now() - entered).count(),
-                      std::chrono::duration<double>(computing).count());
+  return std::chrono::duration<double>(computing).count();
 }
 
 }  // namespace tierlm::engine

@@ -86,6 +86,15 @@ class MoeBlock {
   // route_x: what the router sees when it differs from the experts' input (Gemma 4); null: x.
   void accumulate(int64_t layer, const float* x, int64_t n, float* hidden, const float* route_x = nullptr);
 
+  // The routed experts of a routing made elsewhere (the GPU layers' host routing, which runs the experts that are
+  // not in VRAM here: GpuOptions::cpu_expert_rows): ids and weights hold n rows of the same number of choices (at
+  // most top_k), kNotHere marking a choice that is not this call's (an expert the caller runs itself). hidden[i] +=
+  // the weighted sum of row i's experts here, through the expert cache as accumulate does (memory first, reads of
+  // the rest overlapped, prefill on the lanes), without the router, the shared expert or prefetch.
+  static constexpr int32_t kNotHere = -1;
+  void accumulate_routed(int64_t layer, const float* x, int64_t n, std::span<const int32_t> ids,
+                         std::span<const float> weights, float* hidden);
+
   void set_routing_override(RoutingOverride fn) { override_ = std::move(fn); }
   void set_routing_observer(RoutingObserver fn) { observer_ = std::move(fn); }
   void set_prefetch(bool on) { prefetch_ = on; }
@@ -101,6 +110,11 @@ class MoeBlock {
 
  private:
   void route(int64_t layer, const float* x, int64_t n);
+  // used_, expert_rows_ and expert_weights_ from n rows of k choices (kNotHere skipped).
+  void group(const int32_t* ids, const float* weights, int64_t n, int64_t k);
+  // The grouped experts of the step (expert-tier layer el) into hidden; returns the seconds spent computing.
+  double run_grouped(int64_t layer, int64_t el, const float* x, int64_t n, float* hidden, const float* route_x,
+                     bool prefetch);
   // bias: the layer's e_score_correction_bias (num_experts floats) or null.
   void top_k(const float* logits, const float* bias, int32_t* ids, float* weights) const;
   void run_expert(const tiering::ExpertViews& e, std::span<const int32_t> rows, std::span<const float> row_weights,

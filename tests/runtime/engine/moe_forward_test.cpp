@@ -295,6 +295,75 @@ TEST(MoeForward, ResidentExpertsOfADecodeRowTogetherGiveTheSumsOfOneAfterAnother
   EXPECT_GT(half_runs, 0) << "no half-resident step ran its resident head together";
 }
 
+// The routed entry (MoeBlock::accumulate_routed, what the GPU layers' hybrid placement calls with the choices they
+// route on the host) gives, bit for bit, what accumulate gives for the same choices (a routing override), on one
+// row and on a prefill's rows (the lanes); and choices split in two calls (kNotHere marking the other call's) sum
+// to the whole within f32 rounding. Fixtures without a shared expert (accumulate_routed runs none): SiLU, gpt-oss's
+// biases and clamped SwiGLU, OLMoE.
+TEST(MoeForward, RoutedEntryGivesWhatTheRouterPathGivesForTheSameChoices) {
+  for (const std::string name : {"qwen3_moe", "gpt_oss", "olmoe"}) {
+    for (int64_t n : {int64_t(1), int64_t(24)}) {
+      SCOPED_TRACE(name + ", " + std::to_string(n) + " rows");
+      tiering::Ledger ledger;
+      model::LoadOptions o;
+      o.packed_experts = "";
+      o.ledger = &ledger;
+      auto w = model::load_model(fixture(name), o);
+      ASSERT_EQ(w.layers[0].shared_down.view.rows, 0) << "a fixture without a shared expert";
+      const int64_t H = w.config.hidden_size, E = w.config.num_experts, k = w.config.num_experts_per_tok;
+      kernels::ThreadPool pool(3);
+      engine::MoeBlock block(w, pool, ledger, n);
+      auto choice = [&](int64_t layer, int64_t row, int64_t j) { return int32_t((row * 5 + layer * 3 + j) % E); };
+      auto weight = [&](int64_t row, int64_t j) { return 0.25f + 0.125f * float(j) + 0.01f * float(row); };
+      block.set_routing_override([&](int64_t layer, int64_t row, std::span<int32_t> ids, std::span<float> wts) {
+        for (int64_t j = 0; j < k; ++j) ids[size_t(j)] = choice(layer, row, j), wts[size_t(j)] = weight(row, j);
+      });
+      engine::MoeBlock routed(w, pool, ledger, n);
+      for (int64_t layer = 0; layer < w.config.num_layers; ++layer) {
+        if (w.config.layer(layer).expert_layer < 0) continue;
+        const int64_t el = w.config.layer(layer).expert_layer;
+        std::vector<float> x(size_t(n * H)), base(size_t(n * H));
+        for (size_t i = 0; i < x.size(); ++i) {
+          x[i] = float(int64_t(i * 7919 % 61) - 30) / 16.0f;
+          base[i] = float(int64_t(i * 104729 % 37) - 18) / 8.0f;
+        }
+        std::vector<int32_t> ids(size_t(n * k)), first(size_t(n * k)), second(size_t(n * k));
+        std::vector<float> wts(size_t(n * k));
+        for (int64_t r = 0; r < n; ++r)
+          for (int64_t j = 0; j < k; ++j) {
+            const size_t at = size_t(r * k + j);
+            ids[at] = choice(el, r, j), wts[at] = weight(r, j);
+            first[at] = ids[at] % 2 == 0 ? ids[at] : engine::MoeBlock::kNotHere;
+            second[at] = ids[at] % 2 == 0 ? engine::MoeBlock::kNotHere : ids[at];
+          }
+        std::vector<float> by_router = base, by_entry = base, split(size_t(n * H), 0.0f);
+        block.accumulate(layer, x.data(), n, by_router.data());
+        routed.accumulate_routed(layer, x.data(), n, ids, wts, by_entry.data());
+        ASSERT_NE(by_router, base) << "the experts added nothing";
+        for (size_t i = 0; i < by_router.size(); ++i) ASSERT_EQ(by_router[i], by_entry[i]) << "element " << i;
+        routed.accumulate_routed(layer, x.data(), n, first, wts, split.data());
+        routed.accumulate_routed(layer, x.data(), n, second, wts, split.data());
+        double worst = 0, scale = 0;
+        for (size_t i = 0; i < split.size(); ++i) {
+          worst = std::max(worst, double(std::fabs(split[i] + base[i] - by_entry[i])));
+          scale = std::max(scale, double(std::fabs(by_entry[i] - base[i])));
+        }
+        EXPECT_LE(worst, 1e-5 * scale) << "layer " << layer;
+      }
+      // Bad calls are refused: more rows than the block holds, choices that are not n rows.
+      std::vector<float> x(size_t((n + 1) * H)), h(size_t((n + 1) * H));
+      std::vector<int32_t> ids(size_t((n + 1) * k), 0);
+      std::vector<float> wts(size_t((n + 1) * k), 1.0f);
+      int64_t sparse = 0;
+      while (w.config.layer(sparse).expert_layer < 0) ++sparse;
+      EXPECT_THROW(routed.accumulate_routed(sparse, x.data(), n + 1, ids, wts, h.data()), std::invalid_argument);
+      EXPECT_THROW(routed.accumulate_routed(sparse, x.data(), n, std::span(ids).first(size_t(n * k + 1)),
+                                            std::span(wts).first(size_t(n * k + 1)), h.data()),
+                   std::invalid_argument);
+    }
+  }
+}
+
 // The lookahead's depth: one decode row through the first sparse layer starts reads for the next sparse layer only,
 // or, with lookahead_layers 2, for the one after it too (each guessed through its own router).
 TEST(MoeForward, LookaheadLayersReachTheSparseLayerAfterNext) {

@@ -26,6 +26,7 @@ void GpuLayersCounters::refresh() {
   c.expert_misses = experts.misses;
   c.expert_bytes_copied = experts.bytes_copied;
   c.expert_device_routed = experts.device_routed;
+  c.expert_cpu = experts.cpu_experts;
   std::lock_guard lock(mutex_);
   copy_ = std::move(c);
 }

@@ -207,7 +207,8 @@ json::object Telemetry::health() const {
     device["vram"] = std::move(vram);
     device["experts"] = json::object{{"resident_hits", g.expert_resident_hits}, {"slot_hits", g.expert_slot_hits},
                                   {"misses", g.expert_misses},             {"bytes_copied", g.expert_bytes_copied},
-                                  {"hit_rate", g.expert_hit_rate()},       {"device_routed_layer_steps", g.expert_device_routed}};
+                                  {"hit_rate", g.expert_hit_rate()},       {"device_routed_layer_steps", g.expert_device_routed},
+                                  {"on_cpu", g.expert_cpu}};
   }
   h["gpu"] = std::move(device);
 
@@ -343,6 +344,10 @@ std::string Telemetry::metrics() const {
     e.family("tierlm_gpu_moe_device_routed_total", "counter",
              "MoE layer steps on the GPU routed on the device (decode with every expert of the layer in VRAM).");
     e.sample("tierlm_gpu_moe_device_routed_total", double(g.expert_device_routed));
+    e.family("tierlm_gpu_expert_cpu_total", "counter",
+             "Experts of GPU layers run on the CPU instead of copied into VRAM (hybrid placement), one per expert "
+             "and step.");
+    e.sample("tierlm_gpu_expert_cpu_total", double(g.expert_cpu));
   }
 
   e.family("tierlm_requests_in_flight", "gauge", "Generation requests admitted or queued.");

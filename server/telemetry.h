@@ -70,6 +70,7 @@ struct GpuCounters {
   uint64_t expert_misses = 0;         // ... that copied the expert from host memory into a slot
   uint64_t expert_bytes_copied = 0;   // host -> VRAM expert bytes
   uint64_t expert_device_routed = 0;  // MoE layer steps routed on the device (decode, all experts resident)
+  uint64_t expert_cpu = 0;            // GPU layers' experts run on the CPU (hybrid placement), one per expert a step
   double expert_hit_rate() const {
     const uint64_t hits = expert_resident_hits + expert_slot_hits;
     return hits + expert_misses ? double(hits) / double(hits + expert_misses) : 0;

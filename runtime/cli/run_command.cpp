@@ -1,4 +1,5 @@
 // `tierlm run` — load a Hugging Face model folder, stream the completion of a prompt to stdout, report tok/s.
+#include <cstdlib>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -101,6 +102,8 @@ void run(const RunOptions& given, const CLI::App& cmd) {
     std::fprintf(stderr, "gpu: %lld of %lld layers%s, %.1f MB of weights in VRAM\n", (long long)gpu_layers->layers(),
                  (long long)config.num_layers, gpu_layers->runs_head() ? " and the output head" : "",
                  double(gpu_layers->weight_bytes()) / 1e6);
+    if (const char* v = std::getenv("TIERLM_GPU_SETUP_REPORT"); v && std::string(v) == "1")
+      std::fprintf(stderr, "gpu setup:\n%s", gpu_layers->setup_report().c_str());
   }
   engine::Generator generator(forward, ledger, context);
 
@@ -144,6 +147,15 @@ void run(const RunOptions& given, const CLI::App& cmd) {
                "in ledger\n",
                (long long)stats.prompt_tokens, stats.prefill_tokens_per_second(), (long long)stats.generated_tokens,
                stats.decode_tokens_per_second(), stats.finish_reason.c_str(), double(ledger.peak()) / 1e6);
+  if (gpu_layers && config.arch.moe) {
+    const gpu::GpuExpertStats e = gpu_layers->expert_stats();
+    std::fprintf(stderr,
+                 "gpu experts: %llu resident hits, %llu slot hits, %llu copied (%.1f MB), %llu on the CPU, %llu layer "
+                 "steps routed on the device; VRAM peak %.1f MB\n",
+                 (unsigned long long)e.resident_hits, (unsigned long long)e.slot_hits, (unsigned long long)e.misses,
+                 double(e.bytes_copied) / 1e6, (unsigned long long)e.cpu_experts,
+                 (unsigned long long)e.device_routed, double(gpu_layers->vram_ledger().peak()) / 1e6);
+  }
 }
 
 }  // namespace

@@ -137,6 +137,7 @@ void Forward::attention(int64_t layer, int64_t n) {
 
 void Forward::use_gpu(std::shared_ptr<gpu::GpuLayers> gpu) {
   gpu_ = std::move(gpu);
+  if (gpu_) gpu_->set_host_experts(moe_.get());  // hybrid MoE placement: GPU layers' experts on the CPU
   gpu_keys_.reserve(size_t(max_chunk_));
   gpu_head_rows_.reserve(size_t(max_chunk_));
   gpu_head_out_.reserve(size_t(max_chunk_));

@@ -359,7 +359,7 @@ __global__ void __launch_bounds__(WARPS * 32) packed_matvec(MatrixRef w, const f
                                                     1.0f);
 }
 
-// Rows through their routed experts of a MoE layer, all resident in VRAM (the device routing of decode): block b
+// Rows through their routed experts of a MoE layer in VRAM (the device routing of decode): block b
 // takes panel b % panels of slot s = b / panels, the expert ids[s], whose block is blocks[ids[s]] (the matrix at
 // e.data / e.scales / e.biases bytes into it). Slot s reads x + (s / x_group) * x_stride (gate_up: the slots of a
 // row share its x; down: each slot its own gate_up output) and writes y + s * y_stride, scaled by weights[s] when
@@ -372,6 +372,11 @@ __global__ void __launch_bounds__(WARPS * 32) expert_matvec(ExpertMatrixRef e, c
   kernel_entry();
   const int64_t slot = blockIdx.x / panels, panel = blockIdx.x % panels;
   const char* base = static_cast<const char*>(blocks[ids[slot]]);
+  if (!base) {  // not in VRAM (hybrid placement: the CPU runs it): its down output is zero, its gate_up unread
+    if (XMODE == 2 && threadIdx.x < 16 && panel * 16 + threadIdx.x < e.shape.rows)
+      y[slot * y_stride + panel * 16 + threadIdx.x] = 0.0f;
+    return;
+  }
   MatrixRef w = e.shape;
   w.data = base + e.data;
   w.scales = base + e.scales;

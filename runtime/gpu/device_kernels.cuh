@@ -168,8 +168,8 @@ bool experts_routable(const ExpertMatrixRef& gate_up, const ExpertMatrixRef& dow
 void route_topk(const float* logits, int64_t rows, int64_t experts, int64_t k, bool renormalize, int32_t* ids,
                 float* weights, cudaStream_t stream);
 // hidden[r] += sum_j weights[r*k + j] * down_j(silu(gate_j x[r]) * up_j x[r]) over each row's k routed experts,
-// whose VRAM blocks are blocks[ids[r*k + j]]; gate_up_out: rows*k x 2I floats and down_out: rows*k x H floats of
-// scratch. x and hidden: rows x H.
+// whose VRAM blocks are blocks[ids[r*k + j]] (a null block: that choice adds nothing here, for the CPU to run);
+// gate_up_out: rows*k x 2I floats and down_out: rows*k x H floats of scratch. x and hidden: rows x H.
 void routed_experts(const ExpertMatrixRef& gate_up, const ExpertMatrixRef& down, const void* const* blocks,
                     const int32_t* ids, const float* weights, int64_t rows, int64_t k, const float* x,
                     float* gate_up_out, float* down_out, float* hidden, cudaStream_t stream);

@@ -41,11 +41,13 @@ int64_t GpuLayers::kv_layer_pages(int64_t window, int64_t context, int64_t max_c
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <list>
 #include <numeric>
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -370,8 +372,11 @@ struct GpuLayers::Impl {
   uint64_t clock = 0;
   // VRAM expert tier.
   tiering::ExpertLayout expert_layout;
-  std::unordered_map<int64_t, DeviceBuffer> resident;  // key -> block
-  std::vector<DeviceBuffer> slots;
+  // The resident blocks and the slots, each set carved from one allocation: a cudaMalloc per block rounds a 2.65 MB
+  // expert up to 4 MiB (1.8 GB outside the ledger for 1245 resident experts of Qwen3-30B-A3B on an H200).
+  DeviceBuffer resident_slab, slot_slab;
+  std::unordered_map<int64_t, void*> resident;  // key -> block
+  std::vector<void*> slots;
   std::vector<int64_t> slot_key;
   std::vector<uint64_t> slot_use;
   std::vector<cudaEvent_t> slot_free;  // recorded on the compute stream after the last use of a slot
@@ -380,9 +385,22 @@ struct GpuLayers::Impl {
   // Device routing (decode of layers whose experts are all resident): a table of every (layer, expert)'s VRAM block
   // (null where not resident), the expert matrices as offsets into a block, and scratch for the routed rows.
   std::vector<bool> routes_on_device;  // per GPU layer
+  // Per GPU layer: some experts resident, not all, and options.cpu_expert_rows: decode rows route on the device, the
+  // VRAM experts run there (null table entries for the others) and the CPU runs the others (hybrid_decode).
+  std::vector<bool> hybrid_on_device;
+  PinnedBuffer hybrid_host;  // the routed ids and weights of a hybrid decode step, downloaded
   DeviceBuffer expert_table, route_ids, route_weights, routed_gate_up_out, routed_down_out;
   device::ExpertMatrixRef routed_gate_up, routed_down;
   bool device_routing = env_on("TIERLM_GPU_DEVICE_ROUTING");  // "0": always route on the host (A/B runs)
+  // Hybrid placement (options.cpu_expert_rows): the engine's MoeBlock, the step's normed rows and the CPU experts'
+  // sum in pinned memory, that sum in VRAM, and an event after the router's download (the shared expert runs on the
+  // GPU while the host waits for it).
+  engine::MoeBlock* host_moe = nullptr;
+  PinnedBuffer cpu_x_host, cpu_sum_host;
+  DeviceBuffer cpu_sum_dev;
+  cudaEvent_t router_ready = nullptr;
+  std::vector<int32_t> cpu_ids, cpu_experts_now;  // (cpu_experts_now: a hybrid decode step's distinct CPU experts)
+  std::vector<float> cpu_weights;
   GpuExpertStats stats;
   uint64_t weight_bytes = 0;
   // Profiling (options.profile): an event before each operation; after the step's sync, the time to the next event
@@ -423,6 +441,8 @@ struct GpuLayers::Impl {
     if (const char* v = std::getenv("TIERLM_GPU_SPLIT_GEMM")) options.split_gemm_activations = std::string(v) == "1";
     if (const char* v = std::getenv("TIERLM_GPU_PACKED_MMA"); v && std::string(v) == "all")
       options.packed_mma_4bit = true;
+    if (const char* v = std::getenv("TIERLM_GPU_CPU_EXPERT_ROWS")) options.cpu_expert_rows = std::atoll(v);
+    options.cpu_expert_rows = std::clamp<int64_t>(options.cpu_expert_rows, 0, max_chunk);
     if (!c.arch.mla && (c.head_dim % 16 != 0 || c.head_dim > kMaxAttentionHeadDim))
       throw std::invalid_argument(fmt::format("gpu: head_dim {} is not supported (a multiple of 16, at most {})",
                                               c.head_dim, kMaxAttentionHeadDim));
@@ -461,9 +481,15 @@ struct GpuLayers::Impl {
   // Constructor phases (setup_report): each adds the wall time since the previous one.
   std::chrono::steady_clock::time_point phase_clock;
   std::vector<std::pair<std::string, double>> setup_phases;
+  // Device memory in use after each phase (cudaMemGetInfo: this process and any other), against the VRAM ledger:
+  // what the CUDA context, cuBLAS and kernel images take beside the ledger's buffers.
+  std::vector<std::pair<uint64_t, uint64_t>> setup_memory;  // (device bytes in use, ledger bytes)
   void setup_phase(const char* what) {
     const auto t = std::chrono::steady_clock::now();
     setup_phases.push_back({what, std::chrono::duration<double, std::milli>(t - phase_clock).count()});
+    size_t free = 0, total = 0;
+    cudaMemGetInfo(&free, &total);
+    setup_memory.push_back({uint64_t(total - free), vram.used()});
     phase_clock = t;
   }
 
@@ -478,6 +504,7 @@ struct GpuLayers::Impl {
     for (auto& g : graphs) cudaGraphExecDestroy(g.second);
     for (auto e : slot_free) cudaEventDestroy(e);
     for (auto e : slot_ready) cudaEventDestroy(e);
+    if (router_ready) cudaEventDestroy(router_ready);
     if (blas) cublas()->destroy(blas);
     if (stream) cudaStreamDestroy(stream);
     if (copy_stream) cudaStreamDestroy(copy_stream);
@@ -890,18 +917,25 @@ struct GpuLayers::Impl {
     if (!w.experts) throw std::invalid_argument("gpu: MoE model without an expert tier");
     expert_layout = w.experts->store().layout();
     const int64_t E = c.num_experts;
+    const size_t stride = (expert_layout.bytes + 255) / 256 * 256;
+    std::vector<std::pair<int64_t, int64_t>> keep;  // (layer, expert), each once
+    std::unordered_set<int64_t> seen;
     for (const auto& [layer, expert] : options.resident_experts) {
       if (layer < 0 || layer >= gpu_layers || expert < 0 || expert >= E || !layers[size_t(layer)].sparse) continue;
-      const int64_t key = layer * E + expert;
-      if (resident.count(key)) continue;
-      DeviceBuffer block(vram, "resident_experts", expert_layout.bytes);
-      fill_block_sync(layers[size_t(layer)].expert_layer, expert, block.as());
-      resident.emplace(key, std::move(block));
+      if (seen.insert(layer * E + expert).second) keep.emplace_back(layer, expert);
+    }
+    if (!keep.empty()) resident_slab = DeviceBuffer(vram, "resident_experts", keep.size() * stride);
+    for (size_t i = 0; i < keep.size(); ++i) {
+      const auto [layer, expert] = keep[i];
+      void* block = resident_slab.as<char>() + i * stride;
+      fill_block_sync(layers[size_t(layer)].expert_layer, expert, block);
+      resident.emplace(layer * E + expert, block);
     }
     const int64_t want = options.expert_slots > 0 ? options.expert_slots : 4 * c.num_experts_per_tok;
     const int64_t count = std::max<int64_t>(want, c.num_experts_per_tok);
+    slot_slab = DeviceBuffer(vram, "expert_cache", size_t(count) * stride);
     for (int64_t s = 0; s < count; ++s) {
-      slots.emplace_back(vram, "expert_cache", expert_layout.bytes);
+      slots.push_back(slot_slab.as<char>() + size_t(s) * stride);
       slot_key.push_back(-1);
       slot_use.push_back(0);
       cudaEvent_t a, b;
@@ -922,6 +956,15 @@ struct GpuLayers::Impl {
     const size_t route = size_t(max_chunk * c.num_experts_per_tok) * 8;
     moe_dev = DeviceBuffer(vram, "scratch", route);
     moe_host = PinnedBuffer(options.host_ledger, route);
+    check(cudaEventCreateWithFlags(&router_ready, cudaEventDisableTiming), "event");
+    if (const int64_t rows = options.cpu_expert_rows; rows > 0) {
+      cpu_x_host = PinnedBuffer(options.host_ledger, size_t(rows * c.hidden_size) * 4);
+      cpu_sum_host = PinnedBuffer(options.host_ledger, size_t(rows * c.hidden_size) * 4);
+      cpu_sum_dev = DeviceBuffer(vram, "scratch", size_t(rows * c.hidden_size) * 4);
+      cpu_ids.reserve(size_t(rows * c.num_experts_per_tok));
+      cpu_weights.reserve(size_t(rows * c.num_experts_per_tok));
+      cpu_experts_now.reserve(size_t(rows * c.num_experts_per_tok));
+    }
     setup_device_routing();
   }
 
@@ -929,6 +972,7 @@ struct GpuLayers::Impl {
   void setup_device_routing() {
     const int64_t E = c.num_experts, k = c.num_experts_per_tok;
     routes_on_device.assign(size_t(gpu_layers), false);
+    hybrid_on_device.assign(size_t(gpu_layers), false);
     // gpt-oss's router bias, expert biases and clamped SwiGLU are not in the device routing kernels: host routing.
     // Nor are DeepSeek's routers (sigmoid scores, score-correction bias, group limits, routed scaling).
     const model::RouterConfig& router = c.router;
@@ -937,7 +981,7 @@ struct GpuLayers::Impl {
                               router.routed_scaling_factor == 1.0;
     // Nor are Gemma 4's (its router input, per_expert_scale, GeGLU experts).
     if (!device_routing || resident.empty() || c.arch.gpt_oss || c.arch.gemma4 || !plain_router) return;
-    const char* some = static_cast<const char*>(resident.begin()->second.as());
+    const char* some = static_cast<const char*>(resident.begin()->second);
     const tiering::ExpertViews v = expert_layout.views(some);
     auto as_offsets = [&](const kernels::WeightView& m) {
       device::ExpertMatrixRef r;
@@ -958,17 +1002,19 @@ struct GpuLayers::Impl {
         routes_on_device[size_t(l)] = true;  // a dense layer needs no routing (host_free below)
         continue;
       }
-      bool all = true;
+      bool all = true, some_resident = false;
       for (int64_t e = 0; e < E; ++e) {
         const auto it = resident.find(l * E + e);
         if (it == resident.end()) {
           all = false;
         } else {
-          table[size_t(l * E + e)] = it->second.as();
+          table[size_t(l * E + e)] = it->second;
+          some_resident = true;
         }
       }
       routes_on_device[size_t(l)] = all;
-      any |= all;
+      hybrid_on_device[size_t(l)] = !all && some_resident && options.cpu_expert_rows > 0;
+      any |= all || hybrid_on_device[size_t(l)];
     }
     if (!any) return;
     expert_table = DeviceBuffer(vram, "scratch", table.size() * sizeof(void*));
@@ -979,6 +1025,8 @@ struct GpuLayers::Impl {
     route_weights = DeviceBuffer(vram, "scratch", size_t(slots) * 4);
     routed_gate_up_out = DeviceBuffer(vram, "scratch", size_t(slots * routed_gate_up.shape.rows) * 4);
     routed_down_out = DeviceBuffer(vram, "scratch", size_t(slots * routed_down.shape.rows) * 4);
+    if (std::find(hybrid_on_device.begin(), hybrid_on_device.end(), true) != hybrid_on_device.end())
+      hybrid_host = PinnedBuffer(options.host_ledger, size_t(slots) * 8);
   }
 
   // Host block of an expert (from the host expert cache: resident, cached, or read from NVMe now).
@@ -1804,7 +1852,7 @@ struct GpuLayers::Impl {
 
   void moe(int64_t l, int64_t n) {
     const DeviceLayer& d = layers[size_t(l)];
-    const int64_t H = c.hidden_size, E = c.num_experts, k = c.num_experts_per_tok;
+    const int64_t E = c.num_experts, k = c.num_experts_per_tok;
     float* h = hidden.as<float>();
     const float* x = normed.as<float>();
     if (n <= device::kMaxMatvecRows && routes_on_device[size_t(l)]) {
@@ -1819,34 +1867,101 @@ struct GpuLayers::Impl {
                              routed_gate_up_out.as<float>(), routed_down_out.as<float>(), h, stream);
       stats.resident_hits += uint64_t(n * k);
       ++stats.device_routed;
+      shared_expert(l, n);
+    } else if (n <= device::kMaxMatvecRows && hybrid_on_device[size_t(l)] && host_moe && n <= options.cpu_expert_rows) {
+      hybrid_decode(l, n);
     } else {
-      host_routed(l, n, x, x, h);
-    }
-    if (d.shared_down.present()) {  // qwen2_moe's gated shared expert, or DeepSeek's ungated shared experts
-      mark("moe: shared expert");
-      const int64_t S = c.shared_expert_intermediate_size;
-      multiply(d.shared_gate_up.ref, x, n, ffn.as<float>(), 2 * S, false);
-      device::silu_gate(ffn.as<float>(), n, S, act.as<float>(), stream);
-      if (w.layers[size_t(l)].shared_expert_gate.empty()) {
-        multiply(d.shared_down.ref, act.as<float>(), n, h, H, true);
-      } else {
-        multiply(d.shared_down.ref, act.as<float>(), n, out.as<float>(), H, false);
-        device::sigmoid_gate_add(x, d.shared_expert_gate.as<float>(), out.as<float>(), n, H, h, stream);
-      }
+      // The shared expert is enqueued while the host routes (and runs experts on the CPU), so the GPU works then.
+      host_routed(l, n, x, x, h, [&] { shared_expert(l, n); });
     }
   }
 
-  // The routed experts with routing on the host: the router's output comes down (one small download and a sync per
-  // MoE layer), and experts missing in VRAM are copied from the host expert cache through pinned staging. The experts
-  // read x and add into h; the router reads route_x (Gemma 4's router input; x elsewhere).
-  void host_routed(int64_t l, int64_t n, const float* x, const float* route_x, float* h) {
+  // Hybrid placement, decode: routing on the device, the routed experts in VRAM there (a null table entry adds
+  // nothing), the shared expert after them; meanwhile the ids, weights and rows come down, and the CPU runs the
+  // choices whose experts are not in VRAM (from the host expert cache); their sum goes up and is added last.
+  void hybrid_decode(int64_t l, int64_t n) {
     const DeviceLayer& d = layers[size_t(l)];
     const int64_t H = c.hidden_size, E = c.num_experts, k = c.num_experts_per_tok;
+    float* h = hidden.as<float>();
+    const float* x = normed.as<float>();
+    mark("moe: router + device routing + VRAM experts (hybrid)");
+    multiply(d.router.ref, x, n, router_dev.as<float>(), E, false);
+    device::route_topk(router_dev.as<float>(), n, E, k, c.arch.moe_renormalize || c.norm_topk_prob,
+                       route_ids.as<int32_t>(), route_weights.as<float>(), stream);
+    int32_t* ids = hybrid_host.as<int32_t>();
+    float* weights = reinterpret_cast<float*>(ids + device::kMaxMatvecRows * k);
+    check(cudaMemcpyAsync(ids, route_ids.as(), size_t(n * k) * 4, cudaMemcpyDeviceToHost, stream), "ids down");
+    check(cudaMemcpyAsync(weights, route_weights.as(), size_t(n * k) * 4, cudaMemcpyDeviceToHost, stream),
+          "weights down");
+    check(cudaMemcpyAsync(cpu_x_host.as(), x, size_t(n * H) * 4, cudaMemcpyDeviceToHost, stream), "rows down");
+    check(cudaEventRecord(router_ready, stream), "router record");
+    device::routed_experts(routed_gate_up, routed_down, expert_table.as<const void* const>() + l * E,
+                           route_ids.as<int32_t>(), route_weights.as<float>(), n, k, x,
+                           routed_gate_up_out.as<float>(), routed_down_out.as<float>(), h, stream);
+    shared_expert(l, n);
+    ++stats.device_routed;
+    check(cudaEventSynchronize(router_ready), "router");
+    cpu_ids.assign(ids, ids + n * k);
+    cpu_weights.assign(weights, weights + n * k);
+    std::vector<int32_t>& on_cpu = cpu_experts_now;
+    on_cpu.clear();
+    for (int32_t& e : cpu_ids) {
+      if (e < 0 || e >= E) throw std::runtime_error(fmt::format("gpu: device routing chose expert {} of {}", e, E));
+      if (resident.count(l * E + e)) {
+        e = engine::MoeBlock::kNotHere;
+        ++stats.resident_hits;
+      } else if (std::find(on_cpu.begin(), on_cpu.end(), e) == on_cpu.end()) {
+        on_cpu.push_back(e);
+      }
+    }
+    if (on_cpu.empty()) return;
+    mark("moe: experts on the CPU (host time)");
+    float* sum = cpu_sum_host.as<float>();
+    std::fill(sum, sum + n * H, 0.0f);
+    host_moe->accumulate_routed(l, cpu_x_host.as<float>(), n, cpu_ids, cpu_weights, sum);
+    check(cudaMemcpyAsync(cpu_sum_dev.as(), sum, size_t(n * H) * 4, cudaMemcpyHostToDevice, stream), "cpu experts up");
+    device::add(h, cpu_sum_dev.as<float>(), n * H, stream);
+    stats.cpu_experts += on_cpu.size();
+  }
+
+  // qwen2_moe's gated shared expert, or DeepSeek's ungated shared experts (none: nothing), added to hidden.
+  void shared_expert(int64_t l, int64_t n) {
+    const DeviceLayer& d = layers[size_t(l)];
+    if (!d.shared_down.present()) return;
+    const int64_t H = c.hidden_size;
+    float* h = hidden.as<float>();
+    const float* x = normed.as<float>();
+    mark("moe: shared expert");
+    const int64_t S = c.shared_expert_intermediate_size;
+    multiply(d.shared_gate_up.ref, x, n, ffn.as<float>(), 2 * S, false);
+    device::silu_gate(ffn.as<float>(), n, S, act.as<float>(), stream);
+    if (w.layers[size_t(l)].shared_expert_gate.empty()) {
+      multiply(d.shared_down.ref, act.as<float>(), n, h, H, true);
+    } else {
+      multiply(d.shared_down.ref, act.as<float>(), n, out.as<float>(), H, false);
+      device::sigmoid_gate_add(x, d.shared_expert_gate.as<float>(), out.as<float>(), n, H, h, stream);
+    }
+  }
+
+  // The routed experts with routing on the host: the router's output comes down (one small download and a wait per
+  // MoE layer), and experts missing in VRAM are copied from the host expert cache through pinned staging, or, in
+  // steps of at most options.cpu_expert_rows rows with a host MoeBlock, run on the CPU from that cache (their sum
+  // goes up and is added to h after the VRAM experts). The experts read x and add into h; the router reads route_x
+  // (Gemma 4's router input; x elsewhere). before_wait enqueues GPU work that overlaps the host's part.
+  void host_routed(int64_t l, int64_t n, const float* x, const float* route_x, float* h,
+                   const std::function<void()>& before_wait = {}) {
+    const DeviceLayer& d = layers[size_t(l)];
+    const int64_t H = c.hidden_size, E = c.num_experts, k = c.num_experts_per_tok;
+    const bool cpu_step = host_moe && n <= options.cpu_expert_rows;
     mark("moe: router + host routing");
     multiply(d.router.ref, route_x, n, router_dev.as<float>(), E, false);
     check(cudaMemcpyAsync(router_host.as(), router_dev.as(), size_t(n * E) * 4, cudaMemcpyDeviceToHost, stream),
           "router down");
-    check(cudaStreamSynchronize(stream), "router");
+    if (cpu_step)
+      check(cudaMemcpyAsync(cpu_x_host.as(), x, size_t(n * H) * 4, cudaMemcpyDeviceToHost, stream), "rows down");
+    check(cudaEventRecord(router_ready, stream), "router record");
+    if (before_wait) before_wait();
+    check(cudaEventSynchronize(router_ready), "router");
     if (const std::vector<float>& bias = w.layers[size_t(l)].router_bias; !bias.empty())  // gpt-oss, as the CPU's
       for (int64_t i = 0; i < n; ++i)
         for (int64_t e = 0; e < E; ++e) router_host.as<float>()[i * E + e] += bias[size_t(e)];
@@ -1869,10 +1984,22 @@ struct GpuLayers::Impl {
         weight_of[size_t(e)].push_back(weights[size_t(i * k + j)]);
       }
     // Experts already in VRAM first, so their compute overlaps the copies of the others.
-    std::stable_partition(used.begin(), used.end(), [&](int32_t e) {
+    const auto in_vram = std::stable_partition(used.begin(), used.end(), [&](int32_t e) {
       const int64_t key = l * E + e;
       return resident.count(key) || slot_of.count(key);
     });
+    // A CPU step: the others run on the CPU, their choices marked in cpu_ids (the rest engine::MoeBlock::kNotHere).
+    size_t cpu_count = 0;
+    if (cpu_step) {
+      cpu_count = size_t(used.end() - in_vram);
+      std::vector<bool> on_cpu(size_t(E), false);
+      for (auto it = in_vram; it != used.end(); ++it) on_cpu[size_t(*it)] = true;
+      used.erase(in_vram, used.end());
+      cpu_ids.assign(ids.begin(), ids.end());
+      cpu_weights.assign(weights.begin(), weights.end());
+      for (size_t j = 0; j < cpu_ids.size(); ++j)
+        if (!on_cpu[size_t(cpu_ids[j])]) cpu_ids[j] = engine::MoeBlock::kNotHere;
+    }
     // Route table (row index, weight) per expert, uploaded once.
     int32_t* route_rows = moe_host.as<int32_t>();
     float* route_weights = reinterpret_cast<float*>(route_rows + max_chunk * k);
@@ -1907,7 +2034,7 @@ struct GpuLayers::Impl {
       const void* block = nullptr;
       int64_t slot = -1;
       if (auto r = resident.find(key); r != resident.end()) {
-        block = r->second.as();
+        block = r->second;
         ++stats.resident_hits;
       } else if (auto s = slot_of.find(key); s != slot_of.end()) {
         slot = s->second;
@@ -1934,7 +2061,7 @@ struct GpuLayers::Impl {
         std::memcpy(expert_staging[staging].as(), host_block(v), expert_layout.bytes);
         host_cache.release(el, e);
         check(cudaStreamWaitEvent(copy_stream, slot_free[size_t(slot)]), "slot wait");
-        check(cudaMemcpyAsync(slots[size_t(slot)].as(), expert_staging[staging].as(), expert_layout.bytes,
+        check(cudaMemcpyAsync(slots[size_t(slot)], expert_staging[staging].as(), expert_layout.bytes,
                               cudaMemcpyHostToDevice, copy_stream),
               "expert copy");
         check(cudaEventRecord(staging_done[staging], copy_stream), "staging record");
@@ -1947,7 +2074,7 @@ struct GpuLayers::Impl {
         stats.bytes_copied += expert_layout.bytes;
       }
       if (slot >= 0) {
-        block = slots[size_t(slot)].as();
+        block = slots[size_t(slot)];
         slot_use[size_t(slot)] = ++clock;
       }
       const tiering::ExpertViews v = expert_layout.views(block);
@@ -1968,6 +2095,17 @@ struct GpuLayers::Impl {
       device::add_bias_rows(out.as<float>(), m, H, H, v.down_bias, stream);
       device::scatter_add_rows(out.as<float>(), idx, weights_dev + offset[size_t(e)], m, H, h, stream);
       if (slot >= 0) check(cudaEventRecord(slot_free[size_t(slot)], stream), "slot free");
+    }
+    if (cpu_count > 0) {
+      // The GPU runs what was enqueued above while the CPU runs the rest; their sum goes up behind it.
+      // (The pinned buffers are free: the previous layer's upload came before this layer's router_ready.)
+      mark("moe: experts on the CPU (host time)");
+      float* sum = cpu_sum_host.as<float>();
+      std::fill(sum, sum + n * H, 0.0f);
+      host_moe->accumulate_routed(l, cpu_x_host.as<float>(), n, cpu_ids, cpu_weights, sum);
+      check(cudaMemcpyAsync(cpu_sum_dev.as(), sum, size_t(n * H) * 4, cudaMemcpyHostToDevice, stream), "cpu experts up");
+      device::add(h, cpu_sum_dev.as<float>(), n * H, stream);
+      stats.cpu_experts += cpu_count;
     }
   }
 };
@@ -2003,6 +2141,7 @@ int64_t GpuLayers::cached_positions(const void* sequence) const {
 }
 tiering::Ledger& GpuLayers::vram_ledger() { return impl_->vram; }
 GpuExpertStats GpuLayers::expert_stats() const { return impl_->stats; }
+void GpuLayers::set_host_experts(engine::MoeBlock* moe) { impl_->host_moe = moe; }
 uint64_t GpuLayers::weight_bytes() const { return impl_->weight_bytes; }
 std::string GpuLayers::profile_report() const {
   std::string out;
@@ -2020,7 +2159,12 @@ std::string GpuLayers::profile_report() const {
 }
 std::string GpuLayers::setup_report() const {
   std::string out;
-  for (const auto& [what, ms] : impl_->setup_phases) out += fmt::format("    {:<28} {:9.1f} ms\n", what, ms);
+  for (size_t i = 0; i < impl_->setup_phases.size(); ++i) {
+    const auto& [what, ms] = impl_->setup_phases[i];
+    const auto& [used, ledger] = impl_->setup_memory[i];
+    out += fmt::format("    {:<28} {:9.1f} ms   device memory in use {:8.1f} MiB, VRAM ledger {:8.1f} MiB\n", what, ms,
+                       double(used) / 1048576.0, double(ledger) / 1048576.0);
+  }
   return out;
 }
 void GpuLayers::reset_profile() {
@@ -2059,6 +2203,7 @@ int64_t GpuLayers::kv_window_pages_free() const { return 0; }
 int64_t GpuLayers::kv_page_positions() { return 64; }
 tiering::Ledger& GpuLayers::vram_ledger() { throw std::runtime_error("no CUDA backend"); }
 GpuExpertStats GpuLayers::expert_stats() const { return {}; }
+void GpuLayers::set_host_experts(engine::MoeBlock*) {}
 uint64_t GpuLayers::weight_bytes() const { return 0; }
 std::string GpuLayers::profile_report() const { return {}; }
 std::string GpuLayers::setup_report() const { return {}; }

@@ -25,6 +25,10 @@
 #include "runtime/model/model.h"
 #include "tiering/ledger.h"
 
+namespace tierlm::engine {
+class MoeBlock;
+}
+
 namespace tierlm::gpu {
 
 // f32: exact (the CPU's f32 KV; twice f16's VRAM), for checks against transformers at 1e-3.
@@ -56,6 +60,13 @@ struct GpuOptions {
   // MoE: hot experts kept in VRAM for the whole run, and evictable VRAM slots for the others (0: 4 x top_k).
   std::vector<std::pair<int64_t, int64_t>> resident_experts;  // (layer, expert), layers < `layers`
   int64_t expert_slots = 0;
+  // Hybrid MoE placement (llama.cpp's --n-cpu-moe, per expert): in steps of at most this many rows, the routed
+  // experts of GPU layers that are not in VRAM (neither resident nor in a slot) run on the CPU, from the host expert
+  // cache (RAM, or read from disk), through the MoeBlock given to set_host_experts, while the GPU runs the VRAM
+  // experts and the shared expert; only their sum crosses PCIe (rows x hidden floats up, the normed rows down).
+  // Larger steps (prefill) copy them into VRAM slots, where a copy costs less than the CPU's compute. 0: always copy.
+  // The planner sets it (Plan::gpu_cpu_expert_rows); TIERLM_GPU_CPU_EXPERT_ROWS=N overrides it (A/B runs).
+  int64_t cpu_expert_rows = 0;
   // Programmatic dependent launch (kernels overlap their weight loads with the previous kernel's tail); off only
   // for A/B measurements.
   bool programmatic_launch = true;
@@ -108,6 +119,7 @@ struct GpuExpertStats {
   uint64_t resident_hits = 0, slot_hits = 0, misses = 0;
   uint64_t bytes_copied = 0;          // host -> VRAM expert bytes
   uint64_t device_routed = 0;         // MoE layer steps routed on the device (<= 4 rows, every expert resident)
+  uint64_t cpu_experts = 0;           // (row-group, expert) runs on the CPU (cpu_expert_rows), one per expert a step
 };
 
 class GpuLayers {
@@ -149,6 +161,9 @@ class GpuLayers {
   // longer than max_chunk (pages of 64 positions against 32), so KVCache::holds_prefix answers for both.
   int64_t cached_positions(const void* sequence) const;
 
+  // The CPU side of hybrid MoE placement (GpuOptions::cpu_expert_rows): the MoeBlock of the engine that runs the
+  // other layers (engine::Forward::use_gpu passes its own), on the same model; null: experts not in VRAM are copied.
+  void set_host_experts(engine::MoeBlock* moe);
   tiering::Ledger& vram_ledger();
   GpuExpertStats expert_stats() const;
   uint64_t weight_bytes() const;  // device bytes of the uploaded weights (what one decode step reads)

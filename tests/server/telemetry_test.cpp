@@ -57,6 +57,7 @@ GpuCounters sample_gpu() {
   g.expert_misses = 100;
   g.expert_bytes_copied = 4096000;
   g.expert_device_routed = 48;
+  g.expert_cpu = 37;
   return g;
 }
 
@@ -120,6 +121,7 @@ TEST(Telemetry, GpuSnapshotReachesHealthMetricsAndStream) {
   EXPECT_EQ(experts.at("misses").to_number<uint64_t>(), 100u);
   EXPECT_EQ(experts.at("bytes_copied").to_number<uint64_t>(), 4096000u);
   EXPECT_EQ(experts.at("device_routed_layer_steps").to_number<uint64_t>(), 48u);
+  EXPECT_EQ(experts.at("on_cpu").to_number<uint64_t>(), 37u);
   EXPECT_DOUBLE_EQ(experts.at("hit_rate").as_double(), 0.9);
 
   const auto lines = samples(s.telemetry.metrics());
@@ -130,7 +132,8 @@ TEST(Telemetry, GpuSnapshotReachesHealthMetricsAndStream) {
                            "tierlm_gpu_vram_budget_bytes 85899345920",
                            "tierlm_gpu_expert_hits_total{tier=\"resident\"} 700",
                            "tierlm_gpu_expert_hits_total{tier=\"slot\"} 200", "tierlm_gpu_expert_misses_total 100",
-                           "tierlm_gpu_expert_copied_bytes_total 4096000", "tierlm_gpu_moe_device_routed_total 48"})
+                           "tierlm_gpu_expert_copied_bytes_total 4096000", "tierlm_gpu_moe_device_routed_total 48",
+                           "tierlm_gpu_expert_cpu_total 37"})
     EXPECT_TRUE(has_line(lines, line)) << line;
 
   TelemetryCursor cursor;

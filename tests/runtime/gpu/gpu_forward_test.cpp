@@ -191,9 +191,11 @@ Comparison compare_traces(const Trace& ours, const Trace& oracle, int64_t V, dou
   return c;
 }
 
-// all_resident: every expert of the GPU layers resident in VRAM, so decode rows route on the device.
+// all_resident: every expert of the GPU layers resident in VRAM, so decode rows route on the device. cpu_experts:
+// hybrid placement (GpuOptions::cpu_expert_rows above the prompt's rows): the GPU layers' experts outside VRAM run
+// on the CPU through the engine's MoeBlock (here the oracle's, on the exact copy: exact math as the oracle's).
 void compare(const std::string& name, std::optional<kernels::WeightFormat> format, gpu::GpuKvCodec codec,
-             double tolerance, bool all_resident = false) {
+             double tolerance, bool all_resident = false, bool cpu_experts = false) {
   tiering::Ledger ledger;
   model::LoadOptions options;
   options.ledger = &ledger;
@@ -229,6 +231,7 @@ void compare(const std::string& name, std::optional<kernels::WeightFormat> forma
     } else if (q.config.arch.moe) {
       for (int64_t e = 0; e < q.config.num_experts / 2; ++e) o.resident_experts.push_back({0, e});
       o.expert_slots = q.config.num_experts_per_tok;  // the fewest: misses copy from the host cache
+      if (cpu_experts) o.cpu_expert_rows = 16;       // the prompt's 10 rows and every decode step
     }
     auto g = std::make_shared<gpu::GpuLayers>(q, o, 32, 64);
     const Trace ours = run_trace(exact, ledger, g, &oracle.tokens, kv_codec);
@@ -256,6 +259,16 @@ void compare(const std::string& name, std::optional<kernels::WeightFormat> forma
       // Every decode step routes every GPU layer on the device (the prompt routes on the host: 10 rows).
       EXPECT_EQ(st.device_routed, uint64_t(kSteps * layers)) << name;
       EXPECT_EQ(st.misses, 0u);
+    } else if (q.config.arch.moe && cpu_experts) {
+      // Nothing is copied: what is not resident in VRAM ran on the CPU; layer 0's resident half on the GPU.
+      std::printf("[ HYBRID   ] %s gpu_layers=%lld: %llu experts on the CPU, %llu VRAM hits\n", name.c_str(),
+                  (long long)layers, (unsigned long long)st.cpu_experts, (unsigned long long)st.resident_hits);
+      EXPECT_EQ(st.misses, 0u) << name;  // (bytes_copied counts the resident half's uploads at construction)
+      EXPECT_GT(st.cpu_experts, 0u) << name;
+      EXPECT_GT(st.resident_hits, 0u) << name;
+      // Packed experts: layer 0 (half resident) decodes hybrid on the device, routing there; the others (none
+      // resident) route on the host.
+      if (format == kernels::WeightFormat::q4) EXPECT_EQ(st.device_routed, uint64_t(kSteps)) << name;
     } else if (q.config.arch.moe && layers == q.config.num_layers) {
       EXPECT_GT(st.resident_hits, 0u);
       EXPECT_GT(st.misses, 0u);
@@ -302,6 +315,16 @@ TEST_P(GpuFixture, Q8AllExpertsInVramMatchesExactMath) {
   SKIP_WITHOUT_GPU();
   if (GetParam().find("moe") == std::string::npos && GetParam() != "mixtral") GTEST_SKIP() << "dense model";
   compare(GetParam(), kernels::WeightFormat::q8_0, gpu::GpuKvCodec::f16, 1e-2, /*all_resident=*/true);
+}
+
+// Hybrid MoE placement: the experts outside VRAM on the CPU (the shared expert, where there is one, on the GPU
+// meanwhile), against the same oracle, stored and q4.
+TEST_P(GpuFixture, HybridCpuExpertsMatchExactMath) {
+  SKIP_WITHOUT_GPU();
+  if (GetParam().find("moe") == std::string::npos && GetParam() != "mixtral") GTEST_SKIP() << "dense model";
+  compare(GetParam(), std::nullopt, gpu::GpuKvCodec::f16, 1e-2, /*all_resident=*/false, /*cpu_experts=*/true);
+  compare(GetParam(), kernels::WeightFormat::q4, gpu::GpuKvCodec::f16, 1e-2, /*all_resident=*/false,
+          /*cpu_experts=*/true);
 }
 
 TEST_P(GpuFixture, Q8KvMatchesExactMath) {

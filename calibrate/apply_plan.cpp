@@ -28,6 +28,7 @@ gpu::GpuOptions gpu_options(const Plan& plan) {
   o.kv_codec = plan.gpu_kv_codec == "q8" ? gpu::GpuKvCodec::q8 : gpu::GpuKvCodec::f16;
   o.vram_budget = plan.gpu_budget_bytes;
   o.expert_slots = plan.gpu_expert_slots;
+  o.cpu_expert_rows = plan.gpu_cpu_expert_rows;
   // The sequences the planner sized the device KV and recurrent states for (serve sets its max_batch again).
   o.max_sequences = std::max<int64_t>(1, plan.batch);
   for (int64_t l = 0; l < int64_t(plan.gpu_resident_experts.size()) && l < plan.gpu_layers; ++l)

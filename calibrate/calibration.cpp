@@ -43,6 +43,7 @@ WisdomEntry calibrate_model(const CalibrateOptions& o) {
 
   PlanRequest request;
   request.budget_bytes = o.budget_bytes;
+  request.gpu_budget_bytes = o.gpu_budget_bytes;
   request.context = std::min<int64_t>(o.context, std::max<int64_t>(entry.model.max_context, 1));
   request.batch = o.batch;
   request.fit_batch = o.fit_batch;

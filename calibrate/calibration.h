@@ -26,6 +26,7 @@ struct CalibrateOptions {
   std::filesystem::path wisdom_path = default_wisdom_path();
   bool quick = false;
   uint64_t budget_bytes = 0;  // 0: planner default
+  uint64_t gpu_budget_bytes = 0;  // VRAM the plan may use at most (0: free device memory - 1 GiB)
   int64_t context = 4096;
   int64_t batch = kServeBatch;
   bool fit_batch = false;     // batch is the default, not asked for: the planner may lower it to fit (PlanRequest)

@@ -24,6 +24,7 @@ bj::value to_json(const Plan& p) {
   }
   o["gpu"] = bj::object{{"resident_experts", gpu_resident},
                         {"expert_slots", p.gpu_expert_slots},
+                        {"cpu_expert_rows", p.gpu_cpu_expert_rows},
                         {"kv_codec", p.gpu_kv_codec},
                         {"budget_bytes", p.gpu_budget_bytes}};
   bj::array resident;
@@ -89,6 +90,7 @@ Plan plan_from_json(const bj::value& v) {
       p.gpu_resident_experts.push_back(std::move(ids));
     }
     p.gpu_expert_slots = integer(go, "expert_slots", what);
+    if (go.contains("cpu_expert_rows")) p.gpu_cpu_expert_rows = integer(go, "cpu_expert_rows", what);
     p.gpu_kv_codec = string_or(go, "kv_codec", "f16");
     p.gpu_budget_bytes = unsigned_integer(go, "budget_bytes", what);
   }

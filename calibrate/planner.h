@@ -34,6 +34,7 @@ struct PlanRequest {
   std::optional<std::string> kv_codec;  // force a codec (f16, q8, turbo4, turbo3)
   std::optional<int> threads;
   std::optional<int64_t> gpu_layers;    // at most this many GPU layers (0: CPU only)
+  uint64_t gpu_budget_bytes = 0;        // VRAM the plan may use at most (0: free device memory - kGpuReserveBytes)
   // When given, cache hit rates are replayed on it instead of estimated: make_plan ranks the resident set on its
   // first half and replays the second (RouterTrace::held_out_from), so the plan is never judged on the tokens it was
   // chosen on.
@@ -59,6 +60,10 @@ inline constexpr double kGpuLayerOverheadSeconds = 36e-6;
 inline constexpr double kGpuExpertOverheadSeconds = 10e-6;
 inline constexpr uint64_t kGpuReserveBytes = 1ull << 30;  // GpuOptions' default: free memory minus 1 GiB
 inline constexpr uint64_t kGpuScratchBytes = 256ull << 20;
+// Hybrid MoE placement: copying an expert that is not in VRAM first goes through pinned staging with one CPU thread's
+// memcpy (runtime/gpu/gpu_layers.cpp host_routed), then over PCIe; a copy costs its bytes at the slower of this and
+// the measured H2D rate. A single core's memcpy on the H100/H200 hosts' Xeons: not probed, a constant.
+inline constexpr double kStagingCopyGbs = 10.0;
 inline constexpr double kGemmEfficiency = 0.6;          // fraction of square-SGEMM GFLOP/s prefill reaches
 // A turbo KV codec is picked by the planner only where calibrate measured it on this model at most this much above the
 // exact cache's perplexity (ModelProfile::kv_perplexity_increase); --kv-codec still forces any codec.
@@ -97,6 +102,9 @@ struct Plan {
   // MoE on the GPU: per GPU layer, the experts kept in VRAM for the whole run; evictable VRAM slots for the rest.
   std::vector<std::vector<int32_t>> gpu_resident_experts;
   int64_t gpu_expert_slots = 0;
+  // Hybrid MoE placement (gpu::GpuOptions::cpu_expert_rows): steps of at most this many rows run the GPU layers'
+  // experts that are not in VRAM on the CPU instead of copying them (0: always copy).
+  int64_t gpu_cpu_expert_rows = 0;
   std::string gpu_kv_codec = "f16";  // f16 | q8 (the device KV)
   uint64_t gpu_budget_bytes = 0;     // VRAM the plan may use
   // Per MoE layer: the expert ids kept in memory for the whole run.

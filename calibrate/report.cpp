@@ -97,8 +97,10 @@ std::string render_entry(const WisdomEntry& e) {
     if (m.moe()) {
       std::string per_layer;
       for (auto& l : p.gpu_resident_experts) per_layer += fmt::format("{} ", l.size());
-      line(fmt::format("  {:<16} {} resident in VRAM + {} VRAM slots (hit rate {:.1f}%)", "gpu experts",
-                       p.gpu_resident_count(), p.gpu_expert_slots, 100 * p.prediction.gpu_expert_hit_rate));
+      line(fmt::format("  {:<16} {} resident in VRAM + {} VRAM slots (hit rate {:.1f}%); the others {}", "gpu experts",
+                       p.gpu_resident_count(), p.gpu_expert_slots, 100 * p.prediction.gpu_expert_hit_rate,
+                       p.gpu_cpu_expert_rows > 0 ? fmt::format("on the CPU in steps of <= {} rows", p.gpu_cpu_expert_rows)
+                                                 : std::string("copied into slots")));
       line(fmt::format("  {:<16} {}", "vram/layer", per_layer));
     }
   }

@@ -62,6 +62,7 @@ ServingFit fit_serving(const WisdomEntry& e, const ServingRequest& r) {
   q.batch = batch;
   q.threads = threads;
   q.gpu_layers = stored.gpu_layers;
+  q.gpu_budget_bytes = stored.gpu_budget_bytes;  // a --gpu-memory cap stays (0: the plan had no GPU)
   q.kv_codec = codec;
   std::string why;
   std::optional<Plan> p = try_plan(e, q, &why);

@@ -22,6 +22,7 @@ struct CalibrateCliOptions {
   std::string prompts = std::string(TIERLM_SOURCE_DIR) + "/profiles/prompts";
   std::string weight_format;
   double budget_gib = 0;
+  double gpu_memory_gib = 0;
   int64_t context = 4096;
   int64_t batch = calibrate::kServeBatch;
   bool batch_given = false;
@@ -37,6 +38,7 @@ void run_calibrate(const CalibrateCliOptions& o) {
   c.prompts_dir = o.prompts;
   c.weight_format = o.weight_format;
   c.budget_bytes = uint64_t(o.budget_gib * double(1ull << 30));
+  c.gpu_budget_bytes = uint64_t(o.gpu_memory_gib * double(1ull << 30));
   c.context = o.context;
   c.batch = o.batch;
   c.fit_batch = !o.batch_given;
@@ -72,6 +74,10 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("--prompts", o->prompts, "Folder of *.txt prompts for router traces")->capture_default_str();
   cmd->add_option("--weight-format", o->weight_format, "Weight format the model will run in (as for run)");
   cmd->add_option("--budget", o->budget_gib, "Memory budget in GiB (0: 85% of usable memory)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--gpu-memory", o->gpu_memory_gib,
+                  "VRAM the plan may use, in GiB (0: free device memory minus 1 GiB): the GPU layers, device KV and "
+                  "the experts kept in VRAM; the other experts run on the CPU or are copied in")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--context", o->context, "Target context (tokens per sequence)")->check(CLI::Range(int64_t(16), int64_t(1) << 22));
   cmd->add_option("--batch", o->batch,
                   "Target batch (sequences decoded together; serve's default --max-batch). Not given: the plan may "

@@ -103,6 +103,41 @@ TEST(GpuPlanner, SmallGpuTakesWhatFitsAndTheHottestExperts) {
     for (size_t i = 0; i < layer.size(); ++i) EXPECT_EQ(layer[i], int32_t(i));
 }
 
+// calibrate --gpu-memory: the plan's VRAM stays under the cap (the GPU's free memory would allow 79 GB), with the
+// hottest experts in VRAM; the experts outside it run on the CPU in decode steps where the CPU's per-expert cost
+// (this profile's q4 matvec rate) beats a copy through staging and PCIe. With a CPU whose matvec is far slower than
+// a copy, copies win and the plan says so.
+TEST(GpuPlanner, GpuMemoryCapAndHybridExpertPlacement) {
+  DeviceProfile d = device("gpu-server-80gb");
+  const ModelProfile m = qwen3_moe_30b();
+  PlanRequest r;
+  r.batch = 1;
+  r.gpu_budget_bytes = 8ull << 30;
+  const Plan p = make_plan(d, m, r);
+  EXPECT_EQ(p.gpu_budget_bytes, 8ull << 30);
+  EXPECT_LE(vram(p), p.gpu_budget_bytes);
+  EXPECT_EQ(p.gpu_layers, m.layers) << p.gpu_reason;  // the layers' dense parts are small: all of them fit
+  EXPECT_GT(p.gpu_resident_count(), 0);
+  EXPECT_LT(p.gpu_resident_count(), m.moe_layers * m.experts);
+  EXPECT_GE(p.gpu_cpu_expert_rows, 1) << p.gpu_reason;
+  EXPECT_NE(p.gpu_reason.find("on the CPU in steps of up to"), std::string::npos) << p.gpu_reason;
+  EXPECT_EQ(gpu_options(p).cpu_expert_rows, p.gpu_cpu_expert_rows);
+  // A CPU far slower than a copy (at the staging copy's rate): the experts outside VRAM are copied.
+  const Plan replanned_copy = [&] {
+    PlanRequest q = r;
+    DeviceProfile fast = d;
+    fast.gpu.h2d_gbs = 1e4;  // (the staging copy still caps it)
+    for (auto& c : fast.compute) c.matvec_q4_gbs = c.matvec_q8_gbs = 0.05;  // a CPU far slower than a copy
+    return make_plan(fast, m, q);
+  }();
+  EXPECT_EQ(replanned_copy.gpu_cpu_expert_rows, 0) << replanned_copy.gpu_reason;
+  EXPECT_NE(replanned_copy.gpu_reason.find("copied into VRAM slots"), std::string::npos) << replanned_copy.gpu_reason;
+  // JSON keeps the field and the cap.
+  const Plan back = plan_from_json(to_json(p));
+  EXPECT_EQ(back.gpu_cpu_expert_rows, p.gpu_cpu_expert_rows);
+  EXPECT_EQ(back.gpu_budget_bytes, p.gpu_budget_bytes);
+}
+
 TEST(GpuPlanner, NoGpuOrZeroLayersKeepsTheCpuPlanWithAReason) {
   const Plan p = make_plan(device("laptop-8gb"), qwen3_moe_30b(), {});
   EXPECT_EQ(p.gpu_layers, 0);

@@ -55,6 +55,7 @@ FitAnswer fit_model(const FitModelShape& shape, const DeviceProfile& device, con
   a.profile = model_profile_from_config(config, a.weight_format, a.expert_format);
   PlanRequest base;
   base.budget_bytes = request.budget_bytes;
+  base.gpu_budget_bytes = request.gpu_budget_bytes;
   base.kv_codec = request.kv_codec;
   a.context = std::min<int64_t>(request.context, config.max_position_embeddings);
   a.prompt_tokens = std::min(request.prompt_tokens, a.context);

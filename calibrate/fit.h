@@ -31,6 +31,7 @@ struct FitModelShape {
 
 struct FitRequest {
   uint64_t budget_bytes = 0;    // 0: the planner's default share of usable memory
+  uint64_t gpu_budget_bytes = 0;  // VRAM cap (calibrate --gpu-memory); 0: the device's free VRAM minus 1 GiB
   int64_t context = 4096;       // clamped to the model's max_position_embeddings
   int64_t prompt_tokens = 512;  // for the time to first token
   std::optional<std::string> kv_codec;

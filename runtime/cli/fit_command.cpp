@@ -27,6 +27,7 @@ struct FitOptions {
   int64_t context = 4096;
   int64_t prompt_tokens = 512;
   double budget_gib = 0;
+  double gpu_memory_gib = 0;
   std::vector<double> budgets_gib;  // a table: one plan per budget
   std::string device;  // a device profile JSON instead of this machine's
   bool json = false;
@@ -37,6 +38,7 @@ constexpr double kGiB = double(1ull << 30);
 calibrate::FitRequest request_for(const FitOptions& o, double budget_gib) {
   calibrate::FitRequest r;
   r.budget_bytes = uint64_t(budget_gib * kGiB);
+  r.gpu_budget_bytes = uint64_t(o.gpu_memory_gib * kGiB);
   r.context = o.context;
   r.prompt_tokens = o.prompt_tokens;
   return r;
@@ -152,6 +154,9 @@ void fit(const FitOptions& o) {
     if (first.profile.moe())
       std::printf(", %lld resident experts (%.1f%% streamed), %lld cache slots", (long long)plan.resident_count(),
                   100 * first.streamed_expert_fraction, (long long)plan.cache_slots);
+    if (plan.gpu_layers > 0 && first.profile.moe())
+      std::printf(", %lld experts in VRAM (the others %s)", (long long)plan.gpu_resident_count(),
+                  plan.gpu_cpu_expert_rows > 0 ? "on the CPU in decode" : "copied in");
     std::printf("\npredicted: decode %.1f tok/s, prefill %.1f tok/s, time to first token %.2f s (%lld-token prompt), "
                 "memory %.2f GiB\n", p.decode_tokens_per_second, p.prefill_tokens_per_second,
                 first.time_to_first_token_seconds, (long long)first.prompt_tokens, double(p.total_memory()) / kGiB);
@@ -169,6 +174,8 @@ void add_fit_command(CLI::App& app) {
   cmd->add_option("--model,-m", o->model, "Model folder or Hugging Face id ORG/NAME[@REV]")->required();
   cmd->add_option("--context", o->context, "Target context (tokens per sequence)")->check(CLI::Range(int64_t(16), int64_t(1) << 22));
   cmd->add_option("--budget", o->budget_gib, "Memory budget in GiB (0: 85% of usable memory)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--gpu-memory", o->gpu_memory_gib, "VRAM the plan may use, in GiB (0: the free device memory minus 1 GiB)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--budgets", o->budgets_gib, "A table: one plan per budget in GiB (e.g. 8,16,32,64)")
       ->delimiter(',')->check(CLI::PositiveNumber)->excludes("--budget");
   cmd->add_option("--prompt-tokens", o->prompt_tokens, "Prompt length for the time to first token")->check(CLI::Range(int64_t(1), int64_t(1) << 22));

@@ -1914,14 +1914,21 @@ struct GpuLayers::Impl {
         on_cpu.push_back(e);
       }
     }
-    if (on_cpu.empty()) return;
+    if (!on_cpu.empty()) cpu_experts(l, n, h, on_cpu.size());
+  }
+
+  // The choices in cpu_ids / cpu_weights (the others kNotHere) on the CPU, from the rows in cpu_x_host, while the GPU
+  // runs what was enqueued before; their sum goes up behind it and is added to h. (The pinned buffers are free: the
+  // previous layer's upload came before this layer's router_ready.) `experts`: how many distinct ones, for stats.
+  void cpu_experts(int64_t l, int64_t n, float* h, size_t experts) {
+    const int64_t H = c.hidden_size;
     mark("moe: experts on the CPU (host time)");
     float* sum = cpu_sum_host.as<float>();
     std::fill(sum, sum + n * H, 0.0f);
     host_moe->accumulate_routed(l, cpu_x_host.as<float>(), n, cpu_ids, cpu_weights, sum);
     check(cudaMemcpyAsync(cpu_sum_dev.as(), sum, size_t(n * H) * 4, cudaMemcpyHostToDevice, stream), "cpu experts up");
     device::add(h, cpu_sum_dev.as<float>(), n * H, stream);
-    stats.cpu_experts += on_cpu.size();
+    stats.cpu_experts += experts;
   }
 
   // qwen2_moe's gated shared expert, or DeepSeek's ungated shared experts (none: nothing), added to hidden.
@@ -2096,17 +2103,7 @@ struct GpuLayers::Impl {
       device::scatter_add_rows(out.as<float>(), idx, weights_dev + offset[size_t(e)], m, H, h, stream);
       if (slot >= 0) check(cudaEventRecord(slot_free[size_t(slot)], stream), "slot free");
     }
-    if (cpu_count > 0) {
-      // The GPU runs what was enqueued above while the CPU runs the rest; their sum goes up behind it.
-      // (The pinned buffers are free: the previous layer's upload came before this layer's router_ready.)
-      mark("moe: experts on the CPU (host time)");
-      float* sum = cpu_sum_host.as<float>();
-      std::fill(sum, sum + n * H, 0.0f);
-      host_moe->accumulate_routed(l, cpu_x_host.as<float>(), n, cpu_ids, cpu_weights, sum);
-      check(cudaMemcpyAsync(cpu_sum_dev.as(), sum, size_t(n * H) * 4, cudaMemcpyHostToDevice, stream), "cpu experts up");
-      device::add(h, cpu_sum_dev.as<float>(), n * H, stream);
-      stats.cpu_experts += cpu_count;
-    }
+    if (cpu_count > 0) cpu_experts(l, n, h, cpu_count);
   }
 };
 

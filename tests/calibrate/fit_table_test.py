@@ -122,6 +122,24 @@ def main():
                       "qwen3-30b-a3b: streams at 32 GiB")
                 check(by[64]["predicted"]["decode_tokens_per_second"] > by[8]["predicted"]["decode_tokens_per_second"],
                       "qwen3-30b-a3b: in RAM is faster than streamed")
+                # A GPU capped at 8 GiB (fit --gpu-memory, on the 80 GB GPU server's profile): every layer on the GPU,
+                # the hottest experts in VRAM within the cap, the others on the CPU in decode (hybrid placement).
+                r = subprocess.run([tierlm, "fit", "--model", folder, "--gpu-memory", "8", "--json", "--device",
+                                    os.path.join(SOURCE, "profiles", "devices", "gpu-server-80gb.json")],
+                                   capture_output=True, text=True, timeout=600,
+                                   env=dict(os.environ, HOME=tempfile.gettempdir()))
+                check(r.returncode == 0, "fit --gpu-memory 8 exited %d: %s" % (r.returncode, r.stderr[-1000:]))
+                if r.returncode == 0:
+                    plan = json.loads(r.stdout)["plan"]
+                    gpu = plan["gpu"]
+                    resident = sum(len(layer) for layer in gpu["resident_experts"])
+                    vram = sum(plan["prediction"]["vram"].values())
+                    check(plan["gpu_layers"] == 48 and gpu["budget_bytes"] == 8 << 30 and vram <= 8 << 30,
+                          "qwen3-30b-a3b --gpu-memory 8: 48 GPU layers within 8 GiB: %s layers, budget %s, vram %s" %
+                          (plan["gpu_layers"], gpu["budget_bytes"], vram))
+                    check(0 < resident < 48 * 128 and gpu["cpu_expert_rows"] > 0,
+                          "qwen3-30b-a3b --gpu-memory 8: some experts in VRAM, the others on the CPU: %d, rows %s" %
+                          (resident, gpu["cpu_expert_rows"]))
     if md_out:
         with open(md_out, "w") as f:
             f.write("\n".join(md) + "\n")

@@ -7,10 +7,14 @@
 # The model: synthetic_mlx_moe writes LAYERS of the 48 layers at the published per-layer shape as a user's
 # mlx-community 4-bit folder; gguf_export --from-mlx writes the same codes as a qwen3moe Q4_1 GGUF for llama.cpp.
 # Here: build tierlm synthetic_mlx_moe gguf_export gpu_forward_test; BINARIES="build/tierlm
-#   build/bench/synthetic_mlx_moe build/bench/gguf_export build/tests/gpu_forward_test" STUB_BLAS=1 bash
+#   build/bench/synthetic_mlx_moe build/bench/gguf_export build/tests/gpu_forward_test" bash
 #   tools/gpu_device_run.sh pack; into DIR (git-ignored) copy .devpack/devlibs.tar.xz, llama-src.tar.xz
 #   (bench/peer/llamacpp_cuda.sh pack DIR), qwen3.tar.xz (tar -C .cache/tokenizers -cJf DIR/qwen3.tar.xz qwen3) and
-#   this script; carry DIR. There: bash DIR/hybrid_moe_device.sh -> $OUT/hybrid.jsonl, $OUT/log.txt.
+#   this script; carry DIR (~26 MB: first `bash tools/device_slim.sh on profiles/models/tierlm-tiny` plus the
+#   fixture folders the MoE GPU tests do not read, `off` after). There: bash DIR/hybrid_moe_device.sh ->
+#   $OUT/hybrid.jsonl, $OUT/log.txt. A second call while the machine is warm reuses /tmp (folder, GGUF, llama-bench,
+#   wisdom); two calls were needed for the 24-layer run with the llama.cpp build (STEPS="tests llama" NCMOE="", then
+#   the runs), one for 48 layers on a machine that still had llama-bench.
 # Env: STEPS ("tests tierlm llama"), LAYERS (24), GPU_GIB (VRAM caps in GiB, one plan each; "4": 8 GiB scaled to
 # the layers), COPY_AB (1: each plan also with copies, TIERLM_GPU_CPU_EXPERT_ROWS=0), PROMPT_TOKENS (~128),
 # DECODE (64), NCMOE ("12 14 16 18"), ROUNDS (2), T (16), LIMIT_S (540: no step starts after it), WAIT_BUILD (1:

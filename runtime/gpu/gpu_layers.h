@@ -64,7 +64,9 @@ struct GpuOptions {
   // experts of GPU layers that are not in VRAM (neither resident nor in a slot) run on the CPU, from the host expert
   // cache (RAM, or read from disk), through the MoeBlock given to set_host_experts, while the GPU runs the VRAM
   // experts and the shared expert; only their sum crosses PCIe (rows x hidden floats up, the normed rows down).
-  // Larger steps (prefill) copy them into VRAM slots, where a copy costs less than the CPU's compute. 0: always copy.
+  // Decode rows (<= device::kMaxMatvecRows) of a layer with some experts resident route on the device when its
+  // kernels take the format (the VRAM ones in the routed kernels), else on the host. Larger steps (prefill) copy
+  // them into VRAM slots, where a copy costs less than the CPU's compute. 0: always copy.
   // The planner sets it (Plan::gpu_cpu_expert_rows); TIERLM_GPU_CPU_EXPERT_ROWS=N overrides it (A/B runs).
   int64_t cpu_expert_rows = 0;
   // Programmatic dependent launch (kernels overlap their weight loads with the previous kernel's tail); off only

@@ -510,13 +510,18 @@ DecodeCosts decode_costs(const DeviceProfile& d, const ModelProfile& m, int thre
 // run faster on the CPU (each from the host cache: its matvec, or its GEMM share of the step's rows) than copied
 // into VRAM slots (staging memcpy, then PCIe, at the slower rate; the GPU's compute on them is taken as free); 0 when
 // a copy wins even for one row. Steps of R rows touch D(R) distinct experts (uniform routing: E (1 - (1 - k/E)^R)).
+// One GPU-layer expert run on the CPU in a decode step (hybrid placement): the measured per-expert cost, else its
+// payload at the experts' matvec rate plus the per-expert overhead.
+double cpu_expert_seconds(const DeviceProfile& d, const ModelProfile& m, const DecodeCosts& costs, int threads) {
+  return costs.measured ? costs.expert
+                        : double(m.expert_payload_bytes) / (matvec_gbs(d, threads, m.expert_format) * 1e9) +
+                              kExpertOverheadSeconds;
+}
+
 int64_t hybrid_cpu_expert_rows(const DeviceProfile& d, const ModelProfile& m, const DecodeCosts& costs, int threads,
                                int64_t max_rows) {
   if (!m.moe() || m.experts <= 0 || d.gpu.h2d_gbs <= 0) return 0;
-  const double per_expert = costs.measured && costs.expert > 0
-                                ? costs.expert
-                                : double(m.expert_payload_bytes) / (matvec_gbs(d, threads, m.expert_format) * 1e9) +
-                                      kExpertOverheadSeconds;
+  const double per_expert = cpu_expert_seconds(d, m, costs, threads);
   double gemm = expert_gemm_flops(d, threads, m.expert_format);
   if (gemm <= 0) gemm = sgemm_flops(d, threads);
   const double copy = double(m.expert_bytes) / (std::min(d.gpu.h2d_gbs, kStagingCopyGbs) * 1e9);
@@ -645,6 +650,7 @@ StepCost evaluate(const DeviceProfile& d, const ModelProfile& m, const Plan& p, 
   t["misses"] = 0;
   pr.gpu_expert_hit_rate = 1;
   if (m.moe()) {
+    const bool hybrid = g > 0 && p.gpu_cpu_expert_rows >= B;  // GPU layers' experts outside VRAM run on the CPU
     pr.expert_hit_rate = estimate_hit_rate(m, p.resident_experts, p.cache_slots, trace);
     std::vector<double> distinct_per_layer;
     double distinct = 0, distinct_cpu = 0, distinct_gpu = 0;
@@ -662,7 +668,6 @@ StepCost evaluate(const DeviceProfile& d, const ModelProfile& m, const Plan& p, 
       // trace leave most experts at zero, and a resident set holding every one seen looked like a 100% hit rate
       // (the device's 24-layer Qwen3-30B-A3B cut: predicted 100%, ~80% measured). A hybrid decode step uses no
       // VRAM slots (the CPU runs what is not resident).
-      const bool hybrid = p.gpu_cpu_expert_rows >= B;
       pr.gpu_expert_hit_rate = estimate_hit_rate(gm, p.gpu_resident_experts, hybrid ? 0 : p.gpu_expert_slots, trace);
     }
     const double host_requests = distinct_cpu + distinct_gpu * (1.0 - pr.gpu_expert_hit_rate);
@@ -702,10 +707,9 @@ StepCost evaluate(const DeviceProfile& d, const ModelProfile& m, const Plan& p, 
       const double outside = distinct_gpu * (1.0 - pr.gpu_expert_hit_rate);  // GPU layers' experts not in VRAM
       t["gpu"] += distinct_gpu * pr.gpu_expert_hit_rate *
                   (double(m.expert_payload_bytes) / (d.gpu.memory_gbs * 1e9) + kGpuExpertOverheadSeconds);
-      if (p.gpu_cpu_expert_rows >= B) {
-        // Hybrid: they run on the CPU, as a CPU layer's experts do (the shared expert overlaps them on the GPU).
-        t["experts"] += outside * (costs.measured ? costs.expert
-                                                  : double(m.expert_payload_bytes) / expert_bw + kExpertOverheadSeconds);
+      if (hybrid) {
+        // They run on the CPU, as a CPU layer's experts do (the shared expert overlaps them on the GPU).
+        t["experts"] += outside * cpu_expert_seconds(d, m, costs, p.threads);
       } else {
         t["gpu"] += outside * (double(m.expert_payload_bytes) / (d.gpu.memory_gbs * 1e9) + kGpuExpertOverheadSeconds +
                                double(m.expert_bytes) / std::min(h2d, kStagingCopyGbs * 1e9));

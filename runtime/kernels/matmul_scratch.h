@@ -1,8 +1,8 @@
 // runtime/kernels/matmul_scratch.h — the working memory matvec / matmul need beside their inputs and outputs: the
 // activations quantized to int8 (values, block scales, block integer sums, block sums, row pointers), MXFP4's
 // even/odd split of the activations, MLX's per-group activation sums, the f32 tile of a dense matrix multiplied
-// without a GEMM kernel, and the bf16 copy of the activations the AMX prefill GEMM multiplies. Which regions a multiplication takes, and how much, is matmul_scratch_sizes (weights.h):
-// the dispatch's own rule.
+// without a GEMM kernel, and the bf16 copy of the activations the AMX prefill GEMM multiplies. Which regions a
+// multiplication takes, and how much, is matmul_scratch_sizes (weights.h): the dispatch's own rule.
 // Owns: that memory, region by region, each charged to a ledger's "scratch" account before it exists (growing past
 // the budget throws LedgerError). MatmulScratch::Scope makes one the calling thread's (Forward does for its steps,
 // having reserved what its weights need at max_chunk rows); a thread without a scope uses a scratch of its own

@@ -392,6 +392,7 @@ int main(int argc, char** argv) {
       int rows;
       bool host_logits;
       bool packed_mma = true;
+      bool packed_mma_all = false;
     };
     {  // warm-up (clocks, module load, cuBLAS heuristics), not reported
       gpu::GpuOptions o;
@@ -401,22 +402,28 @@ int main(int argc, char** argv) {
     }
     // Each variant twice, interleaved, so drift shows.
     // "logits to host": the logits come back and the host takes the argmax (sampled requests, logprobs).
+    // Packed formats: the default matvec choice (tensor cores for matrices of >= 6144 rows), every matrix on the
+    // CUDA cores, every one on the tensor cores.
     for (const Variant& v :
          {Variant{"all GPU (16/16 + head)", true, 0, false}, Variant{"all GPU, logits to host", true, 0, true},
           Variant{"all GPU, plain launches", false, 0, false},
           Variant{"all GPU, CUDA-core matvec", true, 0, false, false},
+          Variant{"all GPU, tensor-core matvec", true, 0, false, true, true},
           Variant{"all GPU (16/16 + head)", true, 0, false},
           Variant{"all GPU, logits to host", true, 0, true},
           Variant{"all GPU, plain launches", false, 0, false},
-          Variant{"all GPU, CUDA-core matvec", true, 0, false, false}}) {
+          Variant{"all GPU, CUDA-core matvec", true, 0, false, false},
+          Variant{"all GPU, tensor-core matvec", true, 0, false, true, true}}) {
       if (format != kernels::WeightFormat::bf16 && v.rows != 0) continue;
-      if (format != kernels::WeightFormat::q8_0 && !v.packed_mma) continue;  // 4-bit: CUDA cores by default
+      const bool packed = format == kernels::WeightFormat::q8_0 || format == kernels::WeightFormat::q4;
+      if (!packed && (!v.packed_mma || v.packed_mma_all)) continue;
       if (matvec_ab && (v.host_logits || !v.programmatic)) continue;
       gpu::GpuOptions o;
       o.layers = w.config.num_layers;
       o.programmatic_launch = v.programmatic;
       o.dense_rows_per_block = v.rows;
       o.packed_mma = v.packed_mma;
+      o.packed_mma_all = v.packed_mma_all;
       o.time_steps = true;
       auto g = std::make_shared<gpu::GpuLayers>(w, o, prompt, prompt + decode + 8);
       const Speed sp = measure(w, g, prompt, decode, threads, [&] { g->reset_profile(); }, v.host_logits);

@@ -10,8 +10,8 @@
 #  llama: build llama-bench in the background (bench/peer/llamacpp_cuda.sh build, nice 19)
 #  (peer) synthetic HF folders of SHAPES (default "1b 8b") and GGUF f16/q8_0/q4_0 from each, in the background
 #  tests: gpu_kernels_test, gpu_forward_test, scheduler_gpu_test
-#  ab:    gpu_bench $AB_ARGS once per AB_ENVS entry (the matvec A/B), then AB_MODEL_ENVS runs of gpu_bench --model on
-#         the last shape
+#  ab:    gpu_bench $AB_ARGS once per AB_ENVS entry (the matvec A/B; none when AB_ARGS is unset), then AB_MODEL_ENVS
+#         runs of gpu_bench --model on the last shape
 #  peer:  per shape: tierlm (gpu_bench --model, every layer and the head on the GPU); once llama-bench is built:
 #         llama-bench on the GGUFs, then tierlm again (a second round)
 # LIMIT_S: no new step starts after this many seconds (default 430). GGUF_FORMATS: the GGUFs written and run
@@ -65,7 +65,7 @@ for l in sys.stdin:
   d=json.loads(l); print('llama.cpp', d['model_type'], d['model_size'], 'pp', d['n_prompt'], 'tg', d['n_gen'], round(d['avg_ts'],1), '+-', round(d['stddev_ts'],1))"
   done
 }
-if has ab; then  # AB_ENVS: one gpu_bench process per entry ("-" none, else VAR=VAL,VAR=VAL), in turn
+if has ab && [ -n "${AB_ARGS+set}" ]; then  # AB_ENVS: one gpu_bench $AB_ARGS per entry ("-" none, else VAR=VAL,VAR=VAL)
   for e in ${AB_ENVS:--}; do
     late "ab $e" && break
     echo "=== gpu_bench $AB_ARGS with $e" | tee -a "$OUT/ab.log"

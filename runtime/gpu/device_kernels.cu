@@ -213,6 +213,10 @@ __device__ __forceinline__ void packed_matvec_body(const MatrixRef& w, int64_t p
   const int64_t units = cols * 16 * BITS / 8 / 16;
   constexpr int64_t kStep = int64_t(WARPS * 32) * kUnroll;  // units per loop step of the block
   float acc[NX][4] = {};
+  // A unit's group: a shift for the power-of-two group sizes every format has, a division otherwise. (It was a
+  // 64-bit division per unit, a long emulated sequence; without it the 4-bit chains ran 5-8% faster than the
+  // previous session's on the larger shapes, H200: 16384 x 2048 normed 21.0 -> 19.4 us, head 132 -> 123 us.)
+  const int group_shift = (w.group_size & (w.group_size - 1)) == 0 ? __ffs(w.group_size) - 1 : -1;
   // Software-pipelined: the next step's kUnroll 16-byte words are loaded before this step's are used. The first
   // step's words and an L2 prefetch of the rest of the panel (and its scales) are issued before the wait.
   uint4 raw[kUnroll];
@@ -268,7 +272,7 @@ __device__ __forceinline__ void packed_matvec_body(const MatrixRef& w, int64_t p
         c_lo = block * 32 + chunk * 4;
         c_hi = c_lo + 16;
       }
-      const int64_t g = c_lo / w.group_size;
+      const int64_t g = group_shift >= 0 ? c_lo >> group_shift : c_lo / w.group_size;
       // The 4 rows' scales (and biases) of this group: one 8- or 16-byte load each, shared by every x row.
       float d[4], m[4];
       load_scales4(w.scales, w.scale_type, (panel * groups + g) * 16 + 4 * j, d);

@@ -440,7 +440,7 @@ struct GpuLayers::Impl {
     if (!env_on("TIERLM_GPU_PREFILL_MMA")) options.prefill_attention_mma = false;
     if (const char* v = std::getenv("TIERLM_GPU_SPLIT_GEMM")) options.split_gemm_activations = std::string(v) == "1";
     if (const char* v = std::getenv("TIERLM_GPU_PACKED_MMA"); v && std::string(v) == "all")
-      options.packed_mma_4bit = true;
+      options.packed_mma_all = true;
     if (const char* v = std::getenv("TIERLM_GPU_CPU_EXPERT_ROWS")) options.cpu_expert_rows = std::atoll(v);
     options.cpu_expert_rows = std::clamp<int64_t>(options.cpu_expert_rows, 0, max_chunk);
     if (!c.arch.mla && (c.head_dim % 16 != 0 || c.head_dim > kMaxAttentionHeadDim))
@@ -1341,7 +1341,7 @@ struct GpuLayers::Impl {
                                   std::to_string(options.max_sequences) + ")");
     device::set_programmatic_launch(options.programmatic_launch);
     device::set_dense_rows_per_block(fused_matvec ? options.dense_rows_per_block : -1);
-    device::set_packed_mma(options.packed_mma, options.packed_mma_4bit);
+    device::set_packed_mma(options.packed_mma, options.packed_mma_all);
     device::set_prefill_attention_mma(options.prefill_attention_mma);
     for (size_t b = 0; b < batch.size() && gpu_layers > 0; ++b) {
       int64_t first = max_context, last = -1;

@@ -73,11 +73,12 @@ struct GpuOptions {
   // for A/B measurements.
   bool programmatic_launch = true;
   int dense_rows_per_block = 0;       // decode matvec tuning for A/B runs: 0 automatic, 4 or 8
-  // Decode matvec of 8-bit packed weights (q8_0, MLX q8) on the tensor cores (device::packed_mma_matvec); off (or
-  // TIERLM_GPU_PACKED_MMA=0) only for A/B measurements against the CUDA-core kernel. 4-bit weights stay on the CUDA
-  // cores unless packed_mma_4bit (or TIERLM_GPU_PACKED_MMA=all): end to end that measured ~1% slower (H200, q4).
+  // Decode matvec of packed weights (8- and 4-bit) on the tensor cores (device::packed_mma_matvec) for matrices of
+  // at least 6144 rows (gate_up, the head of the larger shapes), where it measured faster; the others on the CUDA
+  // cores. Off (or TIERLM_GPU_PACKED_MMA=0): every matrix on the CUDA cores; packed_mma_all (or
+  // TIERLM_GPU_PACKED_MMA=all): every one the tensor-core kernel can take. Both only for A/B measurements.
   bool packed_mma = true;
-  bool packed_mma_4bit = false;
+  bool packed_mma_all = false;
   // Prefill attention of the f16 device KV (head_dim 64 or 128) on the tensor cores; off (or TIERLM_GPU_PREFILL_MMA=0)
   // runs the CUDA-core kernel the other codecs use, for A/B runs and tests. Both keep f32-like precision.
   bool prefill_attention_mma = true;

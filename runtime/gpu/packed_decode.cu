@@ -7,9 +7,13 @@
 // (hi in column 0, lo in column 1, the other six zero), so each product's error is ~2^-22 of |x| instead of f16's
 // 2^-11; the row's result is column 0 + column 1, scaled per group in f32 (d * sum + m * sum(x) for affine formats).
 // Measured (H200, gpu_bench chains): q8_0 16384 x 2048 normed 22.8 -> 17.5 us, head 113 -> 101 us, the small
-// matrices unchanged; llama-1B q8_0 decode +12%. 4-bit: the large matrices gain, the small ones lose, and the
-// decode step came out ~1% slower, so 4-bit weights use it only when asked (packed_mma_takes). Both are now bound
-// by each block's fixed latency (x staging after the wait, the reduction), not by instructions or bytes.
+// matrices unchanged; llama-1B q8_0 decode +12%. Per shape (H200, 2026-11-27, gpu_bench chains, both widths): it
+// wins on matrices of many panels (16384 x 2048, the 8B gate_up 28672 x 4096, the heads: 10-22% faster) and loses
+// on the short ones (o, down: the CUDA-core kernel is up to 27% faster on 4-bit 4096 x 14336), so by default it
+// takes matrices of at least kMmaMinRows rows (packed_mma_takes). Persistent blocks (a block walking several
+// panels with one staging of x) measured slower on every shape they took (6144 x 4096 q8_0 14.7 -> 23.0 us, the
+// 8B head 166 -> 214 us): fewer warps in flight, not the blocks' fixed cost, bound these kernels. Nor did 8 chunks
+// of 4-bit words in flight a lane instead of 4 help (8B q4 decode 246 -> 235 tok/s).
 //
 // Layout (kernel_isa.h): a 16-row panel walks columns in quads of 4 (64 bytes: row r at [4r, 4r+4)); 4-bit panels
 // hold 32-column blocks of 256 bytes whose chunk c has quad 8b+c in the low nibbles and 8b+c+4 in the high ones. The
@@ -38,12 +42,14 @@ namespace {
 
 constexpr int kMmaWarps = 8;
 constexpr int64_t kMaxMmaCols = 40960;  // x staged as hi/lo halves: ~4.1 bytes a column of shared memory
-// TIERLM_GPU_PACKED_MMA: "0" none, "all" 4-bit weights too, else 8-bit weights only (see packed_mma_takes).
+// Matrices of fewer rows stay on the CUDA-core kernel (see the header; both widths measured).
+constexpr int64_t kMmaMinRows = 6144;
+// TIERLM_GPU_PACKED_MMA: "0" none, "all" every packed matrix it can take, else those of kMmaMinRows rows or more.
 bool g_packed_mma = [] {
   const char* v = std::getenv("TIERLM_GPU_PACKED_MMA");
   return !(v && std::string(v) == "0");
 }();
-bool g_packed_mma_4bit = [] {
+bool g_packed_mma_all = [] {
   const char* v = std::getenv("TIERLM_GPU_PACKED_MMA");
   return v && std::string(v) == "all";
 }();
@@ -274,16 +280,16 @@ void launch_mma(const MatrixRef& w, const float* x, const float* norm_weight, fl
 
 }  // namespace
 
-void set_packed_mma(bool on, bool four_bit) {
+void set_packed_mma(bool on, bool every_size) {
   g_packed_mma = on;
-  g_packed_mma_4bit = four_bit;
+  g_packed_mma_all = every_size;
 }
 
 bool packed_mma_takes(const MatrixRef& w) {
   const bool power_of_two = w.group_size >= 32 && (w.group_size & (w.group_size - 1)) == 0;
-  const bool bits = w.bits == 8 || (w.bits == 4 && g_packed_mma_4bit);
-  return g_packed_mma && w.format >= 3 && bits && power_of_two && w.cols % 32 == 0 && w.cols % w.group_size == 0 &&
-         w.cols <= kMaxMmaCols;
+  const bool bits = w.bits == 8 || w.bits == 4;
+  return g_packed_mma && (g_packed_mma_all || w.rows >= kMmaMinRows) && w.format >= 3 && bits && power_of_two &&
+         w.cols % 32 == 0 && w.cols % w.group_size == 0 && w.cols <= kMaxMmaCols;
 }
 
 void packed_mma_matvec(const MatrixRef& w, const float* x, int xmode, const float* norm_weight, float eps, float* y,

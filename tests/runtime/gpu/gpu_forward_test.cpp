@@ -268,7 +268,9 @@ void compare(const std::string& name, std::optional<kernels::WeightFormat> forma
       EXPECT_GT(st.resident_hits, 0u) << name;
       // Packed experts: layer 0 (half resident) decodes hybrid on the device, routing there; the others (none
       // resident) route on the host.
-      if (format == kernels::WeightFormat::q4) EXPECT_EQ(st.device_routed, uint64_t(kSteps)) << name;
+      if (format == kernels::WeightFormat::q4) {
+        EXPECT_EQ(st.device_routed, uint64_t(kSteps)) << name;
+      }
     } else if (q.config.arch.moe && layers == q.config.num_layers) {
       EXPECT_GT(st.resident_hits, 0u);
       EXPECT_GT(st.misses, 0u);

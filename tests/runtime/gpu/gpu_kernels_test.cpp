@@ -209,7 +209,7 @@ TEST(PackedFusedDecode, MatchesHostMath) {
           m.group_size = w.view.group_size;
           m.bits = w.view.bits;
           ASSERT_TRUE(gpu::device::decode_fusable(m));
-          gpu::device::set_packed_mma(mma, /*four_bit=*/true);
+          gpu::device::set_packed_mma(mma, /*every_size=*/true);
           ASSERT_EQ(gpu::device::packed_mma_takes(m), mma);
           const Device<float> xd(x), nd(norm);
           Device<float> yd(y0);

@@ -5,6 +5,7 @@
 // A plain main (no Google Benchmark fixtures): one table, for the closing notes. Prints the reason and exits 0
 // without a GPU. Usage: gpu_bench [--quick] [--no-chains] [--no-moe] [--formats bf16,q8_0,q4 (also f16)]
 //        [--matvec-ab (only the tensor-core / CUDA-core packed matvec variants)] [--table-prompt N]
+//        [--chain R,C,MODE,FORMAT[,MMA] | --attention H,KVH,HD,LEN (one kernel alone, for ncu)]
 //        [--moe-dir DIR]
 //        gpu_bench --attention-heads: decode attention alone at Gemma-4-26B-A4B's head shapes (head_dim 256 and 512).
 //        gpu_bench --first-use FORMAT [--prompt N] [--long N]: a process's first prompt on the 1B shape (run it as a
@@ -273,6 +274,10 @@ int main(int argc, char** argv) {
   std::string moe_dir = "/tmp/tierlm_gpu_bench_moe", first_use_format, peer_dir;
   int64_t first_use_prompt = 180, first_use_long = 1800;
   int peer_decode = 128;
+  // For a profiler (ncu): --chain ROWS,COLS,MODE,FORMAT,MMA (MODE 0 plain / 1 normed / 2 gated, FORMAT 2 bf16 / 3
+  // q8_0 / 4 q4, MMA 1 tensor cores / 0 CUDA cores) times that one chain; --attention HEADS,KV_HEADS,HEAD_DIM,LEN
+  // that one decode attention (fused). Nothing else runs.
+  std::string one_chain, one_attention;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--dense-only")) dense_only = true;  // bf16 llama only (for profilers)
@@ -288,9 +293,42 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--long") && i + 1 < argc) first_use_long = std::atoll(argv[++i]);
     if (!std::strcmp(argv[i], "--model") && i + 1 < argc) peer_dir = argv[++i];
     if (!std::strcmp(argv[i], "--decode") && i + 1 < argc) peer_decode = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--chain") && i + 1 < argc) one_chain = argv[++i];
+    if (!std::strcmp(argv[i], "--attention") && i + 1 < argc) one_attention = argv[++i];
   }
   if (!gpu::gpu_available()) {
     std::printf("gpu_bench: skipped, %s\n", gpu::gpu_unavailable_reason().c_str());
+    return 0;
+  }
+  if (!one_chain.empty() || !one_attention.empty()) {
+    long long a = 0, b = 0, c = 0, d = 0, e = 1;
+    if (!one_chain.empty()) {
+      if (std::sscanf(one_chain.c_str(), "%lld,%lld,%lld,%lld,%lld", &a, &b, &c, &d, &e) < 4) {
+        std::fprintf(stderr, "gpu_bench: --chain wants ROWS,COLS,MODE,FORMAT[,MMA], got '%s'\n", one_chain.c_str());
+        return 2;
+      }
+      const auto t = gpu::probe_kernel_chain(a, b, 4, int(c), int(d), e != 0);
+      if (!t) {
+        std::fprintf(stderr, "gpu_bench: the chain %s did not run (shape or format not supported)\n",
+                     one_chain.c_str());
+        return 1;
+      }
+      std::printf("chain %lld x %lld mode %lld format %lld %s: %.2f / %.2f us\n", a, b, c, d, e ? "mma" : "cuda",
+                  t->plain_us, t->programmatic_us);
+    }
+    if (!one_attention.empty()) {
+      if (std::sscanf(one_attention.c_str(), "%lld,%lld,%lld,%lld", &a, &b, &c, &d) != 4) {
+        std::fprintf(stderr, "gpu_bench: --attention wants HEADS,KV_HEADS,HEAD_DIM,LEN, got '%s'\n",
+                     one_attention.c_str());
+        return 2;
+      }
+      const auto t = gpu::probe_attention(a, b, c, d, true);
+      if (!t) {
+        std::fprintf(stderr, "gpu_bench: the attention %s did not run\n", one_attention.c_str());
+        return 1;
+      }
+      std::printf("attention %lld/%lld heads of %lld, %lld positions: %.2f us\n", a, b, c, d, *t);
+    }
     return 0;
   }
   if (!peer_dir.empty()) return peer(peer_dir, formats, first_use_prompt, first_use_long, peer_decode);
@@ -360,6 +398,10 @@ int main(int argc, char** argv) {
       for (bool fused : {true, false})
         if (const auto t = gpu::probe_attention(32, 8, 64, len, fused))
           std::printf("  len %lld %s %.2f", (long long)len, fused ? "fused" : "plain", *t);
+    std::printf("\n    Llama-3-8B's shape (32 heads, 8 KV heads, head_dim 128), us per launch:");
+    for (int64_t len : {160, 640, 4096})
+      if (const auto t = gpu::probe_attention(32, 8, 128, len, true))
+        std::printf("  len %lld fused %.2f", (long long)len, *t);
     std::printf("\n    len 640 fused, skipping:");
     for (const auto& [mask, what] : {std::pair<int, const char*>{1, "merge"}, {4, "key loads"}, {8, "value loads"},
                                      {16, "prefetch"}, {32, "rope/store"}, {1 | 4 | 8 | 32, "all but q"},

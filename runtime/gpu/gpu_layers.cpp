@@ -1851,23 +1851,15 @@ struct GpuLayers::Impl {
   }
 
   void moe(int64_t l, int64_t n) {
-    const DeviceLayer& d = layers[size_t(l)];
-    const int64_t E = c.num_experts, k = c.num_experts_per_tok;
-    float* h = hidden.as<float>();
+    const int64_t k = c.num_experts_per_tok;
     const float* x = normed.as<float>();
+    float* h = hidden.as<float>();
     if (n <= device::kMaxMatvecRows && routes_on_device[size_t(l)]) {
       // Decode (up to kMaxMatvecRows rows) with every expert of the layer in VRAM: routing, the routed experts and
       // their weighted sum on the device (5 kernels, no host round trip, so the step can be one CUDA graph).
       mark("moe: router + device routing + experts");
-      multiply(d.router.ref, x, n, router_dev.as<float>(), E, false);
-      device::route_topk(router_dev.as<float>(), n, E, k, c.arch.moe_renormalize || c.norm_topk_prob,
-                         route_ids.as<int32_t>(), route_weights.as<float>(), stream);
-      device::routed_experts(routed_gate_up, routed_down, expert_table.as<const void* const>() + l * E,
-                             route_ids.as<int32_t>(), route_weights.as<float>(), n, k, x,
-                             routed_gate_up_out.as<float>(), routed_down_out.as<float>(), h, stream);
+      device_routed(l, n);
       stats.resident_hits += uint64_t(n * k);
-      ++stats.device_routed;
-      shared_expert(l, n);
     } else if (n <= device::kMaxMatvecRows && hybrid_on_device[size_t(l)] && host_moe && n <= options.cpu_expert_rows) {
       hybrid_decode(l, n);
     } else {
@@ -1876,30 +1868,41 @@ struct GpuLayers::Impl {
     }
   }
 
+  // Decode routing on the device: the router and top-k, then the routed experts of the layer's VRAM table (a null
+  // entry adds nothing) and the shared expert, all on the stream. between() enqueues what must come after the
+  // routing and before the experts (the hybrid path's downloads).
+  void device_routed(int64_t l, int64_t n, const std::function<void()>& between = {}) {
+    const DeviceLayer& d = layers[size_t(l)];
+    const int64_t E = c.num_experts, k = c.num_experts_per_tok;
+    const float* x = normed.as<float>();
+    multiply(d.router.ref, x, n, router_dev.as<float>(), E, false);
+    device::route_topk(router_dev.as<float>(), n, E, k, c.arch.moe_renormalize || c.norm_topk_prob,
+                       route_ids.as<int32_t>(), route_weights.as<float>(), stream);
+    if (between) between();
+    device::routed_experts(routed_gate_up, routed_down, expert_table.as<const void* const>() + l * E,
+                           route_ids.as<int32_t>(), route_weights.as<float>(), n, k, x,
+                           routed_gate_up_out.as<float>(), routed_down_out.as<float>(), hidden.as<float>(), stream);
+    shared_expert(l, n);
+    ++stats.device_routed;
+  }
+
   // Hybrid placement, decode: routing on the device, the routed experts in VRAM there (a null table entry adds
   // nothing), the shared expert after them; meanwhile the ids, weights and rows come down, and the CPU runs the
   // choices whose experts are not in VRAM (from the host expert cache); their sum goes up and is added last.
   void hybrid_decode(int64_t l, int64_t n) {
-    const DeviceLayer& d = layers[size_t(l)];
     const int64_t H = c.hidden_size, E = c.num_experts, k = c.num_experts_per_tok;
     float* h = hidden.as<float>();
     const float* x = normed.as<float>();
     mark("moe: router + device routing + VRAM experts (hybrid)");
-    multiply(d.router.ref, x, n, router_dev.as<float>(), E, false);
-    device::route_topk(router_dev.as<float>(), n, E, k, c.arch.moe_renormalize || c.norm_topk_prob,
-                       route_ids.as<int32_t>(), route_weights.as<float>(), stream);
     int32_t* ids = hybrid_host.as<int32_t>();
     float* weights = reinterpret_cast<float*>(ids + device::kMaxMatvecRows * k);
-    check(cudaMemcpyAsync(ids, route_ids.as(), size_t(n * k) * 4, cudaMemcpyDeviceToHost, stream), "ids down");
-    check(cudaMemcpyAsync(weights, route_weights.as(), size_t(n * k) * 4, cudaMemcpyDeviceToHost, stream),
-          "weights down");
-    check(cudaMemcpyAsync(cpu_x_host.as(), x, size_t(n * H) * 4, cudaMemcpyDeviceToHost, stream), "rows down");
-    check(cudaEventRecord(router_ready, stream), "router record");
-    device::routed_experts(routed_gate_up, routed_down, expert_table.as<const void* const>() + l * E,
-                           route_ids.as<int32_t>(), route_weights.as<float>(), n, k, x,
-                           routed_gate_up_out.as<float>(), routed_down_out.as<float>(), h, stream);
-    shared_expert(l, n);
-    ++stats.device_routed;
+    device_routed(l, n, [&] {
+      check(cudaMemcpyAsync(ids, route_ids.as(), size_t(n * k) * 4, cudaMemcpyDeviceToHost, stream), "ids down");
+      check(cudaMemcpyAsync(weights, route_weights.as(), size_t(n * k) * 4, cudaMemcpyDeviceToHost, stream),
+            "weights down");
+      check(cudaMemcpyAsync(cpu_x_host.as(), x, size_t(n * H) * 4, cudaMemcpyDeviceToHost, stream), "rows down");
+      check(cudaEventRecord(router_ready, stream), "router record");
+    });
     check(cudaEventSynchronize(router_ready), "router");
     cpu_ids.assign(ids, ids + n * k);
     cpu_weights.assign(weights, weights + n * k);

@@ -165,14 +165,15 @@ __global__ void __launch_bounds__(WARPS * 32) packed_mma_matvec(MatrixRef w, con
       v = make_float4(__fdividef(v.x, 1.0f + __expf(-v.x)) * u.x, __fdividef(v.y, 1.0f + __expf(-v.y)) * u.y,
                       __fdividef(v.z, 1.0f + __expf(-v.z)) * u.z, __fdividef(v.w, 1.0f + __expf(-v.w)) * u.w);
     }
-    const float f[4] = {v.x, v.y, v.z, v.w};
-    if (on) {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const __half hi = __float2half_rn(f[k]);
-        xh[local + k] = hi;
-        xl[local + k] = __float2half_rn(f[k] - __half2float(hi));
-      }
+    if (on) {  // the 4 columns' hi and lo halves as one 8-byte store each (2-byte stores conflicted in the banks)
+      const __half2 h01 = __floats2half2_rn(v.x, v.y), h23 = __floats2half2_rn(v.z, v.w);
+      const float2 r01 = __half22float2(h01), r23 = __half22float2(h23);
+      const __half2 l01 = __floats2half2_rn(v.x - r01.x, v.y - r01.y);
+      const __half2 l23 = __floats2half2_rn(v.z - r23.x, v.w - r23.y);
+      *reinterpret_cast<uint2*>(xh + local) = make_uint2(*reinterpret_cast<const uint32_t*>(&h01),
+                                                         *reinterpret_cast<const uint32_t*>(&h23));
+      *reinterpret_cast<uint2*>(xl + local) = make_uint2(*reinterpret_cast<const uint32_t*>(&l01),
+                                                         *reinterpret_cast<const uint32_t*>(&l23));
     }
     float s = v.x + v.y + v.z + v.w;
     s += __shfl_xor_sync(0xffffffffu, s, 1);

@@ -43,10 +43,13 @@ def main(lines_path, out_path, shape, layers):
     print("| threads | format | tierlm prefill | llama.cpp prefill | prefill ratio | tierlm decode | llama.cpp decode |"
           " decode ratio | rounds |")
     print("|---|---|---|---|---|---|---|---|---|")
+    def tps(v):  # a median of an even count is a mean of two: print tok/s to 0.01, not float noise
+        return "-" if v is None else f"{v:.2f}"
+
     for r in table:
-        print(f"| {r['threads']} | {r['format']} | {r['tierlm_prefill_tps']} | {r['llama.cpp_prefill_tps']} |"
-              f" {r['prefill_tps_ratio']}x | {r['tierlm_decode_tps']} | {r['llama.cpp_decode_tps']} |"
-              f" {r['decode_tps_ratio']}x | {r['rounds']} |")
+        print(f"| {r['threads']} | {r['format']} | {tps(r['tierlm_prefill_tps'])} |"
+              f" {tps(r['llama.cpp_prefill_tps'])} | {r['prefill_tps_ratio']}x | {tps(r['tierlm_decode_tps'])} |"
+              f" {tps(r['llama.cpp_decode_tps'])} | {r['decode_tps_ratio']}x | {r['rounds']} |")
 
 
 if __name__ == "__main__":

@@ -51,10 +51,10 @@ void matvec_normed(const MatrixRef& w, const float* x, const float* norm_weight,
 void matvec_gated(const MatrixRef& w, const float* gate_up, float* y, bool accumulate, cudaStream_t stream);
 // The decode matvec of packed weights (one x row) on the tensor cores (packed_decode.cu): xmode 0 plain, 1 normed,
 // 2 gated, as matvec / matvec_normed / matvec_gated, which use it wherever packed_mma_takes(w): 8- or 4-bit, a
-// power-of-two group of at least 32 columns, at most 40960 columns, and (unless every_size) at least 6144 rows, where
-// it measured faster than the CUDA-core kernel. set_packed_mma(false) (or TIERLM_GPU_PACKED_MMA=0) keeps every
-// matrix on the CUDA-core kernel, set_packed_mma(true, true) (or TIERLM_GPU_PACKED_MMA=all) puts every one it can
-// take on the tensor cores (tests, A/B runs).
+// power-of-two group of at least 32 columns, at most 40960 columns, and (unless every_size) at least 6144 rows (8-bit:
+// or at least 8192 columns), where it measured faster than the CUDA-core kernel. set_packed_mma(false) (or
+// TIERLM_GPU_PACKED_MMA=0) keeps every matrix on the CUDA-core kernel, set_packed_mma(true, true) (or
+// TIERLM_GPU_PACKED_MMA=all) puts every one it can take on the tensor cores (tests, A/B runs).
 void set_packed_mma(bool on, bool every_size = false);
 bool packed_mma_takes(const MatrixRef& w);
 void packed_mma_matvec(const MatrixRef& w, const float* x, int xmode, const float* norm_weight, float eps, float* y,

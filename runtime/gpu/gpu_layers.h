@@ -74,9 +74,10 @@ struct GpuOptions {
   bool programmatic_launch = true;
   int dense_rows_per_block = 0;       // decode matvec tuning for A/B runs: 0 automatic, 4 or 8
   // Decode matvec of packed weights (8- and 4-bit) on the tensor cores (device::packed_mma_matvec) for matrices of
-  // at least 6144 rows (gate_up, the head of the larger shapes), where it measured faster; the others on the CUDA
-  // cores. Off (or TIERLM_GPU_PACKED_MMA=0): every matrix on the CUDA cores; packed_mma_all (or
-  // TIERLM_GPU_PACKED_MMA=all): every one the tensor-core kernel can take. Both only for A/B measurements.
+  // at least 6144 rows (gate_up, the heads, the 8B qkv) and 8-bit ones of at least 8192 columns (down), where it
+  // measured faster; the others on the CUDA cores. Off (or TIERLM_GPU_PACKED_MMA=0): every matrix on the CUDA
+  // cores; packed_mma_all (or TIERLM_GPU_PACKED_MMA=all): every one the tensor-core kernel can take. Both only for
+  // A/B measurements.
   bool packed_mma = true;
   bool packed_mma_all = false;
   // Prefill attention of the f16 device KV (head_dim 64 or 128) on the tensor cores; off (or TIERLM_GPU_PREFILL_MMA=0)

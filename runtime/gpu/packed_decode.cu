@@ -10,10 +10,12 @@
 // matrices unchanged; llama-1B q8_0 decode +12%. Per shape (H200, 2026-11-27, gpu_bench chains, both widths): it
 // wins on matrices of many panels (16384 x 2048, the 8B gate_up 28672 x 4096, the heads: 10-22% faster) and loses
 // on the short ones (o, down: the CUDA-core kernel is up to 27% faster on 4-bit 4096 x 14336), so by default it
-// takes matrices of at least kMmaMinRows rows (packed_mma_takes). Persistent blocks (a block walking several
-// panels with one staging of x) measured slower on every shape they took (6144 x 4096 q8_0 14.7 -> 23.0 us, the
-// 8B head 166 -> 214 us): fewer warps in flight, not the blocks' fixed cost, bound these kernels. Nor did 8 chunks
-// of 4-bit words in flight a lane instead of 4 help (8B q4 decode 246 -> 235 tok/s).
+// takes matrices of at least kMmaMinRows rows, and 8-bit ones of at least kMmaMinCols8 columns, where it stayed
+// ahead (q8_0 down 4096 x 14336 gated 31.3 vs 32.4 us, 2048 x 8192 gated 9.2 vs 9.7) (packed_mma_takes).
+// Persistent blocks (a block walking several panels with one staging of x) measured slower on every shape they
+// took (6144 x 4096 q8_0 14.7 -> 23.0 us, the 8B head 166 -> 214 us): fewer warps in flight, not the blocks' fixed
+// cost, bound these kernels. Nor did 8 chunks of 4-bit words in flight a lane instead of 4 help (8B q4 decode
+// 246 -> 235 tok/s).
 //
 // Layout (kernel_isa.h): a 16-row panel walks columns in quads of 4 (64 bytes: row r at [4r, 4r+4)); 4-bit panels
 // hold 32-column blocks of 256 bytes whose chunk c has quad 8b+c in the low nibbles and 8b+c+4 in the high ones. The
@@ -43,8 +45,9 @@ namespace {
 constexpr int kMmaWarps = 8;
 constexpr int64_t kMaxMmaCols = 40960;  // x staged as hi/lo halves: ~4.1 bytes a column of shared memory
 // Matrices of fewer rows stay on the CUDA-core kernel (see the header; both widths measured).
-constexpr int64_t kMmaMinRows = 6144;
-// TIERLM_GPU_PACKED_MMA: "0" none, "all" every packed matrix it can take, else those of kMmaMinRows rows or more.
+constexpr int64_t kMmaMinRows = 6144, kMmaMinCols8 = 8192;
+// TIERLM_GPU_PACKED_MMA: "0" none, "all" every packed matrix it can take, else those of kMmaMinRows rows or more
+// (8-bit: or of kMmaMinCols8 columns or more).
 bool g_packed_mma = [] {
   const char* v = std::getenv("TIERLM_GPU_PACKED_MMA");
   return !(v && std::string(v) == "0");
@@ -289,7 +292,8 @@ void set_packed_mma(bool on, bool every_size) {
 bool packed_mma_takes(const MatrixRef& w) {
   const bool power_of_two = w.group_size >= 32 && (w.group_size & (w.group_size - 1)) == 0;
   const bool bits = w.bits == 8 || w.bits == 4;
-  return g_packed_mma && (g_packed_mma_all || w.rows >= kMmaMinRows) && w.format >= 3 && bits && power_of_two &&
+  const bool pays = w.rows >= kMmaMinRows || (w.bits == 8 && w.cols >= kMmaMinCols8);
+  return g_packed_mma && (g_packed_mma_all || pays) && w.format >= 3 && bits && power_of_two &&
          w.cols % 32 == 0 && w.cols % w.group_size == 0 && w.cols <= kMaxMmaCols;
 }
 

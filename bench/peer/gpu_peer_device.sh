@@ -5,7 +5,7 @@
 #   build/tests/gpu_forward_test build/tests/scheduler_gpu_test" STUB_BLAS=1 bash tools/gpu_device_run.sh pack
 #   bench/peer/llamacpp_cuda.sh pack DIR; copy .devpack/devlibs.tar.xz and this script into DIR too (a folder of the
 #   checkout that git ignores) and carry DIR. There: bash DIR/gpu_peer_device.sh (logs and JSON lines under $OUT;
-#   bench/peer/gpu_summary.py OUT/peer.jsonl prints the table).
+#   bench/peer/gpu_summary.py OUT/peer.jsonl prints the table; the other logs come back as OUT/logs.tgz).
 # STEPS (default "llama ab peer"):
 #  llama: build llama-bench in the background (bench/peer/llamacpp_cuda.sh build, nice 19)
 #  (peer) synthetic HF folders of SHAPES (default "1b 8b") and GGUF f16/q8_0/q4_0 from each, in the background
@@ -86,3 +86,7 @@ if has ab; then  # end-to-end variants on the last shape's folder (e.g. "TIERLM_
   for e in ${AB_MODEL_ENVS:-}; do tierlm ab_model.jsonl ${names##* } $(echo $e | tr ',' ' '); done
 fi
 echo "end at $(el) s"
+# A device call returns at most 8 files from $OUT: the logs go into one archive beside the JSON lines the tables are
+# made from (a call of session 35 lost peer.jsonl to that limit). console.txt stays for the caller's redirection.
+(cd "$OUT" && logs=$(ls | grep -vE '^(peer\.jsonl|ab_model\.jsonl|log\.txt|console\.txt|logs\.tgz)$') &&
+   [ -n "$logs" ] && tar -czf logs.tgz $logs && rm -f $logs)

@@ -506,10 +506,6 @@ DecodeCosts decode_costs(const DeviceProfile& d, const ModelProfile& m, int thre
   return c;
 }
 
-// Hybrid MoE placement: the largest step, in rows, whose GPU-layer experts that are not in VRAM are predicted to
-// run faster on the CPU (each from the host cache: its matvec, or its GEMM share of the step's rows) than copied
-// into VRAM slots (staging memcpy, then PCIe, at the slower rate; the GPU's compute on them is taken as free); 0 when
-// a copy wins even for one row. Steps of R rows touch D(R) distinct experts (uniform routing: E (1 - (1 - k/E)^R)).
 // One GPU-layer expert run on the CPU in a decode step (hybrid placement): the measured per-expert cost, else its
 // payload at the experts' matvec rate plus the per-expert overhead.
 double cpu_expert_seconds(const DeviceProfile& d, const ModelProfile& m, const DecodeCosts& costs, int threads) {
@@ -518,13 +514,22 @@ double cpu_expert_seconds(const DeviceProfile& d, const ModelProfile& m, const D
                               kExpertOverheadSeconds;
 }
 
+// Copying one expert that is not in VRAM into a VRAM slot: staging memcpy, then PCIe, at the slower rate.
+double expert_copy_seconds(const DeviceProfile& d, const ModelProfile& m) {
+  return double(m.expert_bytes) / (std::min(std::max(d.gpu.h2d_gbs, 0.1), kStagingCopyGbs) * 1e9);
+}
+
+// Hybrid MoE placement: the largest step, in rows, whose GPU-layer experts that are not in VRAM are predicted to
+// run faster on the CPU (each from the host cache: its matvec, or its GEMM share of the step's rows) than copied
+// into VRAM slots (the GPU's compute on them is taken as free); 0 when a copy wins even for one row. Steps of R rows
+// touch D(R) distinct experts (uniform routing: E (1 - (1 - k/E)^R)).
 int64_t hybrid_cpu_expert_rows(const DeviceProfile& d, const ModelProfile& m, const DecodeCosts& costs, int threads,
                                int64_t max_rows) {
   if (!m.moe() || m.experts <= 0 || d.gpu.h2d_gbs <= 0) return 0;
   const double per_expert = cpu_expert_seconds(d, m, costs, threads);
   double gemm = expert_gemm_flops(d, threads, m.expert_format);
   if (gemm <= 0) gemm = sgemm_flops(d, threads);
-  const double copy = double(m.expert_bytes) / (std::min(d.gpu.h2d_gbs, kStagingCopyGbs) * 1e9);
+  const double copy = expert_copy_seconds(d, m);
   const double share = std::min(1.0, double(m.top_k) / double(m.experts));
   int64_t rows = 0;
   for (int64_t r = 1; r <= max_rows; ++r) {
@@ -703,16 +708,14 @@ StepCost evaluate(const DeviceProfile& d, const ModelProfile& m, const Plan& p, 
       t["overhead"] += experts_overhead * kExpertOverheadSeconds;
     }
     if (g > 0 && d.gpu.memory_gbs > 0) {
-      const double h2d = std::max(d.gpu.h2d_gbs, 0.1) * 1e9;
       const double outside = distinct_gpu * (1.0 - pr.gpu_expert_hit_rate);  // GPU layers' experts not in VRAM
-      t["gpu"] += distinct_gpu * pr.gpu_expert_hit_rate *
-                  (double(m.expert_payload_bytes) / (d.gpu.memory_gbs * 1e9) + kGpuExpertOverheadSeconds);
+      const double in_vram = double(m.expert_payload_bytes) / (d.gpu.memory_gbs * 1e9) + kGpuExpertOverheadSeconds;
+      t["gpu"] += distinct_gpu * pr.gpu_expert_hit_rate * in_vram;
       if (hybrid) {
         // They run on the CPU, as a CPU layer's experts do (the shared expert overlaps them on the GPU).
         t["experts"] += outside * cpu_expert_seconds(d, m, costs, p.threads);
       } else {
-        t["gpu"] += outside * (double(m.expert_payload_bytes) / (d.gpu.memory_gbs * 1e9) + kGpuExpertOverheadSeconds +
-                               double(m.expert_bytes) / std::min(h2d, kStagingCopyGbs * 1e9));
+        t["gpu"] += outside * (in_vram + expert_copy_seconds(d, m));  // copied into a slot, then run there
       }
     }
   }
